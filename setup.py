@@ -1,0 +1,40 @@
+"""Installs the flat modules of this repository as the package `bert_keras`.
+
+The repository root *is* the package directory (package_dir maps bert_keras to
+"."), so `python run_pretraining.py ...` works from a clone exactly like the
+original, and `from bert_keras import modeling` works from anywhere after
+`pip install .` (or `pip install -e .`).
+"""
+
+from setuptools import setup
+
+setup(
+    name="bert-keras",
+    version="0.1.0",
+    description="google-research/bert on TensorFlow 2 and Keras 3: faithful, fast, real.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    python_requires=">=3.10,<3.13",
+    packages=["bert_keras"],
+    package_dir={"bert_keras": "."},
+    package_data={"bert_keras": ["sample_text.txt"]},
+    install_requires=[
+        "tensorflow>=2.21,<2.22",
+        # 2.21.0 does not import with tensorflow 2.21; 2.21.1 does.
+        "tensorflow-text>=2.21.1,<2.22",
+        "keras>=3.10,<4",
+        "absl-py>=2.0",
+        "numpy>=1.26",
+        "tensorflow-datasets>=4.9",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            # The original google-research/bert code, used only as a test oracle.
+            "bert-tensorflow==1.0.4",
+            "six",
+            "safetensors>=0.4",
+        ],
+    },
+)

@@ -1,0 +1,66 @@
+"""The original google-research/bert code (PyPI bert-tensorflow==1.0.4) as a test oracle.
+
+The original is TF1 code. Its tokenization and create_pretraining_data import
+`tensorflow.compat.v1` directly and run as they are. Its modeling.py also needs
+two things that TF 2.21 with Keras 3 no longer has, supplied here as stand-ins
+with the original variable names:
+  * `tensorflow.contrib.layers.layer_norm` -> variables `<scope>/beta`, `<scope>/gamma`
+    (scope default "LayerNorm"), normalising the last axis, variance epsilon 1e-12;
+  * `tf.compat.v1.layers.dense` -> variables `<name>/kernel` [in, out] and `<name>/bias`.
+Build the original graph inside `tf.Graph().as_default()` so the rest of the
+test process stays in eager mode.
+
+Nothing here is copied from the original; it is only imported and called.
+"""
+
+import importlib
+import sys
+import types
+
+import pytest
+
+
+def _layer_norm(inputs, begin_norm_axis=-1, begin_params_axis=-1, scope=None):
+  import tensorflow.compat.v1 as tf1
+  with tf1.variable_scope(scope, default_name="LayerNorm"):
+    depth = inputs.shape[-1]
+    beta = tf1.get_variable("beta", [depth], initializer=tf1.zeros_initializer())
+    gamma = tf1.get_variable("gamma", [depth], initializer=tf1.ones_initializer())
+    mean, variance = tf1.nn.moments(inputs, [-1], keepdims=True)
+    return tf1.nn.batch_normalization(inputs, mean, variance, beta, gamma, 1e-12)
+
+
+def _dense(inputs, units, activation=None, name=None, kernel_initializer=None, **unused):
+  import tensorflow.compat.v1 as tf1
+  with tf1.variable_scope(name, default_name="dense"):
+    kernel = tf1.get_variable("kernel", [inputs.shape[-1], units],
+                              initializer=kernel_initializer)
+    bias = tf1.get_variable("bias", [units], initializer=tf1.zeros_initializer())
+    outputs = tf1.tensordot(inputs, kernel, [[inputs.shape.ndims - 1], [0]])
+    outputs = tf1.nn.bias_add(outputs, bias)
+    return activation(outputs) if activation is not None else outputs
+
+
+def _install_stand_ins():
+  import tensorflow.compat.v1 as tf1
+  if "tensorflow.contrib" not in sys.modules:
+    contrib = types.ModuleType("tensorflow.contrib")
+    contrib.layers = types.SimpleNamespace(layer_norm=_layer_norm)
+    sys.modules["tensorflow.contrib"] = contrib
+  try:
+    tf1.layers.dense  # noqa: B018  (Keras 3 makes this attribute raise)
+  except Exception:  # pylint: disable=broad-except
+    tf1.layers = types.SimpleNamespace(dense=_dense)
+  else:
+    tf1.layers.dense = _dense
+
+
+def original(module_name):
+  """Returns the original `bert.<module_name>` module, or skips the test if absent."""
+  pytest.importorskip("bert.tokenization", reason="bert-tensorflow (the oracle) not installed")
+  _install_stand_ins()
+  module = importlib.import_module("bert." + module_name)
+  from absl import flags
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  return module
