@@ -1,0 +1,158 @@
+"""Tokenizer throughput and parity, side by side in one run.
+
+Tokenizes the same corpus with the original google-research/bert FullTokenizer
+(PyPI bert-tensorflow), ours (tokenize per line, tokenize_batch, encode_batch)
+and the peers a user would pick instead: tensorflow-text's FastBertTokenizer
+and, if installed, HuggingFace `tokenizers`. Each tokenizer is built fresh for
+each timed pass (a cold word cache: what one pass over a corpus costs), best of
+--repeats passes. Parity = share of lines whose tokens equal the original's.
+
+  python bench/bench_tokenization.py                       # ../shared books
+  python bench/bench_tokenization.py --input_file=a.txt --vocab_file=vocab.txt
+
+Prints a table, then a JSON object of the figures as its last line.
+"""
+
+import glob
+import json
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.path.join(HERE, "..", "..", "shared", "data")
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("input_file", os.path.join(SHARED, "text", "gutenberg_sentence_per_line", "*.txt"),
+                    "Glob(s), comma-separated, of text files, one line per text.")
+flags.DEFINE_string("vocab_file", os.path.join(SHARED, "vocab", "bert-base-uncased-vocab.txt"),
+                    "WordPiece vocab.")
+flags.DEFINE_bool("do_lower_case", True, "Uncased tokenization.")
+flags.DEFINE_integer("repeats", 3, "Timed passes of each fast tokenizer (best is kept).")
+flags.DEFINE_integer("batch_lines", 4096, "Lines per call of the batch APIs.")
+flags.DEFINE_integer("max_lines", 0, "Use only the first N lines (0: all).")
+
+
+def _batches(lines, size):
+  return [lines[i:i + size] for i in range(0, len(lines), size)]
+
+
+def main(_):
+  import tokenization  # ours, from the clone
+  import oracle
+  original = oracle.original("tokenization")
+  files = sorted(f for pattern in FLAGS.input_file.split(",") for f in glob.glob(pattern))
+  lines = []
+  for path in files:
+    with open(path, encoding="utf-8") as f:
+      lines.extend(f.read().split("\n"))
+  if FLAGS.max_lines:
+    lines = lines[:FLAGS.max_lines]
+  megabytes = sum(len(line.encode("utf-8")) for line in lines) / 1e6
+  batches = _batches(lines, FLAGS.batch_lines)
+  vocab_file, lower = FLAGS.vocab_file, FLAGS.do_lower_case
+
+  print(f"corpus: {len(files)} files, {len(lines)} lines, {megabytes:.2f} MB; "
+        f"vocab {vocab_file}; do_lower_case={lower}")
+  reference_tok = original.FullTokenizer(vocab_file, do_lower_case=lower)
+
+  def timed(name, make, run, repeats):
+    best, output = float("inf"), None
+    for _ in range(repeats):
+      tokenizer = make()
+      start = time.perf_counter()
+      output = run(tokenizer)
+      best = min(best, time.perf_counter() - start)
+    return name, best, output
+
+  results = []
+  name, seconds, reference = timed(
+      "original FullTokenizer.tokenize", lambda: reference_tok,
+      lambda t: [t.tokenize(line) for line in lines], 1)
+  results.append((name, seconds, 1.0))
+  reference_ids = [reference_tok.convert_tokens_to_ids(t) for t in reference]
+
+  def parity(outputs, expected):
+    return sum(a == b for a, b in zip(outputs, expected)) / len(expected)
+
+  make_ours = lambda: tokenization.FullTokenizer(vocab_file, do_lower_case=lower)  # noqa: E731
+  name, seconds, out = timed("ours tokenize (per line)", make_ours,
+                             lambda t: [t.tokenize(line) for line in lines], FLAGS.repeats)
+  results.append((name, seconds, parity(out, reference)))
+  name, seconds, out = timed(
+      "ours tokenize_batch", make_ours,
+      lambda t: [x for b in batches for x in t.tokenize_batch(b)], FLAGS.repeats)
+  results.append((name, seconds, parity(out, reference)))
+
+  def encode_all(t):
+    rows = []
+    for b in batches:
+      ids, splits = t.encode_batch(b)
+      rows.extend(ids[splits[i]:splits[i + 1]] for i in range(len(b)))
+    return rows
+  name, seconds, out = timed("ours encode_batch (ids)", make_ours, encode_all, FLAGS.repeats)
+  results.append((name, seconds, parity([r.tolist() for r in out], reference_ids)))
+
+  try:
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+  except ImportError:
+    tf_text = None
+  if tf_text is not None:
+    with open(vocab_file, encoding="utf-8") as f:
+      vocab = [line.rstrip("\n") for line in f]
+
+    def make_fast_bert(out_type):
+      return lambda: tf_text.FastBertTokenizer(
+          vocab=vocab, lower_case_nfd_strip_accents=lower, token_out_type=out_type,
+          support_detokenization=False)
+    def fast_bert_ids(t):
+      return [t.tokenize(tf.constant(b)) for b in batches]
+    fast_bert_ids(make_fast_bert(tf.int64)())  # builds the graph once
+    name, seconds, out = timed("tf-text FastBertTokenizer (ids tensor)",
+                               make_fast_bert(tf.int64), fast_bert_ids, FLAGS.repeats)
+    rows = [r for ragged in out for r in ragged.to_list()]
+    results.append((name, seconds, parity(rows, reference_ids)))
+
+    def fast_bert_strings(t):
+      return [[x.decode("utf-8") for x in row] for b in batches
+              for row in t.tokenize(tf.constant(b)).to_list()]
+    name, seconds, out = timed("tf-text FastBertTokenizer (str lists)",
+                               make_fast_bert(tf.string), fast_bert_strings, FLAGS.repeats)
+    results.append((name, seconds, parity(out, reference)))
+
+  try:
+    from tokenizers import BertWordPieceTokenizer
+  except ImportError:
+    BertWordPieceTokenizer = None
+  if BertWordPieceTokenizer is not None:
+    def make_hf():
+      return BertWordPieceTokenizer(vocab_file, lowercase=lower, strip_accents=lower,
+                                    clean_text=True, handle_chinese_chars=True)
+    def hf(t):
+      return [e.tokens for b in batches for e in t.encode_batch(b, add_special_tokens=False)]
+    name, seconds, out = timed("HF tokenizers BertWordPiece (encode_batch)", make_hf, hf,
+                               FLAGS.repeats)
+    results.append((name, seconds, parity(out, reference)))
+
+  base = results[0][1]
+  print(f"\n| tokenizer | MB/s | lines/s | x original | parity with original |")
+  print("|---|---:|---:|---:|---:|")
+  figures = {"corpus_mb": round(megabytes, 3), "lines": len(lines), "results": {}}
+  for name, seconds, par in results:
+    print(f"| {name} | {megabytes / seconds:.2f} | {len(lines) / seconds:,.0f} | "
+          f"{base / seconds:.1f} | {100 * par:.2f}% |")
+    figures["results"][name] = {"mb_per_s": round(megabytes / seconds, 3),
+                                "lines_per_s": round(len(lines) / seconds),
+                                "speedup": round(base / seconds, 2),
+                                "parity": round(par, 5)}
+  print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,320 @@
+# coding=utf-8
+"""tokenization.py: the original's behaviour to the character, by differential tests.
+
+The oracle is the original FullTokenizer (PyPI bert-tensorflow). Every test
+tokenizes the same text with both and requires identical output; tests that
+need ../shared skip without it.
+"""
+
+import random
+import re
+import sys
+import unicodedata
+
+import numpy as np
+import pytest
+
+import oracle
+from conftest import REPO, shared_path
+from bert_keras import tokenization
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+# Hand-written edge cases: accents, CJK, Greek final sigma, Turkish dotted I,
+# ligatures, control and zero-width characters, U+FFFD, NBSP and other spaces,
+# emoji, very long words, empty and whitespace-only lines, and more.
+EDGE_CASES = [
+    "", " ", "\t \n\r ", "\u3000\u00a0", "\n\n", "a\nb", "x\r\ny",
+    " \tHeLLo!how  \n Are yoU?  ", "Héllo", "H\u00e9llo", "He\u0301llo", "ah\u535a\u63a8zz",
+    "UNwant\u00e9d,running", "John Johanson's, house", "naïve café Ångström",
+    "don't $5.00 a^b `x` ~y", "¿Qué? «hola»", "x\x00y\ufffdz\x05w\u200bv",
+    "a\u00a0b\u3000c\u2028d\u2029e\x1cf\x1fg\x85h\x0bi\x0cj",
+    "💩 emoji😀! 👨‍👩‍👧 🇫🇷 ✈️", "こんにちは世界", "İstanbul ß ﬁ ﬂ ǅ Ǆ", "… — · § ¶ ‰ ※",
+    "a§b©c€d·e…f", "ΟΔΥΣΣΕΥΣ ΣΊΣΥΦΟΣ όσος Σ ΑΣ. ΑΣ, ΑΣ'Σ", "ΑΣ\u0301 ΑΣ\u0301Β",
+    "I\u0307 ı İ i̇ ŞĞÜÖÇ şğüöç", "Ǆemal ǅemal ǆemal", "ẞ ß SS", "\u1fef\u037e\u0387\u1fee",
+    "Ａｂｃ　ＤＥＦ！？", "①②③ ⅠⅡⅢ ¹²³ ½", "\u0301abc \u0301 \u0300\u0301",
+    "e\u0301\u0327 e\u0327\u0301", "ﷺ ﷽", "한국어 텍스트 입니다", "ไทย ภาษา", "עברית שלום",
+    "العربية، نص؟", "हिन्दी पाठ।", "Ελληνικά: αβγ; δεζ.", "Русский текст, «кавычки».",
+    "𠀀𠀁 𪜀 𫝀 𫠠 𬺰 丽 丽 \U0002ebf0", "\u3400\u4dbf\u4e00\u9fff\uf900\ufaff",
+    "soft\u00adhyphen zero\u200bwidth joiner\u200dnon\u200cjoiner bom\ufeffhere",
+    "\u202fnarrow\u2009thin\u200ahair\u205fmath\u1680ogham", "tab\there", "\x7fdel\x80c1",
+    "x" * 199, "y" * 200, "z" * 201, "a" * 150 + "é" * 60, "supercalifragilisticexpialidocious" * 5,
+    "unwanted running", "unwantedX running", "##ing", "un##want", "[UNK] [CLS] [MASK]",
+    "[unused0] [unused1]", "3.14159 -2e10 1,000,000 $1,000.00", "http://example.com/a?b=c&d=e",
+    "e-mail: someone@example.org", "C++ C# F# .NET", "<html><body>Hi</body></html>",
+    "\"quoted\" 'single' `back` “curly” ‘curly’", "mixed日本語English한국어text",
+    "\ud800 lone surrogate", "end with space ", " start with space", "many     spaces",
+]
+
+
+def _build_vocab(texts, path):
+  """A vocab exercising WordPiece: specials, every other word, every character and ##character."""
+  words, chars = set(), set()
+  for text in texts:
+    for variant in (text, text.lower(), unicodedata.normalize("NFD", text.lower())):
+      words.update(w for w in re.split(r"\W+", variant) if w)
+      chars.update(c for c in variant if not c.isspace())
+  words = sorted(words)[::2]
+  chars = sorted(chars)
+  tokens = SPECIALS + words + chars + ["##" + c for c in chars] + ["##" + w for w in words[::3]]
+  seen, unique = set(), []
+  for t in tokens:
+    if t not in seen and len(t.split()) == 1 and t.strip() == t and not re.search("[\ud800-\udfff]", t):
+      seen.add(t)
+      unique.append(t)
+  path.write_text("".join(t + "\n" for t in unique), encoding="utf-8")
+  return str(path)
+
+
+def _sample_lines():
+  return (REPO / "sample_text.txt").read_text(encoding="utf-8").split("\n")
+
+
+@pytest.fixture(scope="module")
+def original():
+  return oracle.original("tokenization")
+
+
+@pytest.fixture(scope="module")
+def small_vocab(tmp_path_factory):
+  return _build_vocab(EDGE_CASES + _sample_lines(), tmp_path_factory.mktemp("vocab") / "vocab.txt")
+
+
+def _random_texts(n, seed):
+  """Random strings drawn from every kind of character the tokenizer treats specially."""
+  rng = random.Random(seed)
+  pools = [
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
+      " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2007\u200a\u2028\u2029\u202f\u205f\u3000",
+      "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~¡§«¶·»¿‐–—―‘’“”•…‰※、。「」",
+      "\x00\x01\x05\x7f\x80\x9f\u00ad\u200b\u200c\u200d\u200e\u2060\ufeff\ufffd\ufff9",
+      "àáâãäåæçèéêëìíîïñòóôõöøùúûüýÿĀāĂăĄąŁłŒœŠšŸŽžǅǄǆİıŞşẞß",
+      "\u0300\u0301\u0302\u0303\u0308\u0327\u0328\u0332\u0345\u05b0\u064b\u093c\u0e31\u20d0",
+      "ΑΒΓΔΕΖΗΘΣσςαβγΆΈΉΊΌΎΏάέήίόύώΐΰ\u1fef\u037e\u0387",
+      "一二三中国語日本字\u3400\u4dbf\u9fff\uf900\ufaff\U00020000\U0002a6df\U0002b740\U0002f800",
+      "ぁあかさたなアカサタナ한국어ㄱㄴ가나다ไทยעבריתالعربيةहिन्दी",
+      "ﬁﬂﬀﬃ①②ⅠⅡ¹²½Ａｂｃ！？℃™©®€£¥°±×÷",
+      "😀💩👍🏽🇫🇷\u200d\ufe0f✈☃♥",
+  ]
+  texts = []
+  for _ in range(n):
+    length = rng.randint(0, 40)
+    pool_weights = [rng.random() for _ in pools]
+    texts.append("".join(rng.choice(rng.choices(pools, pool_weights)[0]) for _ in range(length)))
+  return texts
+
+
+def _assert_same(ours, theirs, texts):
+  for text in texts:
+    expected = theirs.tokenize(text)
+    assert ours.tokenize(text) == expected, repr(text)
+  batch = ours.tokenize_batch(texts)
+  assert len(batch) == len(texts)
+  for text, got in zip(texts, batch):
+    assert got == theirs.tokenize(text), repr(text)
+
+
+# ----------------------------------------------------------------------------
+# The original's own unit tests (spec section 13)
+# ----------------------------------------------------------------------------
+
+def test_original_full_tokenizer_case(tmp_path):
+  vocab_file = tmp_path / "vocab.txt"
+  vocab_file.write_text("\n".join(
+      ["[UNK]", "[CLS]", "[SEP]", "want", "##want", "##ed", "wa", "un", "runn", "##ing", ","]) + "\n")
+  tok = tokenization.FullTokenizer(str(vocab_file))
+  tokens = tok.tokenize("UNwant\u00E9d,running")
+  assert tokens == ["un", "##want", "##ed", ",", "runn", "##ing"]
+  assert tok.convert_tokens_to_ids(tokens) == [7, 4, 5, 10, 8, 9]
+  ids, splits = tok.encode_batch(["UNwant\u00E9d,running", "", "want"])
+  assert ids.tolist() == [7, 4, 5, 10, 8, 9, 3] and splits.tolist() == [0, 6, 6, 7]
+
+
+def test_original_basic_and_wordpiece_cases():
+  assert tokenization.BasicTokenizer().tokenize("ah\u535A\u63A8zz") == ["ah", "\u535A", "\u63A8", "zz"]
+  lower = tokenization.BasicTokenizer(do_lower_case=True)
+  assert lower.tokenize(" \tHeLLo!how  \n Are yoU?  ") == ["hello", "!", "how", "are", "you", "?"]
+  assert lower.tokenize("H\u00E9llo") == ["hello"]
+  cased = tokenization.BasicTokenizer(do_lower_case=False)
+  assert cased.tokenize(" \tHeLLo!how  \n Are yoU?  ") == ["HeLLo", "!", "how", "Are", "yoU", "?"]
+  vocab = {t: i for i, t in enumerate(
+      ["[UNK]", "[CLS]", "[SEP]", "want", "##want", "##ed", "wa", "un", "runn", "##ing"])}
+  wordpiece = tokenization.WordpieceTokenizer(vocab=vocab)
+  assert wordpiece.tokenize("") == []
+  assert wordpiece.tokenize("unwanted running") == ["un", "##want", "##ed", "runn", "##ing"]
+  assert wordpiece.tokenize("unwantedX running") == ["[UNK]", "runn", "##ing"]
+  assert tokenization.convert_tokens_to_ids(vocab, ["un", "##want", "##ed", "runn", "##ing"]) == [7, 4, 5, 8, 9]
+  with pytest.raises(KeyError):  # quirk 21: no [UNK] fallback at this level
+    tokenization.convert_tokens_to_ids(vocab, ["nope"])
+
+
+def test_character_classes_match_the_original(original):
+  for name in ("_is_whitespace", "_is_control", "_is_punctuation"):
+    ours, theirs = getattr(tokenization, name), getattr(original, name)
+    for cp in list(range(0x3000)) + list(range(0xFE00, 0x10000)) + [0x1F4A9, 0xE0001, 0x10FFFF]:
+      assert ours(chr(cp)) == theirs(chr(cp)), (name, hex(cp))
+
+
+def test_regex_whitespace_is_str_split_whitespace():
+  # The fast path relies on re's \s and str.split() agreeing on every code point.
+  pattern = re.compile(r"\s")
+  for cp in range(sys.maxunicode + 1):
+    assert bool(pattern.match(chr(cp))) == chr(cp).isspace(), hex(cp)
+
+
+# ----------------------------------------------------------------------------
+# Differential tests against the original FullTokenizer
+# ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_edge_cases_match_original(original, small_vocab, do_lower_case):
+  ours = tokenization.FullTokenizer(small_vocab, do_lower_case=do_lower_case)
+  theirs = original.FullTokenizer(small_vocab, do_lower_case=do_lower_case)
+  _assert_same(ours, theirs, EDGE_CASES)
+  basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
+  their_basic = original.BasicTokenizer(do_lower_case=do_lower_case)
+  assert basic.tokenize_batch(EDGE_CASES) == [their_basic.tokenize(t) for t in EDGE_CASES]
+  # bytes input is decoded as UTF-8 with errors ignored, as in the original
+  raw = [t.encode("utf-8", "surrogatepass") for t in EDGE_CASES] + [b"caf\xc3\xa9 \xff\xfe ok"]
+  assert ours.tokenize_batch(raw) == [theirs.tokenize(r) for r in raw]
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_random_unicode_matches_original(original, small_vocab, do_lower_case):
+  texts = _random_texts(1500, seed=1234 + do_lower_case)
+  ours = tokenization.FullTokenizer(small_vocab, do_lower_case=do_lower_case)
+  theirs = original.FullTokenizer(small_vocab, do_lower_case=do_lower_case)
+  _assert_same(ours, theirs, texts)
+  ids, splits = ours.encode_batch(texts)
+  for i, text in enumerate(texts):
+    expected = theirs.convert_tokens_to_ids(theirs.tokenize(text))
+    assert ids[splits[i]:splits[i + 1]].tolist() == expected, repr(text)
+
+
+def test_sample_text_matches_original(original, small_vocab):
+  lines = _sample_lines()
+  for lower in (True, False):
+    _assert_same(tokenization.FullTokenizer(small_vocab, do_lower_case=lower),
+                 original.FullTokenizer(small_vocab, do_lower_case=lower), lines)
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_books_match_original(original, do_lower_case):
+  vocab = str(shared_path("data", "vocab", "bert-base-uncased-vocab.txt"))
+  books = sorted(shared_path("data", "text", "gutenberg_sentence_per_line").glob("*.txt"))
+  lines = []
+  for book in books:
+    lines.extend(book.read_text(encoding="utf-8").split("\n")[::25])  # every 25th line
+  theirs = original.FullTokenizer(vocab, do_lower_case=do_lower_case)
+  expected = [theirs.tokenize(line) for line in lines]
+  ours = tokenization.FullTokenizer(vocab, do_lower_case=do_lower_case)
+  assert ours.tokenize_batch(lines) == expected
+  ids, splits = ours.encode_batch(lines)
+  assert np.array_equal(ids, np.array(
+      [i for tokens in expected for i in theirs.convert_tokens_to_ids(tokens)], np.int32))
+  assert splits.tolist() == np.cumsum([0] + [len(t) for t in expected]).tolist()
+
+
+@pytest.mark.parametrize("task,columns", [("MRPC", (3, 4)), ("CoLA", (3,)), ("SST-2", (0,)),
+                                          ("WNLI", (1, 2))])
+def test_glue_sentences_match_original(original, task, columns):
+  vocab = str(shared_path("data", "vocab", "bert-base-uncased-vocab.txt"))
+  rows = shared_path("data", "glue", task, "dev.tsv").read_text(encoding="utf-8").split("\n")[1:]
+  texts = [row.split("\t")[c] for row in rows if row for c in columns
+           if c < len(row.split("\t"))]
+  for lower in (True, False):
+    theirs = original.FullTokenizer(vocab, do_lower_case=lower)
+    ours = tokenization.FullTokenizer(vocab, do_lower_case=lower)
+    assert ours.tokenize_batch(texts) == [theirs.tokenize(t) for t in texts]
+
+
+def test_batch_edge_cases(small_vocab):
+  tok = tokenization.FullTokenizer(small_vocab)
+  assert tok.tokenize_batch([]) == []
+  ids, splits = tok.encode_batch([])
+  assert ids.shape == (0,) and splits.tolist() == [0]
+  # a text holding its own newlines is still one text
+  assert tok.tokenize_batch(["a\nb", "c"]) == [tok.tokenize("a b"), tok.tokenize("c")]
+  # a batch mixing ASCII and non-ASCII texts
+  texts = ["plain", "café", "", "x\x01y"]
+  assert tok.tokenize_batch(texts) == [tok.tokenize(t) for t in texts]
+
+
+def test_word_cache_is_bounded(small_vocab):
+  tok = tokenization.FullTokenizer(small_vocab)
+  tok._cache._limit = 50
+  texts = [f"word{i} w{i}x" for i in range(200)]
+  first = tok.tokenize_batch(texts)
+  assert len(tok._cache) <= 50
+  assert tok.tokenize_batch(texts) == first == [tok.tokenize(t) for t in texts]
+
+
+# ----------------------------------------------------------------------------
+# Vocab files and casing checks
+# ----------------------------------------------------------------------------
+
+def test_load_vocab_matches_original(original, tmp_path):
+  path = tmp_path / "v.txt"
+  path.write_bytes(b"[PAD]\n  spaced  \n\n[UNK]\ncaf\xc3\xa9\nin\rside\nlast-no-newline")
+  assert tokenization.load_vocab(str(path)) == original.load_vocab(str(path))
+
+
+def test_vocab_errors(tmp_path, caplog):
+  with pytest.raises(tokenization.VocabError, match="cannot read vocab file .*missing.txt"):
+    tokenization.FullTokenizer(str(tmp_path / "missing.txt"))
+  dup = tmp_path / "dup.txt"
+  dup.write_text("[UNK]\nhello\nworld\nhello\n")
+  vocab = tokenization.load_vocab(str(dup))
+  assert vocab["hello"] == 3  # the later line wins, as in the original
+  assert "line 4 duplicates line 2" in caplog.text
+  with pytest.raises(tokenization.VocabError, match=r"dup.txt: token 'hello' on line 4 duplicates line 2"):
+    tokenization.load_vocab(str(dup), strict=True)
+  bad = tmp_path / "bad.txt"
+  bad.write_bytes(b"[UNK]\nok\nbad\xff\n")
+  assert "bad" in tokenization.load_vocab(str(bad))  # undecodable bytes dropped, as the original
+  with pytest.raises(tokenization.VocabError, match=r"bad.txt, line 3: not valid UTF-8"):
+    tokenization.load_vocab(str(bad), strict=True)
+  with pytest.raises(tokenization.VocabError, match=r"bad.txt has no \[CLS\], \[SEP\], \[MASK\] tokens"):
+    tokenization.check_vocab(tokenization.load_vocab(str(bad)), str(bad))
+
+
+def test_validate_case_matches_checkpoint(original):
+  cases = [
+      (False, "/m/uncased_L-12_H-768_A-12/bert_model.ckpt"),
+      (True, "gs://b/cased_L-12_H-768_A-12/bert_model.ckpt"),
+      (True, "/x/wwm_uncased_L-24_H-1024_A-16/bert_model.ckpt"),
+      (False, "/x/wwm_uncased_L-24_H-1024_A-16/bert_model.ckpt"),
+      (True, "/x/wwm_cased_L-24_H-1024_A-16/bert_model.ckpt"),
+      (False, "/x/uncased_L-4_H-256_A-4/bert_model.ckpt"),
+      (True, "/out/model.ckpt-100"), (False, ""), (True, None),
+      (True, "/m/multi_cased_L-12_H-768_A-12/bert_model.ckpt"),
+      (False, "/m/chinese_L-12_H-768_A-12/bert_modelXckpt"),
+  ]
+  for lower, path in cases:
+    def outcome(fn, **kw):
+      try:
+        fn(lower, path, **kw)
+        return None
+      except ValueError as e:
+        return str(e)
+    # With the original's seven names: the original's behaviour and messages.
+    assert outcome(tokenization.validate_case_matches_checkpoint, known_models="original") == \
+        outcome(original.validate_case_matches_checkpoint), path
+  # Beyond the original: the whole-word-masking and small models are checked too.
+  with pytest.raises(ValueError, match="wwm_uncased_L-24_H-1024_A-16` seems to be a lowercased"):
+    tokenization.validate_case_matches_checkpoint(False, "/x/wwm_uncased_L-24_H-1024_A-16/bert_model.ckpt")
+  with pytest.raises(ValueError, match="wwm_cased_L-24_H-1024_A-16` seems to be a cased"):
+    tokenization.validate_case_matches_checkpoint(True, "/x/wwm_cased_L-24_H-1024_A-16/bert_model.ckpt")
+  with pytest.raises(ValueError, match="uncased_L-4_H-256_A-4"):
+    tokenization.validate_case_matches_checkpoint(False, "/x/uncased_L-4_H-256_A-4/bert_model.ckpt")
+  tokenization.validate_case_matches_checkpoint(True, "/x/uncased_L-4_H-256_A-4/bert_model.ckpt")
+
+
+def test_convert_helpers_match_original(original):
+  for text in ["abc", b"abc", "caf\u00e9".encode(), b"\xff\xfeok"]:
+    assert tokenization.convert_to_unicode(text) == original.convert_to_unicode(text)
+    assert tokenization.printable_text(text) == original.printable_text(text)
+  with pytest.raises(ValueError, match="Unsupported string type"):
+    tokenization.convert_to_unicode(3)
+  for text in ["", "  ", " a  b\u2028c ", "x\u3000y"]:
+    assert tokenization.whitespace_tokenize(text) == original.whitespace_tokenize(text)

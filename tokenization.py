@@ -1,0 +1,496 @@
+# coding=utf-8
+"""Tokenization classes: the original BERT tokenizer, exact to the character, and fast.
+
+The public API is the original's (google-research/bert tokenization.py):
+convert_to_unicode, printable_text, load_vocab, convert_by_vocab,
+convert_tokens_to_ids, convert_ids_to_tokens, whitespace_tokenize,
+validate_case_matches_checkpoint, BasicTokenizer, WordpieceTokenizer and
+FullTokenizer, with the same outputs for every input.
+
+Speed comes from doing the per-character work of BasicTokenizer with a few
+C-level string operations (str.translate, regular expressions over character
+classes precomputed from `unicodedata`, str.lower, unicodedata.normalize) on a
+whole line, or on a whole batch of lines joined by "\\n", instead of one Python
+call per character; and from a cache of WordPiece results per word.
+
+Why each whole-string step equals the original per-token step:
+  * The original lower-cases and strips accents per whitespace token. Python's
+    str.lower is context sensitive only through the Greek final-sigma rule,
+    whose context scan stops at whitespace; NFD reorders only runs of combining
+    marks, which never span a whitespace character. So applying both to the
+    whole cleaned line gives the same characters token by token.
+  * The original splits on whitespace, splits each token on punctuation and
+    splits again on whitespace; one regex, "one punctuation character, or a run
+    of characters that are neither punctuation nor whitespace (str.isspace)",
+    gives the same tokens. `re`'s \\s and str.split use the same whitespace
+    definition (checked over all code points in tests).
+"""
+
+import collections
+import functools
+import itertools
+import logging
+import re
+import sys
+import unicodedata
+
+import numpy as np
+
+_MAX_UNICODE = sys.maxunicode + 1
+
+
+class VocabError(ValueError):
+  """A vocab file that cannot be used: missing, undecodable or lacking a token."""
+
+
+# --------------------------------------------------------------------------
+# Text and vocab helpers (the original API)
+# --------------------------------------------------------------------------
+
+def convert_to_unicode(text):
+  """Returns `text` as str; bytes are decoded as UTF-8, ignoring errors."""
+  if isinstance(text, str):
+    return text
+  if isinstance(text, bytes):
+    return text.decode("utf-8", "ignore")
+  raise ValueError("Unsupported string type: %s" % (type(text)))
+
+
+def printable_text(text):
+  """Returns text suitable for printing or logging (str in Python 3)."""
+  return convert_to_unicode(text)
+
+
+def _open_binary(path):
+  """Opens a local path with open(), anything with a scheme (gs://) with tf.io.gfile."""
+  if "://" in str(path):
+    import tensorflow as tf  # Only for remote paths: keeps the tokenizer light to import.
+    return tf.io.gfile.GFile(path, "rb")
+  return open(path, "rb")
+
+
+def load_vocab(vocab_file, strict=False):
+  """Loads a vocabulary file into an OrderedDict token -> line number.
+
+  As the original: every line is stripped (an empty line becomes the token ""
+  and still takes an id); a token that appears twice maps to its later line.
+  Undecodable bytes are dropped as in the original, unless `strict`, which
+  raises a VocabError naming the file and line. Duplicates are reported in the
+  log (and are an error when `strict`).
+  """
+  try:
+    with _open_binary(vocab_file) as reader:
+      # As the original's tf.gfile readline(): only "\n" ends a line, and
+      # text mode drops every "\r" (even inside a line).
+      raw_lines = reader.read().replace(b"\r", b"").split(b"\n")
+    if raw_lines[-1] == b"":
+      raw_lines.pop()
+  except (OSError, IOError) as e:
+    raise VocabError(f"cannot read vocab file {vocab_file}: {e}") from None
+  except Exception as e:  # pylint: disable=broad-except  (tf.errors from gfile)
+    raise VocabError(f"cannot read vocab file {vocab_file}: {e}") from None
+  vocab = collections.OrderedDict()
+  first_line = {}
+  for index, raw in enumerate(raw_lines):
+    try:
+      token = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+      if strict:
+        raise VocabError(
+            f"vocab file {vocab_file}, line {index + 1}: not valid UTF-8 ({e.reason})") from None
+      token = raw.decode("utf-8", "ignore")
+    token = token.strip()
+    if token in first_line:
+      message = (f"vocab file {vocab_file}: token {token!r} on line {index + 1} "
+                 f"duplicates line {first_line[token] + 1}")
+      if strict:
+        raise VocabError(message)
+      logging.warning("%s; the later line wins, as in the original", message)
+    else:
+      first_line[token] = index
+    vocab[token] = index
+  return vocab
+
+
+def check_vocab(vocab, vocab_file, required=("[UNK]", "[CLS]", "[SEP]", "[MASK]")):
+  """Raises VocabError naming the file if any of the `required` tokens is missing."""
+  missing = [token for token in required if token not in vocab]
+  if missing:
+    raise VocabError(f"vocab file {vocab_file} has no {', '.join(missing)} "
+                     f"token{'s' if len(missing) > 1 else ''} ({len(vocab)} entries read)")
+
+
+def convert_by_vocab(vocab, items):
+  """Maps each item through `vocab`; an unknown item raises KeyError, as in the original."""
+  return [vocab[item] for item in items]
+
+
+def convert_tokens_to_ids(vocab, tokens):
+  return convert_by_vocab(vocab, tokens)
+
+
+def convert_ids_to_tokens(inv_vocab, ids):
+  return convert_by_vocab(inv_vocab, ids)
+
+
+def whitespace_tokenize(text):
+  """Strips `text` and splits it on whitespace (Python's str.split definition)."""
+  text = text.strip()
+  if not text:
+    return []
+  return text.split()
+
+
+_LOWER_CASED_MODELS = (
+    "uncased_L-24_H-1024_A-16", "uncased_L-12_H-768_A-12",
+    "multilingual_L-12_H-768_A-12", "chinese_L-12_H-768_A-12")
+_CASED_MODELS = (
+    "cased_L-12_H-768_A-12", "cased_L-24_H-1024_A-16", "multi_cased_L-12_H-768_A-12")
+# Beyond the original's seven names: the whole-word-masking models (2019) and the
+# 24 small uncased models (2020), which the original let through unchecked.
+_LOWER_CASED_MODELS_EXTRA = ("wwm_uncased_L-24_H-1024_A-16",) + tuple(
+    f"uncased_L-{layers}_H-{hidden}_A-{hidden // 64}"
+    for layers in (2, 4, 6, 8, 10, 12) for hidden in (128, 256, 512, 768))
+_CASED_MODELS_EXTRA = ("wwm_cased_L-24_H-1024_A-16",)
+
+
+def validate_case_matches_checkpoint(do_lower_case, init_checkpoint, known_models="all"):
+  """Raises ValueError if `do_lower_case` contradicts a released checkpoint's name.
+
+  `known_models="original"` knows only the original's seven model names;
+  the default "all" also knows the whole-word-masking and the 24 small models.
+  Names that are not recognised (fine-tuned model.ckpt-N, ...) pass unchecked.
+  """
+  if not init_checkpoint:
+    return
+  m = re.match("^.*?([A-Za-z0-9_-]+)/bert_model.ckpt", init_checkpoint)
+  if m is None:
+    return
+  model_name = m.group(1)
+  lower_models, cased_models = _LOWER_CASED_MODELS, _CASED_MODELS
+  if known_models == "all":
+    lower_models += _LOWER_CASED_MODELS_EXTRA
+    cased_models += _CASED_MODELS_EXTRA
+  if model_name in lower_models and not do_lower_case:
+    actual_flag, case_name, opposite_flag = "False", "lowercased", "True"
+  elif model_name in cased_models and do_lower_case:
+    actual_flag, case_name, opposite_flag = "True", "cased", "False"
+  else:
+    return
+  raise ValueError(
+      "You passed in `--do_lower_case=%s` with `--init_checkpoint=%s`. "
+      "However, `%s` seems to be a %s model, so you "
+      "should pass in `--do_lower_case=%s` so that the fine-tuning matches "
+      "how the model was pre-training. If this error is wrong, please "
+      "just comment out this check." % (actual_flag, init_checkpoint,
+                                        model_name, case_name, opposite_flag))
+
+
+# --------------------------------------------------------------------------
+# Character classes (the original's definitions)
+# --------------------------------------------------------------------------
+
+def _is_whitespace(char):
+  """Space, tab, newline, carriage return, or Unicode category Zs."""
+  if char in (" ", "\t", "\n", "\r"):
+    return True
+  return unicodedata.category(char) == "Zs"
+
+
+def _is_control(char):
+  """Category Cc or Cf, except tab, newline and carriage return."""
+  if char in ("\t", "\n", "\r"):
+    return False
+  return unicodedata.category(char) in ("Cc", "Cf")
+
+
+def _is_punctuation(char):
+  """Every non-alphanumeric printable ASCII character, or any Unicode category P*."""
+  return _ascii_punctuation(ord(char)) or unicodedata.category(char).startswith("P")
+
+
+_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+               (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
+
+
+def _is_chinese_char(cp):
+  """True for a code point in the CJK Unified Ideographs blocks the original splits on."""
+  return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+
+
+@functools.lru_cache(maxsize=None)
+def _categories():
+  """unicodedata.category of every code point, computed once (about 0.3 s)."""
+  return [unicodedata.category(chr(cp)) for cp in range(_MAX_UNICODE)]
+
+
+def _char_class(predicate):
+  """A regex character class '[...]' of the code points cp with predicate(cp, category)."""
+  ranges, start = [], None
+  for cp, category in enumerate(_categories()):
+    inside = predicate(cp, category)
+    if inside and start is None:
+      start = cp
+    elif not inside and start is not None:
+      ranges.append((start, cp - 1))
+      start = None
+  if start is not None:
+    ranges.append((start, _MAX_UNICODE - 1))
+  esc = lambda cp: "\\U%08x" % cp  # noqa: E731
+  return "[" + "".join(esc(a) if a == b else esc(a) + "-" + esc(b) for a, b in ranges) + "]"
+
+
+def _ascii_punctuation(cp):
+  return 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126
+
+
+class _Patterns:
+  """The compiled whole-string operations of BasicTokenizer (built once, lazily)."""
+
+  def __init__(self):
+    # _clean_text: delete NUL, U+FFFD and control characters; whitespace -> " ".
+    # "\n" is kept here: it separates the lines of a batch (see _tokenize_joined).
+    self.delete = re.compile(_char_class(
+        lambda cp, cat: cp in (0, 0xFFFD) or (cat in ("Cc", "Cf") and cp not in (9, 10, 13))))
+    self.to_space = re.compile(_char_class(lambda cp, cat: cp in (9, 13, 32) or cat == "Zs"))
+    self.cjk = re.compile("([" + "".join(
+        "\\U%08x-\\U%08x" % r for r in _CJK_RANGES) + "])")
+    self.nonspacing_mark = re.compile(_char_class(lambda cp, cat: cat == "Mn"))
+    punctuation = _char_class(lambda cp, cat: _ascii_punctuation(cp) or cat[0] == "P")
+    self.split_on_punc = re.compile(punctuation + "|[^\\s" + punctuation[1:] + "+")
+
+
+@functools.lru_cache(maxsize=None)
+def _patterns():
+  return _Patterns()
+
+
+# ASCII fast path: one bytes.translate cleans (and lower-cases) a whole batch.
+_ASCII_CONTROL = bytes(b for b in range(128) if _is_control(chr(b)))
+_ASCII_TO_SPACE = bytes.maketrans(b"\t\r", b"  ")
+_ASCII_LOWER = bytes.maketrans(
+    b"\t\rABCDEFGHIJKLMNOPQRSTUVWXYZ", b"  abcdefghijklmnopqrstuvwxyz")
+_ASCII_SPLIT_ON_PUNC = re.compile(r"[!-/:-@\[-`{-~]|[^\s!-/:-@\[-`{-~]+")
+
+# Marks the end of a text in a batch's word list: "\x01" is a control
+# character, so cleaning has removed every one that was in the texts.
+_TEXT_BREAK = "\x01"
+
+
+# --------------------------------------------------------------------------
+# Tokenizers
+# --------------------------------------------------------------------------
+
+class BasicTokenizer(object):
+  """Runs basic tokenization (punctuation splitting, lower casing, etc.).
+
+  Two stages: `clean_batch` cleans whole texts, which are then split on whitespace
+  (character-local work, done by C-level string operations on a whole batch);
+  `tokenize_word` then lower-cases, strips accents and splits on punctuation
+  one whitespace token at a time, exactly as the original does. Words repeat,
+  so callers cache tokenize_word.
+  """
+
+  def __init__(self, do_lower_case=True):
+    self.do_lower_case = do_lower_case
+    self._cache = _WordCache(lambda word: tuple(self.tokenize_word(word)))
+
+  def tokenize(self, text):
+    """Tokenizes a piece of text into a list of str tokens."""
+    return self.tokenize_batch([text])[0]
+
+  def tokenize_batch(self, texts):
+    """Tokenizes many texts at once; the same result as tokenize() for each."""
+    if not texts:
+      return []
+    return self._cache.map_lines(self.clean_batch(texts))
+
+  def clean_batch(self, texts):
+    """All texts cleaned (_clean_text, _tokenize_chinese_chars) and joined by "\n".
+
+    Every character is dealt with on its own here, so whole-string operations
+    do it: a bytes.translate for ASCII text, three regular expressions otherwise.
+    (Lower-casing is also done here for ASCII text; tokenize_word repeats it.)
+    """
+    texts = list(map(convert_to_unicode, texts))
+    joined = "\n".join(texts)
+    if joined.count("\n") != len(texts) - 1:
+      # A text holds a newline of its own, which would read as a separator:
+      # it is whitespace to the tokenizer, so make it a space first.
+      joined = "\n".join(t.replace("\n", " ") for t in texts)
+    if joined.isascii():
+      return joined.encode("ascii").translate(
+          _ASCII_LOWER if self.do_lower_case else _ASCII_TO_SPACE, _ASCII_CONTROL).decode("ascii")
+    p = _patterns()
+    return p.cjk.sub(r" \1 ", p.to_space.sub(" ", p.delete.sub("", joined)))
+
+  def tokenize_word(self, word):
+    """Basic tokens of one cleaned whitespace token (lower-case, strip accents, split)."""
+    if word.isascii():
+      return _ASCII_SPLIT_ON_PUNC.findall(word.lower() if self.do_lower_case else word)
+    if self.do_lower_case:
+      word = _patterns().nonspacing_mark.sub("", unicodedata.normalize("NFD", word.lower()))
+    return _patterns().split_on_punc.findall(word)
+
+  # The original's per-character helpers, kept for callers that use them.
+  def _run_strip_accents(self, text):
+    text = unicodedata.normalize("NFD", text)
+    return "".join(c for c in text if unicodedata.category(c) != "Mn")
+
+  def _run_split_on_punc(self, text):
+    output, start_new_word = [], True
+    for char in text:
+      if _is_punctuation(char):
+        output.append([char])
+        start_new_word = True
+      else:
+        if start_new_word:
+          output.append([])
+        start_new_word = False
+        output[-1].append(char)
+    return ["".join(x) for x in output]
+
+  def _tokenize_chinese_chars(self, text):
+    return "".join(" %s " % c if _is_chinese_char(ord(c)) else c for c in text)
+
+  def _is_chinese_char(self, cp):
+    return _is_chinese_char(cp)
+
+  def _clean_text(self, text):
+    output = []
+    for char in text:
+      cp = ord(char)
+      if cp == 0 or cp == 0xFFFD or _is_control(char):
+        continue
+      output.append(" " if _is_whitespace(char) else char)
+    return "".join(output)
+
+
+class WordpieceTokenizer(object):
+  """Greedy longest-match-first WordPiece, as in the original."""
+
+  def __init__(self, vocab, unk_token="[UNK]", max_input_chars_per_word=200):
+    self.vocab = vocab
+    self.unk_token = unk_token
+    self.max_input_chars_per_word = max_input_chars_per_word
+    # No candidate longer than the longest vocab entry can match: skip those.
+    self._max_piece_chars = max((len(t) for t in vocab), default=0)
+
+  def tokenize(self, text):
+    """Tokenizes a piece of text (already passed through BasicTokenizer) into word pieces."""
+    output_tokens = []
+    for token in whitespace_tokenize(convert_to_unicode(text)):
+      output_tokens.extend(self.tokenize_word(token))
+    return output_tokens
+
+  def tokenize_word(self, word):
+    """Word pieces of one whitespace-free word: a list of str."""
+    n = len(word)
+    if n > self.max_input_chars_per_word:
+      return [self.unk_token]
+    vocab, max_chars = self.vocab, self._max_piece_chars
+    pieces, start = [], 0
+    while start < n:
+      prefix = "##" if start > 0 else ""
+      end = min(n, start + max_chars - len(prefix))
+      while end > start:
+        piece = prefix + word[start:end]
+        if piece in vocab:
+          break
+        end -= 1
+      else:
+        return [self.unk_token]
+      pieces.append(piece)
+      start = end
+    return pieces
+
+
+class FullTokenizer(object):
+  """Runs end-to-end tokenization: BasicTokenizer, then WordPiece on every token.
+
+  Args:
+    vocab_file: path of a vocab.txt (gs:// works).
+    do_lower_case: lower-case and strip accents (uncased models).
+    strict: undecodable bytes or duplicate tokens in the vocab are errors
+      instead of being handled as the original does (dropped / later wins).
+  """
+
+  def __init__(self, vocab_file, do_lower_case=True, strict=False):
+    self.vocab = load_vocab(vocab_file, strict=strict)
+    self.inv_vocab = {v: k for k, v in self.vocab.items()}
+    self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
+    self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
+    # cleaned whitespace token -> its word pieces, and -> their ids.
+    self._cache = _WordCache(self._word_pieces)
+    self._id_cache = _WordCache(lambda word: tuple(map(self.vocab.__getitem__, self._cache[word])))
+    self._id_cache[_TEXT_BREAK] = (-1,)
+
+  def tokenize(self, text):
+    """Tokenizes one text into a list of WordPiece str tokens."""
+    return self.tokenize_batch([text])[0]
+
+  def tokenize_batch(self, texts):
+    """Tokenizes a list of texts; the same as [tokenize(t) for t in texts], faster."""
+    if not texts:
+      return []
+    return self._cache.map_lines(self.basic_tokenizer.clean_batch(texts))
+
+  def encode_batch(self, texts):
+    """Token ids of many texts, as flat arrays (like a RaggedTensor's components).
+
+    Returns (ids, row_splits): int32 ids [total tokens] and int64 row_splits
+    [len(texts) + 1]; text i has ids[row_splits[i]:row_splits[i + 1]], which
+    equal convert_tokens_to_ids(tokenize(texts[i])). Raises KeyError if a word
+    piece is not in the vocab (only possible when [UNK] is missing from it).
+    """
+    if not texts:
+      return np.zeros([0], np.int32), np.zeros([1], np.int64)
+    words = self.basic_tokenizer.clean_batch(texts).replace("\n", " " + _TEXT_BREAK + " ").split()
+    words.append(_TEXT_BREAK)
+    ids = np.fromiter(itertools.chain.from_iterable(map(self._id_cache.__getitem__, words)),
+                      dtype=np.int32)
+    ends = np.flatnonzero(ids < 0)  # the -1 after each text
+    row_splits = np.zeros(len(ends) + 1, dtype=np.int64)
+    row_splits[1:] = ends - np.arange(len(ends))
+    return ids[ids >= 0], row_splits
+
+  def _word_pieces(self, word):
+    """The word pieces of one cleaned whitespace token, as a tuple of str."""
+    if word.isascii() and word.isalnum():  # no punctuation: one basic token
+      token = word.lower() if self.basic_tokenizer.do_lower_case else word
+      if token in self.vocab:
+        return (token,)
+    return tuple(piece for token in self.basic_tokenizer.tokenize_word(word)
+                 for piece in self.wordpiece_tokenizer.tokenize_word(token))
+
+  def convert_tokens_to_ids(self, tokens):
+    return convert_by_vocab(self.vocab, tokens)
+
+  def convert_ids_to_tokens(self, ids):
+    return convert_by_vocab(self.inv_vocab, ids)
+
+
+class _WordCache(dict):
+  """word -> tuple of tokens, computed by `compute(word)` on first use.
+
+  A dict subclass with __missing__: hits are a C-level dict lookup, so
+  map(cache.__getitem__, words) runs at C speed once the words are known.
+  It starts afresh past `limit` words, so memory stays bounded on any corpus.
+  """
+
+  def __init__(self, compute, limit=1 << 20):
+    super().__init__()
+    self._compute, self._limit = compute, limit
+
+  def __missing__(self, word):
+    if len(self) >= self._limit:
+      keep = {k: v for k, v in self.items() if k == _TEXT_BREAK}
+      self.clear()
+      self.update(keep)
+    value = self[word] = self._compute(word)
+    return value
+
+  def map_lines(self, cleaned):
+    """Maps every whitespace token of each "\n"-separated line: a list per line."""
+    chain, lookup = itertools.chain.from_iterable, self.__getitem__
+    return [list(chain(map(lookup, line.split()))) for line in cleaned.split("\n")]
