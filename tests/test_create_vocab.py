@@ -1,0 +1,65 @@
+"""create_vocab.py: a WordPiece vocab in the released layout that tokenizes its corpus."""
+
+import collections
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from bert_keras import create_vocab, tokenization
+
+
+@pytest.fixture(scope="module")
+def sample_counts():
+  lines = (REPO / "sample_text.txt").read_text(encoding="utf-8").split("\n")
+  return collections.Counter(
+      w for ws in tokenization.BasicTokenizer().tokenize_batch(lines) for w in ws), lines
+
+
+def test_layout_and_coverage(sample_counts, tmp_path):
+  counts, lines = sample_counts
+  vocab = create_vocab.learn_vocab(counts, vocab_size=400, num_unused=5,
+                                   extra_reserved_tokens=["[BOS]"])
+  assert vocab[:11] == ["[PAD]", "[unused0]", "[unused1]", "[unused2]", "[unused3]", "[unused4]",
+                        "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[BOS]"]
+  assert len(vocab) <= 400 and len(set(vocab)) == len(vocab)
+  assert any(t.startswith("##") for t in vocab)
+  path = tmp_path / "vocab.txt"
+  create_vocab.write_vocab(vocab, str(path))
+  tok = tokenization.FullTokenizer(str(path))
+  assert list(tok.vocab) == vocab
+  # Every character of the corpus is a piece, so its text never becomes [UNK],
+  # and the pieces of each word join back into the word.
+  basic = tokenization.BasicTokenizer()
+  for line in lines:
+    for word in basic.tokenize(line):
+      pieces = tok.wordpiece_tokenizer.tokenize(word)
+      assert "[UNK]" not in pieces
+      assert "".join(p[2:] if p.startswith("##") else p for p in pieces) == word
+  # Frequent words are whole pieces, rare ones are split.
+  assert tok.tokenize("the harbour") == ["the", "harbour"]
+
+
+def test_vocab_too_small_is_an_error(sample_counts):
+  with pytest.raises(ValueError, match="--vocab_size=50 leaves no room"):
+    create_vocab.learn_vocab(sample_counts[0], vocab_size=50, num_unused=99)
+
+
+def _run(*args):
+  return subprocess.run([sys.executable, str(REPO / "create_vocab.py"), *args],
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_command_line(tmp_path):
+  out = tmp_path / "vocab.txt"
+  result = _run(f"--input_file={REPO / 'sample_text.txt'}", f"--output_file={out}",
+                "--vocab_size=500", "--num_unused=10")
+  assert result.returncode == 0, result.stderr[-2000:]
+  tokens = out.read_text(encoding="utf-8").split("\n")[:-1]
+  assert tokens[0] == "[PAD]" and tokens[11:15] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+  assert not (tmp_path / "vocab.txt.tmp").exists()
+  bad = _run(f"--input_file={tmp_path / 'nothing*.txt'}", f"--output_file={tmp_path / 'v2.txt'}")
+  assert bad.returncode != 0
+  assert bad.stderr.strip().splitlines()[-1] == f"error: --input_file={tmp_path / 'nothing*.txt'} matches no files"
+  assert not (tmp_path / "v2.txt").exists()
