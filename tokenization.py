@@ -373,8 +373,10 @@ class WordpieceTokenizer(object):
     self.vocab = vocab
     self.unk_token = unk_token
     self.max_input_chars_per_word = max_input_chars_per_word
-    # No candidate longer than the longest vocab entry can match: skip those.
-    self._max_piece_chars = max((len(t) for t in vocab), default=0)
+    # Candidates longer than the longest vocab entry cannot match: skip them.
+    self._max_chars = max((len(t) for t in vocab), default=0)
+    self._suffixes = {t[2:] for t in vocab if t.startswith("##")}  # "##ing" -> "ing"
+    self._max_suffix_chars = max((len(t) for t in self._suffixes), default=0)
 
   def tokenize(self, text):
     """Tokenizes a piece of text (already passed through BasicTokenizer) into word pieces."""
@@ -384,23 +386,32 @@ class WordpieceTokenizer(object):
     return output_tokens
 
   def tokenize_word(self, word):
-    """Word pieces of one whitespace-free word: a list of str."""
+    """Word pieces of one whitespace-free word: a list of str.
+
+    Greedy longest-match-first: the longest vocab entry that starts the word,
+    then repeatedly the longest "##" entry that continues it; if some position
+    has no match, the whole word is [UNK].
+    """
     n = len(word)
     if n > self.max_input_chars_per_word:
       return [self.unk_token]
-    vocab, max_chars = self.vocab, self._max_piece_chars
-    pieces, start = [], 0
+    vocab = self.vocab
+    if word in vocab:
+      return [word]
+    end = min(n - 1, self._max_chars)
+    while end > 0 and word[:end] not in vocab:
+      end -= 1
+    if end == 0:
+      return [self.unk_token]
+    pieces, start = [word[:end]], end
+    suffixes, max_suffix = self._suffixes, self._max_suffix_chars
     while start < n:
-      prefix = "##" if start > 0 else ""
-      end = min(n, start + max_chars - len(prefix))
-      while end > start:
-        piece = prefix + word[start:end]
-        if piece in vocab:
-          break
+      end = min(n, start + max_suffix)
+      while end > start and word[start:end] not in suffixes:
         end -= 1
-      else:
+      if end == start:
         return [self.unk_token]
-      pieces.append(piece)
+      pieces.append("##" + word[start:end])
       start = end
     return pieces
 
