@@ -1,0 +1,417 @@
+"""Model benchmark: training-step throughput and encoder latency, ours against peers.
+
+Measures, in one process on this machine:
+  * the machine's matmul throughput (float32 and bfloat16, best of a few BERT-like shapes),
+    the denominator of model FLOPs utilisation (MFU);
+  * training-step throughput (sequences/s): MLM + NSP loss, gradients and an Adam-style
+    update, seq 128, batch 8, 20 masked positions;
+  * encoder inference latency (sequence + pooled output) at batch 1 and batch 32;
+for each config (BERT-Base, BERT-Small L4/H512) and each peer:
+  ours            modeling.BertPretrainer, tf.function, float32
+  ours+xla        the same, jit_compile=True
+  ours bf16       mixed_bfloat16 policy (LayerNorm, softmax, logits, loss in float32)
+  ours bf16+xla   the same with XLA (not run by default: XLA's CPU backend does not use
+                  oneDNN's bfloat16 matmuls, so it is slower than without XLA)
+  keras_hub       keras_hub.models.BertBackbone + MaskedLMHead + Dense(2), tf.function
+  keras_hub+xla   the same, jit_compile=True
+  original        google-research/bert modeling.py + run_pretraining heads +
+                  optimization.create_optimizer in a TF1 graph (bert-tensorflow, with the
+                  stand-ins of tests/oracle.py)
+Peers that are not installed are reported as skipped. A loss-curve check trains ours in
+float32 and mixed_bfloat16 from the same initial weights on the same batches.
+
+Usage:
+  python bench/bench_model.py                 # full run (BERT-Base and Small), ~15-25 min
+  python bench/bench_model.py --quick         # tiny config, a few steps: checks it all works
+Prints a table; the last line is a JSON object with every figure.
+"""
+
+import argparse
+import gc
+import json
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import keras  # noqa: E402
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+import modeling  # noqa: E402  (the repository's, run from the clone)
+
+CONFIGS = {
+    "base": dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12,
+                 num_attention_heads=12, intermediate_size=3072, type_vocab_size=2),
+    "small": dict(vocab_size=30522, hidden_size=512, num_hidden_layers=4,
+                  num_attention_heads=8, intermediate_size=2048, type_vocab_size=2),
+    "tiny": dict(vocab_size=30522, hidden_size=128, num_hidden_layers=2,
+                 num_attention_heads=2, intermediate_size=512, type_vocab_size=2),
+}
+
+
+# --- FLOPs -----------------------------------------------------------------------------------
+
+def encoder_flops(c, batch, seq):
+  """Forward matmul FLOPs of the encoder and pooler (2 per multiply-add)."""
+  h, i = c.hidden_size, c.intermediate_size
+  per_token_layer = 2 * (4 * h * h + 2 * h * i) + 2 * 2 * seq * h   # dense + QK^T + PV
+  return batch * (seq * c.num_hidden_layers * per_token_layer + 2 * h * h)
+
+
+def training_flops(c, batch, seq, predictions):
+  """Forward + backward (3x forward) FLOPs of one pretraining step."""
+  h = c.hidden_size
+  heads = batch * predictions * (2 * h * h + 2 * h * c.vocab_size) + batch * 2 * 2 * h
+  return 3 * (encoder_flops(c, batch, seq) + heads)
+
+
+def matmul_peak(dtype, seconds=2.0):
+  """Best measured GFLOP/s of tf.matmul over BERT-like shapes, in `dtype`."""
+  best = 0.0
+  for m, k, n in ((1024, 768, 3072), (1024, 3072, 768), (2048, 2048, 2048)):
+    a = tf.cast(tf.random.normal([m, k]), dtype)
+    b = tf.cast(tf.random.normal([k, n]), dtype)
+    fn = tf.function(tf.matmul)
+    fn(a, b).numpy()
+    reps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds / 3:
+      out = fn(a, b)
+      reps += 1
+    out.numpy()
+    best = max(best, 2.0 * m * k * n * reps / (time.perf_counter() - start) / 1e9)
+  return best
+
+
+# --- data ------------------------------------------------------------------------------------
+
+def make_batch(c, batch, seq, predictions, seed=0):
+  rng = np.random.RandomState(seed)
+  lengths = rng.randint(seq // 2, seq + 1, batch)
+  mask = (np.arange(seq)[None] < lengths[:, None]).astype(np.int32)
+  ids = rng.randint(1000, c.vocab_size, (batch, seq)).astype(np.int32) * mask
+  segments = ((np.arange(seq)[None] >= (lengths // 2)[:, None]) * mask).astype(np.int32)
+  positions = np.sort(rng.randint(1, seq // 2, (batch, predictions)), axis=1).astype(np.int32)
+  return {"input_ids": ids, "input_mask": mask, "segment_ids": segments,
+          "masked_lm_positions": positions,
+          "masked_lm_ids": rng.randint(1000, c.vocab_size, (batch, predictions)).astype(np.int32),
+          "masked_lm_weights": np.ones((batch, predictions), np.float32),
+          "next_sentence_labels": rng.randint(0, 2, (batch, 1)).astype(np.int32)}
+
+
+def timed(fn, warmup, steps):
+  """Median seconds per call after `warmup` calls (the first compiles)."""
+  for _ in range(warmup):
+    fn()
+  times = []
+  for _ in range(steps):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+# --- peers -----------------------------------------------------------------------------------
+
+def _optimizer():
+  return keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01, epsilon=1e-6,
+                                global_clipnorm=1.0)
+
+
+def ours(c, policy, jit):
+  """-> (train_step(features) -> loss, encode(features) -> outputs)."""
+  model = modeling.BertPretrainer(c, dtype=policy)
+  optimizer = _optimizer()
+  variables = model.trainable_variables
+
+  @tf.function(jit_compile=jit)
+  def train_step(features):
+    with tf.GradientTape() as tape:
+      loss = modeling.pretraining_loss(model(features, training=True), features)
+    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    return loss
+
+  @tf.function(jit_compile=jit)
+  def encode(features):
+    out = model.bert(features, training=False)
+    return out["sequence_output"], out["pooled_output"]
+
+  return train_step, encode, model
+
+
+def keras_hub_peer(c, jit):
+  import keras_hub  # pylint: disable=import-outside-toplevel
+  backbone = keras_hub.models.BertBackbone(
+      vocabulary_size=c.vocab_size, num_layers=c.num_hidden_layers,
+      num_heads=c.num_attention_heads, hidden_dim=c.hidden_size,
+      intermediate_dim=c.intermediate_size, dropout=0.1,
+      max_sequence_length=c.max_position_embeddings, num_segments=c.type_vocab_size)
+  mlm = keras_hub.layers.MaskedLMHead(vocabulary_size=c.vocab_size,
+                                      token_embedding=backbone.token_embedding,
+                                      intermediate_activation="gelu")
+  nsp = keras.layers.Dense(2)
+  optimizer = _optimizer()
+
+  def inputs(f):
+    return {"token_ids": f["input_ids"], "segment_ids": f["segment_ids"],
+            "padding_mask": f["input_mask"]}
+
+  f0 = make_batch(c, 1, 8, 2)
+  out = backbone(inputs(f0))
+  mlm(out["sequence_output"], mask_positions=f0["masked_lm_positions"])
+  nsp(out["pooled_output"])
+  variables = backbone.trainable_variables + mlm.trainable_variables + nsp.trainable_variables
+
+  @tf.function(jit_compile=jit)
+  def train_step(features):
+    with tf.GradientTape() as tape:
+      out = backbone(inputs(features), training=True)
+      logits = mlm(out["sequence_output"], mask_positions=features["masked_lm_positions"])
+      loss = (modeling.masked_lm_loss(logits, features["masked_lm_ids"],
+                                      features["masked_lm_weights"])
+              + modeling.next_sentence_loss(nsp(out["pooled_output"]),
+                                            features["next_sentence_labels"]))
+    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    return loss
+
+  @tf.function(jit_compile=jit)
+  def encode(features):
+    out = backbone(inputs(features), training=False)
+    return out["sequence_output"], out["pooled_output"]
+
+  return train_step, encode
+
+
+def original_peer(c, batch, seq, predictions, train):
+  """The original code in a TF1 graph; -> run() callable (train step or encoder forward)."""
+  sys.path.insert(0, str(REPO / "tests"))
+  import oracle  # pylint: disable=import-outside-toplevel
+  try:
+    original = oracle.original("modeling")
+    pretraining = oracle.original("run_pretraining")
+    optimization = oracle.original("optimization")
+  except BaseException as e:  # pytest.skip raises a BaseException subclass
+    raise ImportError(str(e)) from None
+  tf1 = tf.compat.v1
+  graph = tf.Graph()
+  with graph.as_default():
+    ph = {k: tf1.placeholder(tf.float32 if k == "masked_lm_weights" else tf.int32,
+                             v.shape, name=k)
+          for k, v in make_batch(c, batch, seq, predictions).items()}
+    config = original.BertConfig.from_dict(c.to_dict())
+    model = original.BertModel(config, is_training=train, input_ids=ph["input_ids"],
+                               input_mask=ph["input_mask"], token_type_ids=ph["segment_ids"])
+    if train:
+      mlm_loss, _, _ = pretraining.get_masked_lm_output(
+          config, model.get_sequence_output(), model.get_embedding_table(),
+          ph["masked_lm_positions"], ph["masked_lm_ids"], ph["masked_lm_weights"])
+      nsp_loss, _, _ = pretraining.get_next_sentence_output(
+          config, model.get_pooled_output(), ph["next_sentence_labels"])
+      fetch = optimization.create_optimizer(mlm_loss + nsp_loss, 1e-4, 1000, 10, False)
+    else:
+      fetch = [model.get_sequence_output(), model.get_pooled_output()]
+    sess = tf1.Session(graph=graph)
+    sess.run(tf1.global_variables_initializer())
+  feed = {ph[k]: v for k, v in make_batch(c, batch, seq, predictions).items()}
+  return lambda: sess.run(fetch, feed), sess
+
+
+# --- runs ------------------------------------------------------------------------------------
+
+PEERS = ["ours", "ours+xla", "ours bf16", "keras_hub", "keras_hub+xla", "original"]
+
+
+def bench_config(name, args, peaks, results):
+  c = modeling.BertConfig.from_dict(dict(modeling.BertConfig(0).to_dict(), **CONFIGS[name]))
+  seq, predictions = args.seq, args.predictions
+  train_batch = make_batch(c, args.batch, seq, predictions)
+  train_flops = training_flops(c, args.batch, seq, predictions)
+  for peer in args.peers:
+    row = {"config": name, "peer": peer}
+    bf16 = "bf16" in peer
+    peak = peaks["bfloat16" if bf16 else "float32"]
+    try:
+      sessions = []
+      if peer.startswith("ours"):
+        train, encode, _ = ours(c, "mixed_bfloat16" if bf16 else "float32", "xla" in peer)
+      elif peer.startswith("keras_hub"):
+        train, encode = keras_hub_peer(c, "xla" in peer)
+      else:
+        train = encode = None
+      # Training throughput.
+      if peer == "original":
+        step, sess = original_peer(c, args.batch, seq, predictions, True)
+        sessions.append(sess)
+      else:
+        features = {k: tf.constant(v) for k, v in train_batch.items()}
+        step = lambda: train(features).numpy()  # noqa: E731
+      seconds = timed(step, args.warmup, args.steps)
+      row["train_seq_per_s"] = args.batch / seconds
+      row["train_mfu"] = train_flops / seconds / (peak * 1e9)
+      # Encoder latency.
+      for batch in (1, 32):
+        flops = encoder_flops(c, batch, seq)
+        data = make_batch(c, batch, seq, predictions, seed=batch)
+        if peer == "original":
+          run, sess = original_peer(c, batch, seq, predictions, False)
+          sessions.append(sess)
+        else:
+          inputs = {k: tf.constant(data[k]) for k in ("input_ids", "input_mask", "segment_ids")}
+          run = lambda: [t.numpy() for t in encode(inputs)]  # noqa: E731
+        seconds = timed(run, args.warmup, args.latency_reps)
+        row["latency_b%d_ms" % batch] = seconds * 1e3
+        row["latency_b%d_mfu" % batch] = flops / seconds / (peak * 1e9)
+      for sess in sessions:
+        sess.close()
+    except ImportError as e:
+      row["skipped"] = str(e).splitlines()[0][:120]
+    row["_peak"] = peak
+    results.append(row)
+    print(_format_row(row), flush=True)
+    keras.backend.clear_session()
+    gc.collect()
+
+
+def loss_curve(args):
+  """Trains ours in float32 and mixed_bfloat16 from the same weights on the same batches."""
+  c = modeling.BertConfig.from_dict(dict(modeling.BertConfig(0).to_dict(),
+                                         **CONFIGS[args.curve_config]))
+  c.hidden_dropout_prob = c.attention_probs_dropout_prob = 0.0   # same function both times
+  batches = [make_batch(c, args.batch, args.seq, args.predictions, seed=100 + i % 4)
+             for i in range(args.curve_steps)]
+  curves, initial = {}, None
+  for policy in ("float32", "mixed_bfloat16"):
+    keras.utils.set_random_seed(0)
+    train, _, model = ours(c, policy, True)
+    if initial is None:
+      initial = [v.numpy() for v in model.weights]
+    for v, value in zip(model.weights, initial):
+      v.assign(value)
+    curves[policy] = [float(train({k: tf.constant(v) for k, v in b.items()}))
+                      for b in batches]
+    keras.backend.clear_session()
+  a, b = np.array(curves["float32"]), np.array(curves["mixed_bfloat16"])
+  return {"config": args.curve_config, "steps": args.curve_steps,
+          "float32": [round(float(x), 4) for x in a],
+          "mixed_bfloat16": [round(float(x), 4) for x in b],
+          "max_abs_diff": float(np.max(np.abs(a - b))),
+          "final_rel_diff": float(abs(a[-1] - b[-1]) / abs(a[-1]))}
+
+
+def _format_row(row):
+  if "skipped" in row:
+    return "%-6s %-14s skipped: %s" % (row["config"], row["peer"], row["skipped"])
+  return ("%-6s %-14s %8.2f seq/s %5.0f%% | b1 %8.1f ms %5.0f%% | b32 %9.1f ms %5.0f%%" % (
+      row["config"], row["peer"], row["train_seq_per_s"], 100 * row["train_mfu"],
+      row["latency_b1_ms"], 100 * row["latency_b1_mfu"], row["latency_b32_ms"],
+      100 * row["latency_b32_mfu"]))
+
+
+def markdown_table(results):
+  lines = ["| config | peer | train seq/s (MFU) | latency b1 ms (MFU) | latency b32 ms (MFU) |",
+           "|---|---|---|---|---|"]
+  for r in results:
+    if "skipped" in r:
+      lines.append("| %s | %s | skipped | | |" % (r["config"], r["peer"]))
+    else:
+      lines.append("| %s | %s | %.2f (%.0f%%) | %.1f (%.0f%%) | %.0f (%.0f%%) |" % (
+          r["config"], r["peer"], r["train_seq_per_s"], 100 * r["train_mfu"],
+          r["latency_b1_ms"], 100 * r["latency_b1_mfu"], r["latency_b32_ms"],
+          100 * r["latency_b32_mfu"]))
+  return "\n".join(lines)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--configs", default="base,small")
+  parser.add_argument("--peers", default=",".join(PEERS))
+  parser.add_argument("--batch", type=int, default=8)
+  parser.add_argument("--seq", type=int, default=128)
+  parser.add_argument("--predictions", type=int, default=20)
+  parser.add_argument("--warmup", type=int, default=3)
+  parser.add_argument("--steps", type=int, default=10)
+  parser.add_argument("--latency_reps", type=int, default=10)
+  parser.add_argument("--curve_config", default="small")
+  parser.add_argument("--curve_steps", type=int, default=30)
+  parser.add_argument("--quick", action="store_true",
+                      help="tiny config, 2 warmup + 3 timed steps: checks the script works")
+  args = parser.parse_args()
+  if args.quick:
+    args.configs, args.warmup, args.steps, args.latency_reps = "tiny", 2, 3, 3
+    args.curve_config, args.curve_steps = "tiny", 6
+  args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+  unknown = sorted(set(args.peers) - set(PEERS + ["ours bf16+xla"]))
+  if unknown:
+    parser.error("--peers: unknown %s (known: %s, ours bf16+xla)" % (unknown, ", ".join(PEERS)))
+
+  print("machine: %s, %d CPUs, TensorFlow %s, Keras %s" % (
+      platform.processor() or platform.machine(), os.cpu_count(), tf.__version__,
+      keras.__version__))
+  peaks = {"float32": matmul_peak(tf.float32), "bfloat16": matmul_peak(tf.bfloat16)}
+  print("matmul peak: float32 %.1f GFLOP/s, bfloat16 %.1f GFLOP/s" % (
+      peaks["float32"], peaks["bfloat16"]))
+  if peaks["bfloat16"] < 1.2 * peaks["float32"]:
+    print("note: bfloat16 matmuls are not faster than float32 here (no AVX512_BF16/AMX?)")
+  print("training: batch %d, seq %d, %d masked positions; latency: encoder, seq %d" % (
+      args.batch, args.seq, args.predictions, args.seq))
+  results = []
+  for name in args.configs.split(","):
+    bench_config(name, args, peaks, results)
+  curve = loss_curve(args)
+  # The peak again: on a shared machine a single reading can be low, which would inflate MFU.
+  for dtype in peaks:
+    peaks[dtype] = max(peaks[dtype], matmul_peak(tf.as_dtype(dtype)))
+  for row in results:
+    scale = row.pop("_peak") / peaks["bfloat16" if "bf16" in row["peer"] else "float32"]
+    for key in [k for k in row if k.endswith("mfu")]:
+      row[key] *= scale
+  print("matmul peak (max of start and end): float32 %.1f, bfloat16 %.1f GFLOP/s" % (
+      peaks["float32"], peaks["bfloat16"]))
+  print("loss curve (%s, %d steps, no dropout): float32 %s" % (
+      curve["config"], curve["steps"], curve["float32"]))
+  print("                                   mixed_bfloat16 %s" % curve["mixed_bfloat16"])
+  print("  max |difference| %.4f, final relative difference %.4f" % (
+      curve["max_abs_diff"], curve["final_rel_diff"]))
+  print()
+  print("final table (MFU against the peak above):")
+  print(markdown_table(results))
+  summary = summarize(results)
+  for name, s in summary.items():
+    print("%s: fastest float32 peer %s %.2f seq/s; ours float32 %.2f (x%.2f), ours bf16 %.2f "
+          "(x%.2f)" % (name, s["fastest_peer"], s["fastest_peer_seq_per_s"],
+                       s["ours_float32_seq_per_s"], s["ours_float32_vs_peer"],
+                       s["ours_bf16_seq_per_s"], s["ours_bf16_vs_peer"]))
+  print(json.dumps({"matmul_gflops": peaks, "batch": args.batch, "seq": args.seq,
+                    "results": results, "summary": summary, "loss_curve": curve}))
+
+
+def summarize(results):
+  """Per config: the fastest float32 peer's training throughput against ours."""
+  summary = {}
+  for name in sorted({r["config"] for r in results}):
+    rows = [r for r in results if r["config"] == name and "skipped" not in r]
+    peers = [r for r in rows if not r["peer"].startswith("ours")]
+    ours_fp32 = [r for r in rows if r["peer"].startswith("ours") and "bf16" not in r["peer"]]
+    ours_bf16 = [r for r in rows if r["peer"].startswith("ours") and "bf16" in r["peer"]]
+    if not (peers and ours_fp32):
+      continue
+    best = max(peers, key=lambda r: r["train_seq_per_s"])
+    fp32 = max(r["train_seq_per_s"] for r in ours_fp32)
+    bf16 = max([r["train_seq_per_s"] for r in ours_bf16] or [float("nan")])
+    summary[name] = {"fastest_peer": best["peer"],
+                     "fastest_peer_seq_per_s": best["train_seq_per_s"],
+                     "ours_float32_seq_per_s": fp32,
+                     "ours_float32_vs_peer": fp32 / best["train_seq_per_s"],
+                     "ours_bf16_seq_per_s": bf16,
+                     "ours_bf16_vs_peer": bf16 / best["train_seq_per_s"]}
+  return summary
+
+
+if __name__ == "__main__":
+  main()
