@@ -1,0 +1,280 @@
+# coding=utf-8
+"""Learning-rate schedule and optimizers of BERT pre-training, as Keras 3 objects.
+
+* `WarmupLinearDecay`: the original schedule — linear warm-up from 0 for
+  `num_warmup_steps`, then linear (polynomial power 1) decay to 0 measured from
+  step 0, so the peak `init_lr` is never reached when warm-up is on.
+* `AdamWeightDecay`: the original AdamWeightDecayOptimizer — Adam moments WITHOUT
+  bias correction, epsilon outside the square root, decoupled weight decay added
+  to the update before it is multiplied by the learning rate, no decay for
+  variables whose path matches "LayerNorm", "layer_norm" or "bias" (re.search).
+* `Lamb`: LAMB (You et al. 2019, as in NVIDIA's BERT recipe) — Adam moments WITH
+  bias correction, decoupled weight decay, and a layer-wise trust ratio
+  ||w|| / ||update|| (1 when either norm is 0); excluded variables get neither
+  weight decay nor the trust ratio.
+
+Both optimizers clip gradients by their global norm (`global_clipnorm`, 1.0 in
+`create_optimizer`) AFTER the gradients are summed across replicas, so clipping
+sees the gradient of the global batch under any tf.distribute strategy (Keras'
+own `global_clipnorm` clips each replica's partial gradient before the sum).
+"""
+
+import re
+
+import keras
+import tensorflow as tf
+
+DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+
+
+def variable_name(variable):
+  """The name matched by the exclusion patterns: the Keras path (for example
+  "bert/encoder/layer_0/attention/output/LayerNorm/gamma"), else the tf name
+  without its ":N" suffix."""
+  name = getattr(variable, "path", None) or variable.name
+  match = re.match(r"^(.*):\d+$", name)
+  return match.group(1) if match else name
+
+
+def _matches_any(name, patterns):
+  return any(re.search(p, name) is not None for p in patterns or ())
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+  """lr(t) = init_lr * t / num_warmup_steps            if t < num_warmup_steps,
+     lr(t) = init_lr * (1 - min(t, T) / T) ** power    otherwise (T = num_train_steps).
+
+  `num_warmup_steps` 0 or None disables the warm-up. `t` is the optimizer's step
+  counter before the update (0 for the first update), as in the original.
+  Computed in float32 in the same order as the original graph.
+  """
+
+  def __init__(self, init_lr, num_train_steps, num_warmup_steps, end_lr=0.0, power=1.0):
+    super().__init__()
+    self.init_lr = float(init_lr)
+    self.num_train_steps = int(num_train_steps)
+    self.num_warmup_steps = int(num_warmup_steps or 0)
+    self.end_lr = float(end_lr)
+    self.power = float(power)
+
+  def __call__(self, step):
+    step = tf.convert_to_tensor(step)
+    step_f = tf.cast(step, tf.float32)
+    decay_steps = tf.constant(float(max(self.num_train_steps, 1)), tf.float32)
+    fraction = tf.minimum(step_f, decay_steps) / decay_steps
+    lr = ((self.init_lr - self.end_lr) * tf.pow(1.0 - fraction, self.power)
+          + self.end_lr)
+    if self.num_warmup_steps:
+      step_i = tf.cast(step, tf.int32)
+      warmup_i = tf.constant(self.num_warmup_steps, tf.int32)
+      warmup_lr = self.init_lr * (tf.cast(step_i, tf.float32) /
+                                  tf.cast(warmup_i, tf.float32))
+      is_warmup = tf.cast(step_i < warmup_i, tf.float32)
+      lr = (1.0 - is_warmup) * lr + is_warmup * warmup_lr
+    return lr
+
+  def get_config(self):
+    return {"init_lr": self.init_lr, "num_train_steps": self.num_train_steps,
+            "num_warmup_steps": self.num_warmup_steps, "end_lr": self.end_lr,
+            "power": self.power}
+
+
+class _ClipAfterReduce:
+  """Mixin: global-norm clipping of the cross-replica SUM of the gradients.
+
+  Keras' base optimizer clips (`_clip_gradients`) before the TF backend sums the
+  per-replica gradients (`_all_reduce_sum_gradients`); we clip after the sum,
+  with tf.clip_by_global_norm (the original's op: g * c / max(norm, c)).
+  Dense-ifies IndexedSlices gradients (embedding lookups), as the original did.
+  """
+
+  def _clip_gradients(self, grads):
+    return grads
+
+  def _all_reduce_sum_gradients(self, grads_and_vars):
+    grads_and_vars = [
+        (tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g, v)
+        for g, v in grads_and_vars]
+    grads_and_vars = super()._all_reduce_sum_gradients(grads_and_vars)
+    if not self.global_clipnorm:
+      return grads_and_vars
+    present = [i for i, (g, _) in enumerate(grads_and_vars) if g is not None]
+    clipped, _ = tf.clip_by_global_norm(
+        [grads_and_vars[i][0] for i in present], self.global_clipnorm)
+    grads_and_vars = list(grads_and_vars)
+    for i, g in zip(present, clipped):
+      grads_and_vars[i] = (g, grads_and_vars[i][1])
+    return grads_and_vars
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class AdamWeightDecay(_ClipAfterReduce, keras.optimizers.Optimizer):
+  """The original BERT AdamWeightDecayOptimizer as a Keras 3 optimizer.
+
+  Per variable w with gradient g (after global-norm clipping):
+    m <- beta_1 m + (1 - beta_1) g;   v <- beta_2 v + (1 - beta_2) g^2
+    u <- m / (sqrt(v) + epsilon)          (no bias correction)
+    u <- u + weight_decay_rate * w        (unless the path matches an exclusion)
+    w <- w - lr * u
+  Slots are named <path>_adam_m / <path>_adam_v.
+  """
+
+  def __init__(self, learning_rate=0.001, weight_decay_rate=0.0, beta_1=0.9,
+               beta_2=0.999, epsilon=1e-6, exclude_from_weight_decay=None,
+               global_clipnorm=None, name="AdamWeightDecay", **kwargs):
+    super().__init__(learning_rate=learning_rate, global_clipnorm=global_clipnorm,
+                     name=name, **kwargs)
+    self.weight_decay_rate = float(weight_decay_rate or 0.0)
+    self.beta_1 = beta_1
+    self.beta_2 = beta_2
+    self.epsilon = epsilon
+    self.exclude_from_weight_decay_patterns = list(exclude_from_weight_decay or [])
+
+  def use_weight_decay(self, variable):
+    if not self.weight_decay_rate:
+      return False
+    return not _matches_any(variable_name(variable),
+                            self.exclude_from_weight_decay_patterns)
+
+  def build(self, var_list):
+    if self.built:
+      return
+    super().build(var_list)
+    self._adam_m, self._adam_v = self.add_optimizer_variables(
+        var_list, ["adam_m", "adam_v"])
+
+  def update_step(self, gradient, variable, learning_rate):
+    dtype = variable.dtype
+    lr = tf.cast(learning_rate, dtype)
+    grad = tf.cast(gradient, dtype)
+    index = self._get_variable_index(variable)
+    m, v = self._adam_m[index], self._adam_v[index]
+    next_m = (tf.multiply(tf.cast(self.beta_1, dtype), m) +
+              tf.multiply(tf.cast(1.0 - self.beta_1, dtype), grad))
+    next_v = (tf.multiply(tf.cast(self.beta_2, dtype), v) +
+              tf.multiply(tf.cast(1.0 - self.beta_2, dtype), tf.square(grad)))
+    update = next_m / (tf.sqrt(next_v) + tf.cast(self.epsilon, dtype))
+    if self.use_weight_decay(variable):
+      update += tf.cast(self.weight_decay_rate, dtype) * variable
+    self.assign(m, next_m)
+    self.assign(v, next_v)
+    self.assign(variable, variable - lr * update)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update({
+        "weight_decay_rate": self.weight_decay_rate, "beta_1": self.beta_1,
+        "beta_2": self.beta_2, "epsilon": self.epsilon,
+        "exclude_from_weight_decay": self.exclude_from_weight_decay_patterns})
+    return config
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class Lamb(_ClipAfterReduce, keras.optimizers.Optimizer):
+  """LAMB with decoupled weight decay and a layer-wise trust ratio.
+
+  t = step + 1;  m <- b1 m + (1-b1) g;  v <- b2 v + (1-b2) g^2
+  u = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + epsilon) + wd * w
+  r = ||w|| / ||u|| if both norms > 0 else 1
+  w <- w - lr * r * u
+  Variables whose path matches `exclude_from_weight_decay` get no decay;
+  those matching `exclude_from_layer_adaptation` (default: the same list) get r = 1.
+  """
+
+  def __init__(self, learning_rate=0.001, weight_decay_rate=0.0, beta_1=0.9,
+               beta_2=0.999, epsilon=1e-6, exclude_from_weight_decay=None,
+               exclude_from_layer_adaptation=None, global_clipnorm=None,
+               name="Lamb", **kwargs):
+    super().__init__(learning_rate=learning_rate, global_clipnorm=global_clipnorm,
+                     name=name, **kwargs)
+    self.weight_decay_rate = float(weight_decay_rate or 0.0)
+    self.beta_1 = beta_1
+    self.beta_2 = beta_2
+    self.epsilon = epsilon
+    self.exclude_from_weight_decay_patterns = list(exclude_from_weight_decay or [])
+    if exclude_from_layer_adaptation is None:
+      exclude_from_layer_adaptation = self.exclude_from_weight_decay_patterns
+    self.exclude_from_layer_adaptation_patterns = list(exclude_from_layer_adaptation)
+
+  def use_weight_decay(self, variable):
+    if not self.weight_decay_rate:
+      return False
+    return not _matches_any(variable_name(variable),
+                            self.exclude_from_weight_decay_patterns)
+
+  def use_layer_adaptation(self, variable):
+    return not _matches_any(variable_name(variable),
+                            self.exclude_from_layer_adaptation_patterns)
+
+  def build(self, var_list):
+    if self.built:
+      return
+    super().build(var_list)
+    self._lamb_m, self._lamb_v = self.add_optimizer_variables(
+        var_list, ["lamb_m", "lamb_v"])
+
+  def update_step(self, gradient, variable, learning_rate):
+    dtype = variable.dtype
+    lr = tf.cast(learning_rate, dtype)
+    grad = tf.cast(gradient, dtype)
+    index = self._get_variable_index(variable)
+    m, v = self._lamb_m[index], self._lamb_v[index]
+    t = tf.cast(self.iterations + 1, dtype)
+    beta_1 = tf.cast(self.beta_1, dtype)
+    beta_2 = tf.cast(self.beta_2, dtype)
+    next_m = beta_1 * m + (1.0 - beta_1) * grad
+    next_v = beta_2 * v + (1.0 - beta_2) * tf.square(grad)
+    m_hat = next_m / (1.0 - tf.pow(beta_1, t))
+    v_hat = next_v / (1.0 - tf.pow(beta_2, t))
+    update = m_hat / (tf.sqrt(v_hat) + tf.cast(self.epsilon, dtype))
+    if self.use_weight_decay(variable):
+      update += tf.cast(self.weight_decay_rate, dtype) * variable
+    ratio = tf.constant(1.0, dtype)
+    if self.use_layer_adaptation(variable):
+      w_norm = tf.norm(variable)
+      u_norm = tf.norm(update)
+      ratio = tf.where(tf.logical_and(w_norm > 0.0, u_norm > 0.0),
+                       w_norm / tf.where(u_norm > 0.0, u_norm, 1.0), 1.0)
+    self.assign(m, next_m)
+    self.assign(v, next_v)
+    self.assign(variable, variable - lr * ratio * update)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update({
+        "weight_decay_rate": self.weight_decay_rate, "beta_1": self.beta_1,
+        "beta_2": self.beta_2, "epsilon": self.epsilon,
+        "exclude_from_weight_decay": self.exclude_from_weight_decay_patterns,
+        "exclude_from_layer_adaptation": self.exclude_from_layer_adaptation_patterns})
+    return config
+
+
+def create_optimizer(init_lr, num_train_steps, num_warmup_steps, optimizer_type="adamw",
+                     weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
+                     clip_norm=1.0, exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+                     power=1.0):
+  """The optimizer of the original create_optimizer (without the train op).
+
+  Args:
+    init_lr: peak learning rate (float).
+    num_train_steps: decay horizon in optimizer steps (lr reaches 0 there).
+    num_warmup_steps: linear warm-up steps (0/None: none).
+    optimizer_type: "adamw" (the original AdamWeightDecay) or "lamb".
+    clip_norm: global-norm clip of the (cross-replica summed) gradients; None: off.
+    power: polynomial decay power (1.0 = the original's linear decay).
+  Returns:
+    a keras.optimizers.Optimizer whose learning_rate is a WarmupLinearDecay of
+    its own `iterations` counter (one per applied update).
+  """
+  schedule = WarmupLinearDecay(init_lr, num_train_steps, num_warmup_steps, power=power)
+  kwargs = dict(learning_rate=schedule, weight_decay_rate=weight_decay_rate,
+                beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                exclude_from_weight_decay=list(exclude_from_weight_decay or []),
+                global_clipnorm=clip_norm)
+  optimizer_type = optimizer_type.lower()
+  if optimizer_type in ("adamw", "adam", "adamweightdecay"):
+    return AdamWeightDecay(**kwargs)
+  if optimizer_type == "lamb":
+    return Lamb(**kwargs)
+  raise ValueError(f"unknown optimizer {optimizer_type!r} (expected adamw or lamb)")
