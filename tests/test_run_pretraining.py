@@ -1,0 +1,441 @@
+"""run_pretraining.py + training.py: the original's command line, losses, eval file,
+and the custom loop's invariants (same weights on 1 device, 2 mirrored replicas and
+with gradient accumulation; multi-worker completes and agrees; SIGKILL + restart ends
+with the weights of an uninterrupted run).
+
+Tiny model (2 layers, hidden 32, vocab 100, seq 32); TFRecords written here in the
+original's feature format (spec 5.3). Subprocesses only where a fresh TF runtime is
+needed (logical devices, multi-worker, SIGKILL); they are kept few (each ~5 s of import).
+"""
+
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bert_keras import modeling
+from bert_keras import run_pretraining
+from bert_keras import training
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+SEQ, PRED, VOCAB = 32, 5, 100
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+
+
+def _write_records(path, n, seed):
+  rng = np.random.RandomState(seed)
+
+  def ints(values):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v) for v in values]))
+
+  with tf.io.TFRecordWriter(str(path)) as writer:
+    for _ in range(n):
+      length = rng.randint(8, SEQ + 1)
+      ids = np.zeros(SEQ, np.int64)
+      ids[:length] = rng.randint(5, VOCAB, length)
+      mask = (np.arange(SEQ) < length).astype(np.int64)
+      segments = ((np.arange(SEQ) >= length // 2) & (np.arange(SEQ) < length)).astype(np.int64)
+      k = rng.randint(1, PRED + 1)
+      positions = np.zeros(PRED, np.int64)
+      positions[:k] = np.sort(rng.choice(np.arange(1, length), k, replace=False))
+      labels = np.zeros(PRED, np.int64)
+      labels[:k] = rng.randint(5, VOCAB, k)
+      weights = (np.arange(PRED) < k).astype(np.float32)
+      features = {  # the original's order (spec 5.3)
+          "input_ids": ints(ids), "input_mask": ints(mask), "segment_ids": ints(segments),
+          "masked_lm_positions": ints(positions), "masked_lm_ids": ints(labels),
+          "masked_lm_weights": tf.train.Feature(float_list=tf.train.FloatList(value=weights)),
+          "next_sentence_labels": ints([rng.randint(0, 2)])}
+      writer.write(tf.train.Example(
+          features=tf.train.Features(feature=features)).SerializeToString())
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+  root = tmp_path_factory.mktemp("pretraining")
+  _write_records(root / "part-0.tfrecord", 48, seed=1)
+  _write_records(root / "part-1.tfrecord", 40, seed=2)
+  config = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=64, hidden_act="gelu", max_position_embeddings=64,
+                type_vocab_size=2, initializer_range=0.02)
+  for name, dropout in (("config.json", 0.1), ("config_nodropout.json", 0.0)):
+    (root / name).write_text(json.dumps(dict(config, hidden_dropout_prob=dropout,
+                                             attention_probs_dropout_prob=dropout)))
+  # A TF1-named initial checkpoint (as Google's bert_model.ckpt).
+  model = modeling.BertPretrainer(modeling.BertConfig.from_dict(config))
+  modeling.save_tf1_checkpoint(model, str(root / "init" / "bert_model.ckpt"))
+  return root
+
+
+def _options(data, out, **kw):
+  base = dict(bert_config_file=str(data / "config_nodropout.json"),
+              input_file=str(data / "part-*.tfrecord"), output_dir=str(out),
+              init_checkpoint=str(data / "init" / "bert_model.ckpt"), do_train=True,
+              train_batch_size=8, max_seq_length=SEQ, max_predictions_per_seq=PRED,
+              num_train_steps=6, num_warmup_steps=2, learning_rate=2e-3,
+              iterations_per_loop=3, save_checkpoints_steps=3, max_eval_steps=3)
+  base.update(kw)
+  return run_pretraining.options(**base)
+
+
+def _weights(prefix):
+  reader = tf.train.load_checkpoint(str(prefix))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def _assert_same_weights(a, b, atol):
+  assert sorted(a) == sorted(b)
+  worst = max(float(np.max(np.abs(a[n] - b[n]))) for n in a)
+  assert worst <= atol, f"max weight difference {worst}"
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+# ----------------------------------------------------------------------------
+# In-process.
+
+def test_losses_and_metrics_match_spec_formulas():
+  """Spec 6.3 restated in NumPy: MLM loss sum(w*l)/(sum(w)+1e-5), NSP mean; eval
+  metrics weighted accuracy / weighted mean loss; "loss" = mean of batch losses."""
+  rng = np.random.RandomState(0)
+  b, p, v = 4, 3, 11
+  logits = rng.normal(size=(b, p, v)).astype(np.float32)
+  ns_logits = rng.normal(size=(b, 2)).astype(np.float32)
+  ids = rng.randint(0, v, (b, p)).astype(np.int32)
+  weights = np.array([[1, 1, 0], [1, 0, 0], [1, 1, 1], [0, 0, 0]], np.float32)
+  labels = rng.randint(0, 2, (b, 1)).astype(np.int32)
+  batch = {"masked_lm_ids": tf.constant(ids), "masked_lm_weights": tf.constant(weights),
+           "next_sentence_labels": tf.constant(labels),
+           "input_ids": tf.zeros((b, 8), tf.int32)}
+  outputs = {"masked_lm_logits": tf.constant(logits),
+             "next_sentence_logits": tf.constant(ns_logits)}
+
+  def log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+  mlm = -np.take_along_axis(log_softmax(logits), ids[..., None], -1)[..., 0]
+  nsp = -np.take_along_axis(log_softmax(ns_logits), labels, -1)[:, 0]
+  want_loss = (weights * mlm).sum() / (weights.sum() + 1e-5) + nsp.mean()
+
+  task = run_pretraining.PretrainingTask()
+  dens = task.denominators(batch)
+  loss, stats = task.loss(outputs, batch, dens)
+  np.testing.assert_allclose(float(loss), want_loss, rtol=1e-5)
+  np.testing.assert_allclose(
+      float(loss), float(modeling.pretraining_loss(outputs, batch)), rtol=1e-5)
+  # Two half batches with the global denominators sum to the full-batch loss.
+  halves = [{k: t[:2] for k, t in batch.items()}, {k: t[2:] for k, t in batch.items()}]
+  out_halves = [{k: t[:2] for k, t in outputs.items()}, {k: t[2:] for k, t in outputs.items()}]
+  parts = [float(task.loss(o, h, dens)[0]) for o, h in zip(out_halves, halves)]
+  np.testing.assert_allclose(sum(parts), want_loss, rtol=1e-5)
+
+  sums = task.per_batch_eval({k: float(x) for k, x in task.eval_stats(outputs, batch).items()})
+  totals = {k: 2 * x for k, x in sums.items()}  # the same batch twice
+  results = task.eval_results(totals, 2, 7)
+  correct = (logits.argmax(-1) == ids).astype(np.float32)
+  np.testing.assert_allclose(results["masked_lm_accuracy"],
+                             (weights * correct).sum() / weights.sum(), rtol=1e-6)
+  np.testing.assert_allclose(results["masked_lm_loss"],
+                             (weights * mlm).sum() / weights.sum(), rtol=1e-5)
+  np.testing.assert_allclose(results["next_sentence_accuracy"],
+                             (ns_logits.argmax(-1) == labels[:, 0]).mean(), rtol=1e-6)
+  np.testing.assert_allclose(results["next_sentence_loss"], nsp.mean(), rtol=1e-5)
+  np.testing.assert_allclose(results["loss"], want_loss, rtol=1e-5)
+  assert results["global_step"] == 7
+
+
+def test_eval_results_format():
+  text = training.format_results({"loss": np.float32(0.0979674), "global_step": np.int64(20),
+                                  "masked_lm_accuracy": np.float32(0.985479)})
+  assert text == "global_step = 20\nloss = 0.0979674\nmasked_lm_accuracy = 0.985479\n"
+
+
+def test_input_pipeline_is_seekable(data):
+  """The training input order is a pure function of the seed: skipping the records
+  consumed by k steps gives exactly the batches an uninterrupted iterator gives next."""
+  files = training.expand_input_files(str(data / "part-*.tfrecord"))
+  decode = run_pretraining.decode_fn(SEQ, PRED)
+  full = [b["input_ids"].numpy() for b in
+          training.training_dataset(files, decode, 4, seed=3).take(30)]
+  resumed = [b["input_ids"].numpy() for b in
+             training.training_dataset(files, decode, 4, seed=3, skip_records=4 * 17).take(13)]
+  for a, b in zip(full[17:], resumed):
+    np.testing.assert_array_equal(a, b)
+  assert full[0].shape == (4, SEQ) and full[0].dtype == np.int32
+
+
+def test_gradient_accumulation_equals_large_batch(data, tmp_path):
+  big = run_pretraining.run(_options(data, tmp_path / "big", do_eval=True))
+  acc = run_pretraining.run(_options(data, tmp_path / "acc", do_eval=True,
+                                     gradient_accumulation_steps=4))
+  _assert_same_weights(_weights(tmp_path / "big" / "bert_model.ckpt"),
+                       _weights(tmp_path / "acc" / "bert_model.ckpt"), atol=2e-6)
+  assert big["global_step"] == acc["global_step"] == 6
+  np.testing.assert_allclose(big["loss"], acc["loss"], rtol=1e-5)
+  # --init_checkpoint accepts one of our TF2 training checkpoints (model only).
+  model = modeling.BertPretrainer(modeling.BertConfig.from_json_file(
+      str(data / "config_nodropout.json")))
+  names = modeling.tf1_variable_map(model)
+  assert training.restore_model_variables(str(tmp_path / "big" / "model.ckpt-6"), names) == \
+      len(names)
+  _assert_same_weights(_weights(tmp_path / "big" / "bert_model.ckpt"),
+                       {n: v.numpy() for n, v in names.items()}, atol=0)
+  assert training.restore_model_variables(str(data / "init" / "bert_model.ckpt"), names) is None
+
+
+def test_xla_mixed_precision_and_lamb_run(data, tmp_path):
+  """--use_xla with bfloat16 and LAMB, and float16 with loss scaling, train (finite,
+  changed weights) and evaluate."""
+  initial = _weights(data / "init" / "bert_model.ckpt")
+  try:
+    for name, kw in (("xla_bf16", dict(use_xla=True, dtype="bfloat16", optimizer="lamb")),
+                     ("fp16", dict(dtype="float16", do_eval=True, max_eval_steps=1))):
+      results = run_pretraining.run(_options(data, tmp_path / name, num_train_steps=2,
+                                             iterations_per_loop=2, **kw))
+      final = _weights(tmp_path / name / "bert_model.ckpt")
+      assert all(np.all(np.isfinite(w)) for w in final.values())
+      assert not np.allclose(final["bert/encoder/layer_0/output/dense/kernel"],
+                             initial["bert/encoder/layer_0/output/dense/kernel"])
+      if results is not None:
+        assert results["global_step"] == 2
+        assert all(np.isfinite(float(v)) for v in results.values())
+  finally:
+    training.set_dtype_policy("float32")
+
+
+def test_bad_flags_raise_one_line_errors(data, tmp_path):
+  with pytest.raises(ValueError, match="do_train"):
+    run_pretraining.run(_options(data, tmp_path, do_train=False, do_eval=False))
+  with pytest.raises(ValueError, match="--input_file"):
+    run_pretraining.run(_options(data, tmp_path, input_file=str(tmp_path / "none*")))
+  with pytest.raises(ValueError, match="--train_batch_size"):
+    run_pretraining.run(_options(data, tmp_path, train_batch_size=6,
+                                 gradient_accumulation_steps=4))
+
+
+# ----------------------------------------------------------------------------
+# Subprocesses.
+
+def test_original_readme_command_line(data, tmp_path):
+  """The README's pre-training command (tiny values), unchanged flags, as a script."""
+  out = tmp_path / "pretraining_output"
+  cmd = [sys.executable, str(REPO / "run_pretraining.py"),
+         f"--input_file={data / 'part-0.tfrecord'},{data / 'part-1.tfrecord'}",
+         f"--output_dir={out}", "--do_train=True", "--do_eval=True",
+         f"--bert_config_file={data / 'config.json'}",
+         f"--init_checkpoint={data / 'init' / 'bert_model.ckpt'}",
+         "--train_batch_size=8", f"--max_seq_length={SEQ}",
+         f"--max_predictions_per_seq={PRED}", "--num_train_steps=8", "--num_warmup_steps=2",
+         "--learning_rate=2e-5", "--iterations_per_loop=4", "--save_checkpoints_steps=4",
+         "--max_eval_steps=3"]
+  proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  log = proc.stderr
+  assert "*** Input Files ***" in log and "***** Running training *****" in log
+  assert "loaded 39 variables from tf1 checkpoint" in log or "from tf1 checkpoint" in log
+  assert "step = 8, loss = " in log and "sequences/s" in log and "mfu" in log
+  lines = (out / "eval_results.txt").read_text().splitlines()
+  assert [l.split(" = ")[0] for l in lines] == [
+      "global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
+      "next_sentence_accuracy", "next_sentence_loss"]
+  assert lines[0] == "global_step = 8"
+  assert all(np.isfinite(float(l.split(" = ")[1])) for l in lines)
+  assert (out / "model.ckpt-4.index").exists() and (out / "model.ckpt-8.index").exists()
+  assert tf.train.latest_checkpoint(str(out)).endswith("model.ckpt-8")
+  exported = _weights(out / "bert_model.ckpt")
+  assert "bert/encoder/layer_1/output/LayerNorm/gamma" in exported
+  assert "cls/predictions/output_bias" in exported
+  assert list(out.glob("events.out.tfevents.*"))
+  # Our TF2 checkpoint stores every model variable under its original TF1 name
+  # (model_variables/<name, "/" escaped as ".S">), plus optimizer slots and the step.
+  keys = {name for name, _ in tf.train.list_variables(str(out / "model.ckpt-8"))}
+  for name in exported:
+    assert "model_variables/%s/.ATTRIBUTES/VARIABLE_VALUE" % name.replace("/", ".S") in keys
+  assert "step/.ATTRIBUTES/VARIABLE_VALUE" in keys
+  # Running the same command again: resumes at step 8 = num_train_steps, evaluates only.
+  proc = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "nothing to train" in proc.stderr
+  # Bad input: one line naming the flag, no traceback.
+  proc = subprocess.run(cmd[:2] + [f"--output_dir={out}", "--do_train=True",
+                                   f"--bert_config_file={data / 'missing.json'}",
+                                   "--input_file=x"], env=ENV, capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert "error: --bert_config_file" in proc.stderr
+
+
+_FLAGS = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from absl import flags
+import oracle
+original = oracle.original("run_pretraining")
+FLAGS = flags.FLAGS
+names = [f.name for f in FLAGS.get_flags_for_module(original.__name__)]
+want = {{n: [FLAGS[n].default, type(FLAGS[n]).__name__, FLAGS[n].flag_type()] for n in names}}
+for n in names:
+  delattr(FLAGS, n)
+from bert_keras import run_pretraining
+run_pretraining.define_flags()
+got = {{n: [FLAGS[n].default, type(FLAGS[n]).__name__, FLAGS[n].flag_type()]
+        for n in names if n in FLAGS}}
+print("FLAGS", json.dumps([want, got]))
+"""
+
+
+def test_flags_match_the_original():
+  """Every flag of the original run_pretraining exists with the same type and default."""
+  proc = subprocess.run([sys.executable, "-c", _FLAGS.format(tests=str(REPO / "tests"))],
+                        env=ENV, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  want, got = json.loads(proc.stdout.split("FLAGS ", 1)[1])
+  assert len(want) == 22 and got == want
+  assert set(run_pretraining.DEFAULTS) >= set(want)
+  assert {n: run_pretraining.DEFAULTS[n] for n in want} == {n: v[0] for n, v in want.items()}
+
+
+_MIRRORED = """
+import sys, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from bert_keras import run_pretraining, training
+runs = {{"one_device": (["/cpu:0"], 1), "mirrored": (["/cpu:0", "/cpu:1"], 1),
+        "mirrored_accum": (["/cpu:0", "/cpu:1"], 2)}}
+for name, (devices, accum) in runs.items():
+  kind = "one_device" if len(devices) == 1 else "mirrored"
+  strategy = training.build_strategy(kind, devices=devices)
+  assert strategy.num_replicas_in_sync == len(devices)
+  o = run_pretraining.options(**{options!r}, output_dir={out!r} + "/" + name,
+                              gradient_accumulation_steps=accum)
+  print(name, run_pretraining.run(o, strategy), flush=True)
+"""
+
+
+def test_mirrored_two_replicas_equals_one_device(data, tmp_path):
+  """MirroredStrategy on 2 logical CPUs (with and without accumulation) ends with the
+  weights of one device for the same global batch (dropout 0; clipping active)."""
+  o = vars(_options(data, tmp_path))
+  o.pop("output_dir")
+  o.pop("gradient_accumulation_steps")
+  script = _MIRRORED.format(options=o, out=str(tmp_path))
+  proc = subprocess.run([sys.executable, "-c", script], env=ENV, capture_output=True,
+                        text=True, timeout=300, cwd=str(tmp_path))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  one = _weights(tmp_path / "one_device" / "bert_model.ckpt")
+  for name in ("mirrored", "mirrored_accum"):
+    _assert_same_weights(one, _weights(tmp_path / name / "bert_model.ckpt"), atol=2e-6)
+
+
+_WORKER = """
+import hashlib, json, sys, numpy as np
+from bert_keras import run_pretraining, training
+models = []
+build = run_pretraining.build_model_and_optimizer
+def capture(*args):
+  model, optimizer = build(*args)
+  models.append(model)
+  return model, optimizer
+run_pretraining.build_model_and_optimizer = capture
+strategy = training.build_strategy("multi_worker_mirrored")
+assert strategy.num_replicas_in_sync == 2
+o = run_pretraining.options(**{options!r})
+results = run_pretraining.run(o, strategy)
+digest = hashlib.sha256(b"".join(np.asarray(v.numpy()).tobytes()
+                                 for v in models[0].trainable_variables)).hexdigest()
+results = {{k: float(v) for k, v in results.items()}}
+print("RESULT", json.dumps(dict(results, weights_sha256=digest)), flush=True)
+"""
+
+
+def test_multi_worker_mirrored_two_processes(data, tmp_path):
+  """Two workers on localhost (TF_CONFIG), one replica each: both finish with bitwise
+  identical weights and the same eval results; each reads its own file shard; only the
+  chief writes checkpoints, the export and eval_results.txt."""
+  o = vars(_options(data, tmp_path / "out", do_eval=True, train_batch_size=8,
+                    eval_batch_size=8))
+  script = _WORKER.format(options=o)
+  ports = [_free_port(), _free_port()]
+  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+  procs = []
+  for index in range(2):
+    env = dict(ENV, TF_CONFIG=json.dumps({"cluster": cluster,
+                                          "task": {"type": "worker", "index": index}}))
+    procs.append(subprocess.Popen([sys.executable, "-c", script], env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  cwd=str(tmp_path)))
+  outputs = []
+  try:
+    for proc in procs:
+      stdout, stderr = proc.communicate(timeout=300)
+      assert proc.returncode == 0, stderr[-3000:]
+      outputs.append(stdout)
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+  results = [json.loads(line.split("RESULT ", 1)[1]) for out in outputs
+             for line in out.splitlines() if line.startswith("RESULT ")]
+  assert len(results) == 2 and results[0] == results[1]
+  assert results[0]["global_step"] == 6
+  out = tmp_path / "out"
+  assert (out / "eval_results.txt").exists() and (out / "bert_model.ckpt.index").exists()
+  assert not list(out.glob("workertemp_*"))
+
+
+def test_sigkill_and_restart_resumes_exactly(data, tmp_path):
+  """A run killed with SIGKILL mid-training and restarted with the same command resumes
+  from its last checkpoint (model, optimizer, step, dropout RNG state, input position)
+  and ends with the weights of an uninterrupted run (dropout 0.1 on)."""
+  def command(out):
+    return [sys.executable, str(REPO / "run_pretraining.py"),
+            f"--input_file={data / 'part-*.tfrecord'}", f"--output_dir={out}",
+            "--do_train=True", f"--bert_config_file={data / 'config.json'}",
+            "--train_batch_size=4", f"--max_seq_length={SEQ}",
+            f"--max_predictions_per_seq={PRED}", "--num_train_steps=40",
+            "--num_warmup_steps=5", "--learning_rate=1e-3", "--iterations_per_loop=2",
+            "--save_checkpoints_steps=4", "--keep_checkpoint_max=3"]
+
+  # Uninterrupted reference, in this process (same seed -> same initial weights).
+  reference = run_pretraining.run(_options(
+      data, tmp_path / "ref", bert_config_file=str(data / "config.json"), init_checkpoint=None,
+      train_batch_size=4, num_train_steps=40, num_warmup_steps=5, learning_rate=1e-3,
+      iterations_per_loop=2, save_checkpoints_steps=4, keep_checkpoint_max=3))
+  assert reference is None
+
+  out = tmp_path / "killed"
+  proc = subprocess.Popen(command(out), env=ENV, text=True, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE)
+  try:
+    for line in proc.stderr:  # kill right after the log line of step 10
+      if "step = 10," in line:
+        os.kill(proc.pid, signal.SIGKILL)
+        break
+    proc.wait(timeout=300)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode == -signal.SIGKILL
+  assert not (out / "bert_model.ckpt.index").exists()  # it did not finish
+  killed_at = tf.train.latest_checkpoint(str(out))
+  assert killed_at is not None and int(killed_at.rsplit("-", 1)[1]) < 40
+  assert len(list(out.glob("model.ckpt-*.index"))) <= 3
+
+  proc = subprocess.run(command(out), env=ENV, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert f"Restoring from {killed_at}" in proc.stderr
+  assert "skipping" in proc.stderr
+  _assert_same_weights(_weights(tmp_path / "ref" / "bert_model.ckpt"),
+                       _weights(out / "bert_model.ckpt"), atol=1e-6)
