@@ -14,6 +14,8 @@ Nothing here is copied from the original; it is only imported and called.
 """
 
 import importlib
+import importlib.util
+import re
 import sys
 import types
 
@@ -55,10 +57,29 @@ def _install_stand_ins():
     tf1.layers.dense = _dense
 
 
+def _forget_clashing_flags(module_name):
+  """Removes absl flags the original module is about to define again.
+
+  The original scripts define their flags at import, several with the same
+  names (input_file, output_dir, ...); absl refuses a second definition, so
+  before the first import of a script the names it defines are released.
+  """
+  from absl import flags
+  spec = importlib.util.find_spec("bert." + module_name)
+  source = open(spec.origin, encoding="utf-8").read()
+  for name in re.findall(r'DEFINE_\w+\(\s*"(\w+)"', source):
+    if name in flags.FLAGS:
+      delattr(flags.FLAGS, name)
+
+
 def original(module_name):
   """Returns the original `bert.<module_name>` module, or skips the test if absent."""
   pytest.importorskip("bert.tokenization", reason="bert-tensorflow (the oracle) not installed")
   _install_stand_ins()
+  if "bert." + module_name not in sys.modules:
+    importlib.import_module("bert.tokenization")  # its flag is shared by all, never redefined
+    if module_name != "tokenization":
+      _forget_clashing_flags(module_name)
   module = importlib.import_module("bert." + module_name)
   from absl import flags
   if not flags.FLAGS.is_parsed():

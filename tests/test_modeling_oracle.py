@@ -19,19 +19,8 @@ TOL = 1e-5
 
 
 def _original_run_pretraining():
-  """The original run_pretraining (for its head functions). Its absl flags clash with those
-  of other original scripts (e.g. run_classifier) if one was imported before in this process,
-  so such flags are removed first."""
-  import sys
-  if "bert.run_pretraining" not in sys.modules:
-    from absl import flags
-    oracle.original("modeling")
-    import bert
-    import os
-    source = open(os.path.join(os.path.dirname(bert.__file__), "run_pretraining.py")).read()
-    for name in re.findall(r'DEFINE_\w+\(\s*"(\w+)"', source):
-      if name in flags.FLAGS:
-        delattr(flags.FLAGS, name)
+  """The original run_pretraining (for its head functions)."""
+  oracle.original("modeling")
   return oracle.original("run_pretraining")
 
 
