@@ -42,7 +42,7 @@ DEFAULTS = dict(
     max_eval_steps=100, use_tpu=False, tpu_name=None, tpu_zone=None, gcp_project=None,
     master=None, num_tpu_cores=8,
     # beyond the original
-    distribution_strategy=None, dtype="float32", use_xla=False,
+    distribution_strategy=None, dtype="float32", use_xla=None,
     gradient_accumulation_steps=1, optimizer="adamw", keep_checkpoint_max=5, seed=12345)
 
 
@@ -254,7 +254,9 @@ def run(o, strategy=None):
   model, optimizer = build_model_and_optimizer(o, config, strategy)
   task = PretrainingTask()
   trainer = training.Trainer(strategy, model, optimizer, task, accumulation_steps=accumulation,
-                             use_xla=o.use_xla, loss_scale=o.dtype == "float16",
+                             use_xla=(training.default_use_xla(strategy) if o.use_xla is None
+                                      else o.use_xla),
+                             loss_scale=o.dtype == "float16",
                              variable_names=modeling.tf1_variable_map(model))
   chief = training.is_chief(strategy)
 

@@ -65,7 +65,9 @@ def define_training_flags():
   flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16", "float16"],
                     "Compute dtype (Keras mixed-precision policy; variables stay "
                     "float32). float16 adds dynamic loss scaling.")
-  flags.DEFINE_bool("use_xla", False, "Compile the forward/backward pass with XLA.")
+  flags.DEFINE_bool("use_xla", None,
+                    "Compile the forward/backward pass with XLA. Default: on for GPU and TPU, "
+                    "off on CPU (where XLA's backend is slower than TensorFlow's oneDNN kernels).")
   flags.DEFINE_integer(
       "gradient_accumulation_steps", 1,
       "Micro-batches per optimizer step; train_batch_size is the batch of one "
@@ -79,6 +81,16 @@ def define_training_flags():
 
 # ----------------------------------------------------------------------------
 # Strategy.
+
+def default_use_xla(strategy):
+  """XLA where it helps: True if the strategy's devices are GPUs or TPUs, False on CPU.
+
+  On CPU, XLA's backend does not use oneDNN's kernels and is slower
+  (bench/bench_model.py: BERT-Base training 1.08 vs 1.76 seq/s).
+  """
+  devices = [d.upper() for d in strategy.extended.worker_devices]
+  return any(":GPU:" in d or ":TPU:" in d for d in devices)
+
 
 def build_strategy(name=None, use_tpu=False, tpu_name=None, tpu_zone=None,
                    gcp_project=None, master=None, devices=None):

@@ -439,3 +439,13 @@ def test_sigkill_and_restart_resumes_exactly(data, tmp_path):
   assert "skipping" in proc.stderr
   _assert_same_weights(_weights(tmp_path / "ref" / "bert_model.ckpt"),
                        _weights(out / "bert_model.ckpt"), atol=1e-6)
+
+
+def test_xla_is_on_by_default_only_where_it_helps():
+  # --use_xla unset (None) means: on for GPU/TPU devices, off on CPU.
+  assert run_pretraining.DEFAULTS["use_xla"] is None
+  assert not training.default_use_xla(tf.distribute.OneDeviceStrategy("/cpu:0"))
+
+  class FakeExtended:
+    worker_devices = ("/job:localhost/replica:0/task:0/device:GPU:0",)
+  assert training.default_use_xla(type("FakeStrategy", (), {"extended": FakeExtended})())
