@@ -194,6 +194,29 @@ def _initializer(config):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
+class Dropout(keras.layers.Dropout):
+  """keras Dropout whose mask also depends on the tf.distribute replica it runs on.
+
+  Keras keeps the dropout seed state in a variable that tf.distribute mirrors, so every
+  replica would draw the same mask; here the replica id is added to the seed. On one
+  replica the masks are Keras's own (same seed, same stateless op).
+  """
+
+  def call(self, inputs, training=False):
+    if not training or self.rate <= 0:
+      return inputs
+    seed = self.seed_generator.next()
+    context = tf.distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+      replica = tf.cast(context.replica_id_in_sync_group, seed.dtype)
+      seed = seed + tf.stack([tf.zeros_like(replica), replica])
+    if seed.dtype != tf.int32:  # as Keras's TF backend casts its seed
+      seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+    return tf.nn.experimental.stateless_dropout(inputs, rate=self.rate, seed=seed,
+                                                noise_shape=self.noise_shape)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
 class Dense(keras.layers.Layer):
   """x @ kernel + bias, optionally activated. kernel [in, out] (the TF1 layout), bias [out].
 
@@ -269,7 +292,7 @@ class Embeddings(keras.layers.Layer):
     super().__init__(**kwargs)
     self.config = _as_config(config)
     self.layer_norm = LayerNorm(_layer_norm_epsilon(self.config), name="LayerNorm")
-    self.dropout = keras.layers.Dropout(self.config.hidden_dropout_prob,
+    self.dropout = Dropout(self.config.hidden_dropout_prob,
                                           dtype=self.dtype_policy)
 
   def build(self, input_shape=None):
@@ -330,7 +353,7 @@ class SelfAttention(keras.layers.Layer):
                                name=name, dtype=self.dtype_policy)
     self.query, self.key, self.value = dense("query"), dense("key"), dense("value")
     self.output_dense = dense("dense")
-    self.dropout = keras.layers.Dropout(c.attention_probs_dropout_prob,
+    self.dropout = Dropout(c.attention_probs_dropout_prob,
                                           dtype=self.dtype_policy)
 
   def build(self, input_shape=None):
@@ -399,11 +422,11 @@ class TransformerBlock(keras.layers.Layer):
     self.config = c = _as_config(config)
     eps = _layer_norm_epsilon(c)
     self.attention = SelfAttention(c, name="attention", dtype=self.dtype_policy)
-    self.attention_dropout = keras.layers.Dropout(c.hidden_dropout_prob,
+    self.attention_dropout = Dropout(c.hidden_dropout_prob,
                                                   dtype=self.dtype_policy)
     self.attention_layer_norm = LayerNorm(eps, name="attention_LayerNorm")
     self.feed_forward = FeedForward(c, name="feed_forward", dtype=self.dtype_policy)
-    self.output_dropout = keras.layers.Dropout(c.hidden_dropout_prob,
+    self.output_dropout = Dropout(c.hidden_dropout_prob,
                                                dtype=self.dtype_policy)
     self.output_layer_norm = LayerNorm(eps, name="output_LayerNorm")
 

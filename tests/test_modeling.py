@@ -369,3 +369,33 @@ def test_xla_compiles_training_step():
   np.testing.assert_allclose(xla_loss, eager_loss, rtol=1e-5)
   for a, b in zip(xla_grads, eager_grads):
     np.testing.assert_allclose(tf.convert_to_tensor(a), tf.convert_to_tensor(b), atol=1e-5)
+
+
+_REPLICA_DROPOUT = """
+import numpy as np, tensorflow as tf, keras
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from bert_keras import modeling
+x = tf.ones((4, 64))
+# One replica: the same masks as Keras's own Dropout with the same seed.
+ours, theirs = modeling.Dropout(0.5, seed=7), keras.layers.Dropout(0.5, seed=7)
+assert np.array_equal(ours(x, training=True).numpy(), theirs(x, training=True).numpy())
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+  layer = modeling.Dropout(0.5, seed=7)
+  layer.build(x.shape)
+@tf.function
+def step():
+  return strategy.run(lambda: layer(x, training=True))
+masks = [m.numpy() for m in strategy.experimental_local_results(step())]
+assert not np.array_equal(masks[0], masks[1]), "replicas drew the same dropout mask"
+print("OK")
+"""
+
+
+def test_dropout_masks_differ_between_replicas():
+  import subprocess
+  import sys
+  result = subprocess.run([sys.executable, "-c", _REPLICA_DROPOUT], capture_output=True,
+                          text=True, timeout=300)
+  assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
