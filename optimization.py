@@ -171,7 +171,7 @@ class AdamWeightDecay(_ClipAfterReduce, keras.optimizers.Optimizer):
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
-class Lamb(_ClipAfterReduce, keras.optimizers.Optimizer):
+class Lamb(AdamWeightDecay):
   """LAMB with decoupled weight decay and a layer-wise trust ratio.
 
   t = step + 1;  m <- b1 m + (1-b1) g;  v <- b2 v + (1-b2) g^2
@@ -180,28 +180,20 @@ class Lamb(_ClipAfterReduce, keras.optimizers.Optimizer):
   w <- w - lr * r * u
   Variables whose path matches `exclude_from_weight_decay` get no decay;
   those matching `exclude_from_layer_adaptation` (default: the same list) get r = 1.
+  The hyper-parameters and the weight-decay exclusion are AdamWeightDecay's.
   """
 
   def __init__(self, learning_rate=0.001, weight_decay_rate=0.0, beta_1=0.9,
                beta_2=0.999, epsilon=1e-6, exclude_from_weight_decay=None,
                exclude_from_layer_adaptation=None, global_clipnorm=None,
                name="Lamb", **kwargs):
-    super().__init__(learning_rate=learning_rate, global_clipnorm=global_clipnorm,
-                     name=name, **kwargs)
-    self.weight_decay_rate = float(weight_decay_rate or 0.0)
-    self.beta_1 = beta_1
-    self.beta_2 = beta_2
-    self.epsilon = epsilon
-    self.exclude_from_weight_decay_patterns = list(exclude_from_weight_decay or [])
+    super().__init__(learning_rate=learning_rate, weight_decay_rate=weight_decay_rate,
+                     beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                     exclude_from_weight_decay=exclude_from_weight_decay,
+                     global_clipnorm=global_clipnorm, name=name, **kwargs)
     if exclude_from_layer_adaptation is None:
       exclude_from_layer_adaptation = self.exclude_from_weight_decay_patterns
     self.exclude_from_layer_adaptation_patterns = list(exclude_from_layer_adaptation)
-
-  def use_weight_decay(self, variable):
-    if not self.weight_decay_rate:
-      return False
-    return not _matches_any(variable_name(variable),
-                            self.exclude_from_weight_decay_patterns)
 
   def use_layer_adaptation(self, variable):
     return not _matches_any(variable_name(variable),
@@ -210,7 +202,7 @@ class Lamb(_ClipAfterReduce, keras.optimizers.Optimizer):
   def build(self, var_list):
     if self.built:
       return
-    super().build(var_list)
+    keras.optimizers.Optimizer.build(self, var_list)  # not AdamWeightDecay's adam_m/adam_v
     self._lamb_m, self._lamb_v = self.add_optimizer_variables(
         var_list, ["lamb_m", "lamb_v"])
 
@@ -241,13 +233,8 @@ class Lamb(_ClipAfterReduce, keras.optimizers.Optimizer):
     self.assign(variable, variable - lr * ratio * update)
 
   def get_config(self):
-    config = super().get_config()
-    config.update({
-        "weight_decay_rate": self.weight_decay_rate, "beta_1": self.beta_1,
-        "beta_2": self.beta_2, "epsilon": self.epsilon,
-        "exclude_from_weight_decay": self.exclude_from_weight_decay_patterns,
-        "exclude_from_layer_adaptation": self.exclude_from_layer_adaptation_patterns})
-    return config
+    return {**super().get_config(),
+            "exclude_from_layer_adaptation": self.exclude_from_layer_adaptation_patterns}
 
 
 def create_optimizer(init_lr, num_train_steps, num_warmup_steps, optimizer_type="adamw",
