@@ -398,7 +398,7 @@ class WordpieceTokenizer(object):
     vocab = self.vocab
     if word in vocab:
       return [word]
-    end = min(n - 1, self._max_chars)
+    end = n - 1 if n - 1 < self._max_chars else self._max_chars
     while end > 0 and word[:end] not in vocab:
       end -= 1
     if end == 0:
@@ -406,7 +406,7 @@ class WordpieceTokenizer(object):
     pieces, start = [word[:end]], end
     suffixes, max_suffix = self._suffixes, self._max_suffix_chars
     while start < n:
-      end = min(n, start + max_suffix)
+      end = start + max_suffix if start + max_suffix < n else n
       while end > start and word[start:end] not in suffixes:
         end -= 1
       if end == start:
@@ -433,7 +433,8 @@ class FullTokenizer(object):
     self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
     # cleaned whitespace token -> its word pieces, and -> their ids.
     self._cache = _WordCache(self._word_pieces)
-    self._id_cache = _WordCache(lambda word: tuple(map(self.vocab.__getitem__, self._cache[word])))
+    self._id_cache = _WordCache(
+        lambda word: tuple(map(self.vocab.__getitem__, self._word_pieces(word))))
     self._id_cache[_TEXT_BREAK] = (-1,)
 
   def tokenize(self, text):
@@ -467,12 +468,18 @@ class FullTokenizer(object):
 
   def _word_pieces(self, word):
     """The word pieces of one cleaned whitespace token, as a tuple of str."""
-    if word.isascii() and word.isalnum():  # no punctuation: one basic token
-      token = word.lower() if self.basic_tokenizer.do_lower_case else word
-      if token in self.vocab:
-        return (token,)
-    return tuple(piece for token in self.basic_tokenizer.tokenize_word(word)
-                 for piece in self.wordpiece_tokenizer.tokenize_word(token))
+    if word.isascii():
+      if self.basic_tokenizer.do_lower_case:
+        word = word.lower()
+      if word.isalnum():  # no punctuation: one basic token
+        if word in self.vocab:
+          return (word,)
+        return tuple(self.wordpiece_tokenizer.tokenize_word(word))
+      tokens = _ASCII_SPLIT_ON_PUNC.findall(word)
+    else:
+      tokens = self.basic_tokenizer.tokenize_word(word)
+    wordpiece = self.wordpiece_tokenizer.tokenize_word
+    return tuple(piece for token in tokens for piece in wordpiece(token))
 
   def convert_tokens_to_ids(self, tokens):
     return convert_by_vocab(self.vocab, tokens)
