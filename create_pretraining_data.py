@@ -581,11 +581,17 @@ def _shuffle_tables(limit, num_to_predict):
   return tables
 
 
-def generate_instances(corpus, order, params, words, dupe_factor, store, progress=None):
+def generate_instances(corpus, order, params, words, dupe_factor, store, progress=None,
+                       words_for=None):
   """Creates the instances of all passes, drawing from `words` as the original.
 
   `order` is the document shuffle (document_order), already drawn. Instances
   are appended to `store` in creation order (before the final shuffle).
+  `words_for` (not in the original; used by create_pretraining_data_beam.py):
+  if given, `words_for(pass_index, document_index)` is called at the start of
+  every document of every pass and returns the RandomWords that document's
+  draws come from (then `words` is unused); random-next documents are still
+  drawn from the whole `corpus`.
 
   This is the original's create_instances_from_document and
   create_masked_lm_predictions for every document and pass, with every draw
@@ -626,8 +632,10 @@ def generate_instances(corpus, order, params, words, dupe_factor, store, progres
   meta_extend = store.meta.extend
   masked_extend = store.masked.extend
 
-  for _ in range(dupe_factor):
+  for pass_index in range(dupe_factor):
     for document_index in range(num_docs):
+      if words_for is not None:
+        words = words_for(pass_index, document_index)
       d0 = int(first_seg[document_index])
       d1 = int(end_seg[document_index])
       offs = seg_start[d0:d1 + 1].tolist()
@@ -1220,6 +1228,15 @@ def _log_example(features, row, length, inv_vocab):
     logging.info("%s: %s" % (name, " ".join(str(x) for x in values)))
 
 
+def record_value_bytes(params):
+  """Varint bytes enough for every value of each int feature (encode_records' value_bytes)."""
+  max_id = max(params.vocab_word_ids + [params.cls_id, params.sep_id, params.mask_id])
+  id_bytes = _nbytes_for(max_id)
+  return {"input_ids": id_bytes, "masked_lm_ids": id_bytes, "input_mask": 1,
+          "segment_ids": 1, "next_sentence_labels": 1,
+          "masked_lm_positions": _nbytes_for(params.max_seq_length)}
+
+
 def write_instances(store, order, tokens, params, output_files, inv_vocab, progress=None,
                     log_examples=20, batch_size=1024, commit=True, temp_tag=None):
   """Writes instances in `order` round-robin over output_files (instance k -> file k mod n).
@@ -1230,11 +1247,7 @@ def write_instances(store, order, tokens, params, output_files, inv_vocab, progr
   Returns the number of instances written, or the temporary names.
   """
   views = store.views()
-  max_id = max(params.vocab_word_ids + [params.cls_id, params.sep_id, params.mask_id])
-  id_bytes = _nbytes_for(max_id)
-  value_bytes = {"input_ids": id_bytes, "masked_lm_ids": id_bytes, "input_mask": 1,
-                 "segment_ids": 1, "next_sentence_labels": 1,
-                 "masked_lm_positions": _nbytes_for(params.max_seq_length)}
+  value_bytes = record_value_bytes(params)
   crc = _Crc32c(1024)
   n_files = len(output_files)
   temps = [_temp_name(path, temp_tag) for path in output_files]
@@ -1681,10 +1694,9 @@ def _run_parallel(config, tokenizer, total_bytes):
 # Command line
 # --------------------------------------------------------------------------
 
-def define_flags():
-  """Defines the original's flags (same names, defaults, meaning) plus --num_workers."""
+def define_original_flags():
+  """Defines the original's flags (same names, defaults, meaning); returns absl's FLAGS."""
   from absl import flags  # pylint: disable=g-import-not-at-top
-  global FLAGS
   flags.DEFINE_string("input_file", None,
                       "Input raw text file (or comma-separated list of files; globs allowed).")
   flags.DEFINE_string("output_file", None,
@@ -1706,6 +1718,17 @@ def define_flags():
   flags.DEFINE_float("short_seq_prob", 0.1,
                      "Probability of creating sequences which are shorter than the "
                      "maximum length.")
+  flags.mark_flag_as_required("input_file")
+  flags.mark_flag_as_required("output_file")
+  flags.mark_flag_as_required("vocab_file")
+  return flags.FLAGS
+
+
+def define_flags():
+  """Defines the original's flags plus --num_workers, --part_size_mb and --progress."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  global FLAGS
+  define_original_flags()
   flags.DEFINE_integer(
       "num_workers", 1,
       "Parallel processes. 1 (default): the original's records exactly. N > 1: the input is "
@@ -1719,9 +1742,6 @@ def define_flags():
   flags.DEFINE_bool("progress", True,
                     "Show progress (documents read, instances written, rate, ETA): a line "
                     "updated in place on a terminal, an INFO line every 30 s otherwise.")
-  flags.mark_flag_as_required("input_file")
-  flags.mark_flag_as_required("output_file")
-  flags.mark_flag_as_required("vocab_file")
   FLAGS = flags.FLAGS
 
 
