@@ -36,5 +36,9 @@ setup(
             "six",
             "safetensors>=0.4",
         ],
+        # create_pretraining_data_beam.py. apache-beam 2.77 needs protobuf < 7, TensorFlow
+        # 2.21 >= 6.31.1: both install with protobuf 6.x. For Dataflow (gs:// paths) install
+        # apache-beam[gcp] instead.
+        "beam": ["apache-beam>=2.77,<3"],
     },
 )
