@@ -17,7 +17,9 @@ for each config (BERT-Base, BERT-Small L4/H512) and each peer:
   original        google-research/bert modeling.py + run_pretraining heads +
                   optimization.create_optimizer in a TF1 graph (bert-tensorflow, with the
                   stand-ins of tests/oracle.py)
-Peers that are not installed are reported as skipped. A loss-curve check trains ours in
+Every peer of a config is built (and warmed up) first, then all are timed in interleaved
+rounds, so that a slow phase of a shared machine does not fall on one peer only; each figure
+is the median over the rounds. Peers that are not installed are reported as skipped. A loss-curve check trains ours in
 float32 and mixed_bfloat16 from the same initial weights on the same batches.
 
 Usage:
@@ -103,18 +105,6 @@ def make_batch(c, batch, seq, predictions, seed=0):
           "masked_lm_ids": rng.randint(1000, c.vocab_size, (batch, predictions)).astype(np.int32),
           "masked_lm_weights": np.ones((batch, predictions), np.float32),
           "next_sentence_labels": rng.randint(0, 2, (batch, 1)).astype(np.int32)}
-
-
-def timed(fn, warmup, steps):
-  """Median seconds per call after `warmup` calls (the first compiles)."""
-  for _ in range(warmup):
-    fn()
-  times = []
-  for _ in range(steps):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
 
 
 # --- peers -----------------------------------------------------------------------------------
@@ -227,55 +217,85 @@ def original_peer(c, batch, seq, predictions, train):
 PEERS = ["ours", "ours+xla", "ours bf16", "keras_hub", "keras_hub+xla", "original"]
 
 
+def _peer_calls(peer, c, args, train_batch):
+  """-> {"train": fn, "b1": fn, "b32": fn} (each runs one step or one forward pass) and the
+  TF1 sessions to close. Raises ImportError if the peer is not installed."""
+  seq, predictions = args.seq, args.predictions
+  calls, sessions = {}, []
+  if peer == "original":
+    calls["train"], sess = original_peer(c, args.batch, seq, predictions, True)
+    sessions.append(sess)
+    for batch in (1, 32):
+      calls["b%d" % batch], sess = original_peer(c, batch, seq, predictions, False)
+      sessions.append(sess)
+    return calls, sessions
+  bf16 = "bf16" in peer
+  if peer.startswith("ours"):
+    train, encode, _ = ours(c, "mixed_bfloat16" if bf16 else "float32", "xla" in peer)
+  else:
+    train, encode = keras_hub_peer(c, "xla" in peer)
+  features = {k: tf.constant(v) for k, v in train_batch.items()}
+  calls["train"] = lambda: train(features).numpy()
+  for batch in (1, 32):
+    data = make_batch(c, batch, seq, predictions, seed=batch)
+    inputs = {k: tf.constant(data[k]) for k in ("input_ids", "input_mask", "segment_ids")}
+    calls["b%d" % batch] = (lambda inputs: lambda: [t.numpy() for t in encode(inputs)])(inputs)
+  return calls, sessions
+
+
 def bench_config(name, args, peaks, results):
+  """Builds every peer of one config, then times them in interleaved rounds.
+
+  Each round runs every peer in turn (the order rotates from round to round), so a slow
+  phase of a shared machine falls on all peers alike instead of on whichever ran then;
+  each figure is the median over all rounds.
+  """
   c = modeling.BertConfig.from_dict(dict(modeling.BertConfig(0).to_dict(), **CONFIGS[name]))
   seq, predictions = args.seq, args.predictions
   train_batch = make_batch(c, args.batch, seq, predictions)
-  train_flops = training_flops(c, args.batch, seq, predictions)
+  flops = {"train": training_flops(c, args.batch, seq, predictions),
+           "b1": encoder_flops(c, 1, seq), "b32": encoder_flops(c, 32, seq)}
+  built, rows, all_sessions = {}, {}, []
   for peer in args.peers:
-    row = {"config": name, "peer": peer}
-    bf16 = "bf16" in peer
-    peak = peaks["bfloat16" if bf16 else "float32"]
+    rows[peer] = {"config": name, "peer": peer,
+                  "_peak": peaks["bfloat16" if "bf16" in peer else "float32"]}
     try:
-      sessions = []
-      if peer.startswith("ours"):
-        train, encode, _ = ours(c, "mixed_bfloat16" if bf16 else "float32", "xla" in peer)
-      elif peer.startswith("keras_hub"):
-        train, encode = keras_hub_peer(c, "xla" in peer)
-      else:
-        train = encode = None
-      # Training throughput.
-      if peer == "original":
-        step, sess = original_peer(c, args.batch, seq, predictions, True)
-        sessions.append(sess)
-      else:
-        features = {k: tf.constant(v) for k, v in train_batch.items()}
-        step = lambda: train(features).numpy()  # noqa: E731
-      seconds = timed(step, args.warmup, args.steps)
-      row["train_seq_per_s"] = args.batch / seconds
-      row["train_mfu"] = train_flops / seconds / (peak * 1e9)
-      # Encoder latency.
-      for batch in (1, 32):
-        flops = encoder_flops(c, batch, seq)
-        data = make_batch(c, batch, seq, predictions, seed=batch)
-        if peer == "original":
-          run, sess = original_peer(c, batch, seq, predictions, False)
-          sessions.append(sess)
-        else:
-          inputs = {k: tf.constant(data[k]) for k in ("input_ids", "input_mask", "segment_ids")}
-          run = lambda: [t.numpy() for t in encode(inputs)]  # noqa: E731
-        seconds = timed(run, args.warmup, args.latency_reps)
-        row["latency_b%d_ms" % batch] = seconds * 1e3
-        row["latency_b%d_mfu" % batch] = flops / seconds / (peak * 1e9)
-      for sess in sessions:
-        sess.close()
+      calls, sessions = _peer_calls(peer, c, args, train_batch)
+      all_sessions += sessions
+      for fn in calls.values():   # compiles, then warms up
+        for _ in range(args.warmup):
+          fn()
+      built[peer] = calls
+      print("%-6s %-14s built" % (name, peer), flush=True)
     except ImportError as e:
-      row["skipped"] = str(e).splitlines()[0][:120]
-    row["_peak"] = peak
+      rows[peer]["skipped"] = str(e).splitlines()[0][:120]
+  times = {(peer, key): [] for peer in built for key in ("train", "b1", "b32")}
+  reps = {"train": args.steps, "b1": args.latency_reps, "b32": args.latency_reps}
+  order = list(built)
+  for r in range(args.rounds if order else 0):
+    for peer in order[r % len(order):] + order[:r % len(order)]:
+      for key, fn in built[peer].items():
+        for _ in range(max(1, reps[key] // args.rounds)):
+          start = time.perf_counter()
+          fn()
+          times[peer, key].append(time.perf_counter() - start)
+  for peer in args.peers:
+    row = rows[peer]
+    if peer in built:
+      seconds = statistics.median(times[peer, "train"])
+      row["train_seq_per_s"] = args.batch / seconds
+      row["train_mfu"] = flops["train"] / seconds / (row["_peak"] * 1e9)
+      for batch in (1, 32):
+        seconds = statistics.median(times[peer, "b%d" % batch])
+        row["latency_b%d_ms" % batch] = seconds * 1e3
+        row["latency_b%d_mfu" % batch] = flops["b%d" % batch] / seconds / (row["_peak"] * 1e9)
     results.append(row)
     print(_format_row(row), flush=True)
-    keras.backend.clear_session()
-    gc.collect()
+  for sess in all_sessions:
+    sess.close()
+  built.clear()
+  keras.backend.clear_session()
+  gc.collect()
 
 
 def loss_curve(args):
@@ -337,13 +357,16 @@ def main():
   parser.add_argument("--warmup", type=int, default=3)
   parser.add_argument("--steps", type=int, default=10)
   parser.add_argument("--latency_reps", type=int, default=10)
+  parser.add_argument("--rounds", type=int, default=5,
+                      help="interleaved rounds over the peers (--steps and --latency_reps are "
+                           "split among them)")
   parser.add_argument("--curve_config", default="small")
   parser.add_argument("--curve_steps", type=int, default=30)
   parser.add_argument("--quick", action="store_true",
                       help="tiny config, 2 warmup + 3 timed steps: checks the script works")
   args = parser.parse_args()
   if args.quick:
-    args.configs, args.warmup, args.steps, args.latency_reps = "tiny", 2, 3, 3
+    args.configs, args.warmup, args.steps, args.latency_reps, args.rounds = "tiny", 2, 3, 3, 3
     args.curve_config, args.curve_steps = "tiny", 6
   args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
   unknown = sorted(set(args.peers) - set(PEERS + ["ours bf16+xla"]))
@@ -382,18 +405,27 @@ def main():
   print("final table (MFU against the peak above):")
   print(markdown_table(results))
   summary = summarize(results)
-  for name, s in summary.items():
-    print("%s: fastest float32 peer %s %.2f seq/s; ours float32 %.2f (x%.2f), ours bf16 %.2f "
-          "(x%.2f)" % (name, s["fastest_peer"], s["fastest_peer_seq_per_s"],
-                       s["ours_float32_seq_per_s"], s["ours_float32_vs_peer"],
-                       s["ours_bf16_seq_per_s"], s["ours_bf16_vs_peer"]))
+  for name, rows in summary.items():
+    for row_name, e in rows.items():
+      print("%s %s: fastest float32 peer %s %.2f; %s %.2f (x%.2f)%s" % (
+          name, row_name, e["fastest_peer"], e["fastest_peer_value"], e["ours_float32"],
+          e["ours_float32_value"], e["ours_float32_speedup"],
+          ", ours bf16 %.2f (x%.2f)" % (e["ours_bf16_value"], e["ours_bf16_speedup"])
+          if "ours_bf16_value" in e else ""))
   print(json.dumps({"matmul_gflops": peaks, "batch": args.batch, "seq": args.seq,
                     "results": results, "summary": summary, "loss_curve": curve}))
 
 
 def summarize(results):
-  """Per config: the fastest float32 peer's training throughput against ours."""
+  """Per config and row: the fastest float32 peer against ours (float32 and bf16).
+
+  Ratios are speedups (> 1: ours is faster): throughput / peer's throughput for training,
+  peer's latency / our latency for the latency rows. "ours float32" is the better of ours
+  with and without XLA.
+  """
   summary = {}
+  rows_of = {"train": ("train_seq_per_s", True), "latency_b1": ("latency_b1_ms", False),
+             "latency_b32": ("latency_b32_ms", False)}
   for name in sorted({r["config"] for r in results}):
     rows = [r for r in results if r["config"] == name and "skipped" not in r]
     peers = [r for r in rows if not r["peer"].startswith("ours")]
@@ -401,15 +433,20 @@ def summarize(results):
     ours_bf16 = [r for r in rows if r["peer"].startswith("ours") and "bf16" in r["peer"]]
     if not (peers and ours_fp32):
       continue
-    best = max(peers, key=lambda r: r["train_seq_per_s"])
-    fp32 = max(r["train_seq_per_s"] for r in ours_fp32)
-    bf16 = max([r["train_seq_per_s"] for r in ours_bf16] or [float("nan")])
-    summary[name] = {"fastest_peer": best["peer"],
-                     "fastest_peer_seq_per_s": best["train_seq_per_s"],
-                     "ours_float32_seq_per_s": fp32,
-                     "ours_float32_vs_peer": fp32 / best["train_seq_per_s"],
-                     "ours_bf16_seq_per_s": bf16,
-                     "ours_bf16_vs_peer": bf16 / best["train_seq_per_s"]}
+    summary[name] = {}
+    for row_name, (key, higher_is_better) in rows_of.items():
+      pick = max if higher_is_better else min
+      speed = (lambda v: v) if higher_is_better else (lambda v: 1.0 / v)
+      best = pick(peers, key=lambda r: r[key])
+      fp32 = pick(ours_fp32, key=lambda r: r[key])
+      entry = {"fastest_peer": best["peer"], "fastest_peer_value": best[key],
+               "ours_float32": fp32["peer"], "ours_float32_value": fp32[key],
+               "ours_float32_speedup": speed(fp32[key]) / speed(best[key])}
+      if ours_bf16:
+        bf16 = pick(ours_bf16, key=lambda r: r[key])
+        entry.update(ours_bf16_value=bf16[key],
+                     ours_bf16_speedup=speed(bf16[key]) / speed(best[key]))
+      summary[name][row_name] = entry
   return summary
 
 
