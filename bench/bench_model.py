@@ -270,7 +270,8 @@ def bench_config(name, args, peaks, results):
     except ImportError as e:
       rows[peer]["skipped"] = str(e).splitlines()[0][:120]
   times = {(peer, key): [] for peer in built for key in ("train", "b1", "b32")}
-  reps = {"train": args.steps, "b1": args.latency_reps, "b32": args.latency_reps}
+  # Batch-1 calls are short and their times scatter most: five times as many of them.
+  reps = {"train": args.steps, "b1": 5 * args.latency_reps, "b32": args.latency_reps}
   order = list(built)
   for r in range(args.rounds if order else 0):
     for peer in order[r % len(order):] + order[:r % len(order)]:
