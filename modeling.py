@@ -5,7 +5,8 @@ Read top to bottom:
   2. activations                     gelu (tanh form, the original's), gelu_exact (erf form)
   3. layers                          Dense, LayerNorm, Embeddings, SelfAttention, FeedForward,
                                      TransformerBlock, Pooler, MaskedLMHead, NextSentenceHead
-  4. models                          BertModel (the encoder), BertPretrainer (encoder + MLM/NSP)
+  4. models                          BertModel (the encoder), BertPretrainer (encoder + MLM/NSP),
+                                     BertClassifier (encoder + run_classifier head)
   5. losses                          masked_lm_loss, next_sentence_loss (float32)
   6. checkpoints                     tf1_variable_map (THE name table), load_checkpoint,
                                      save_tf1_checkpoint, safetensors / pytorch_model.bin readers
@@ -665,6 +666,76 @@ class BertPretrainer(keras.Model):
     return BertModel.from_config.__func__(cls, config)
 
 
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class ClassifierHead(keras.layers.Layer):
+  """run_classifier's head: dropout 0.1 (fixed, not the config's; training only) on the pooled
+  output [B, H], then logits = pooled . output_weights^T + output_bias -> float32 [B, num_labels].
+
+  output_weights [num_labels, H] (truncated normal, stddev 0.02 fixed) and output_bias
+  [num_labels] (zeros) are the original's root-scope TF1 variables of the same names.
+  """
+
+  def __init__(self, config, num_labels, **kwargs):
+    super().__init__(**kwargs)
+    self.config = _as_config(config)
+    self.num_labels = int(num_labels)
+    self.dropout = Dropout(0.1, dtype=self.dtype_policy)
+
+  def build(self, input_shape=None):
+    self.output_weights = self.add_weight(
+        name="output_weights", shape=(self.num_labels, self.config.hidden_size),
+        initializer=keras.initializers.TruncatedNormal(stddev=0.02))
+    self.output_bias = self.add_weight(name="output_bias", shape=(self.num_labels,),
+                                       initializer="zeros")
+
+  def call(self, pooled_output, training=None):
+    x = self.dropout(pooled_output, training=training)
+    logits = ops.matmul(x, ops.transpose(ops.cast(self.output_weights, x.dtype)))
+    return ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
+
+  def get_config(self):
+    return {**super().get_config(), "config": self.config.to_dict(),
+            "num_labels": self.num_labels}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class BertClassifier(keras.Model):
+  """BertModel plus run_classifier's head (ClassifierHead).
+
+  Inputs: BertModel's dict. Returns BertModel's dict plus "logits" float32 [B, num_labels];
+  loss: classifier_loss below. TF1 names: bert/* and the root-scope output_weights /
+  output_bias (tf1_variable_map), so the original's fine-tuned checkpoints load and ours
+  load in the original.
+  """
+
+  def __init__(self, config, num_labels, **kwargs):
+    kwargs.setdefault("name", "bert_classifier")
+    super().__init__(**kwargs)
+    self.config = c = _as_config(config)
+    self.num_labels = int(num_labels)
+    self.bert = BertModel(c, dtype=self.dtype_policy)
+    self.classifier = ClassifierHead(c, num_labels, name="classifier", dtype=self.dtype_policy)
+    self.build()
+
+  def build(self, input_shape=None):
+    self.classifier.build()
+
+  def call(self, inputs, training=None):
+    outputs = dict(self.bert(inputs, training=training))
+    outputs["logits"] = self.classifier(outputs["pooled_output"], training=training)
+    return outputs
+
+  def get_config(self):
+    return {**BertModel.get_config(self), "num_labels": self.num_labels}
+
+  @classmethod
+  def from_config(cls, config):
+    config = dict(config)
+    if isinstance(config.get("dtype"), dict):
+      config["dtype"] = keras.saving.deserialize_keras_object(config["dtype"])
+    return cls(BertConfig.from_dict(config.pop("config")), config.pop("num_labels"), **config)
+
+
 # ----------------------------------------------------------------------------------------------
 # 5. Losses (float32)
 # ----------------------------------------------------------------------------------------------
@@ -685,6 +756,14 @@ def next_sentence_loss(logits, labels):
   log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
   labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
   return -tf.reduce_mean(tf.gather(log_probs, labels, batch_dims=1))
+
+
+def classifier_loss(logits, label_ids):
+  """Per-example -log softmax(logits)[label]: logits [B, N], label_ids int [B] -> float32 [B]
+  (the original's per_example_loss; its "loss" is the batch mean)."""
+  log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+  labels = tf.reshape(tf.cast(label_ids, tf.int32), [-1])
+  return -tf.gather(log_probs, labels, batch_dims=1)
 
 
 def pretraining_loss(outputs, features):
@@ -719,7 +798,8 @@ def tf1_variable_map(model):
   """{TF1 checkpoint name: keras variable}, the one name table (spec section 3).
 
   For a BertModel, the bert/* names; for a BertPretrainer (or any model with a `bert`
-  attribute and optional `masked_lm` / `next_sentence` heads) also the cls/* names.
+  attribute and optional `masked_lm` / `next_sentence` heads) also the cls/* names; for a
+  BertClassifier (a `classifier` head) also the root-scope output_weights / output_bias.
   Kernels are [in, out] on both sides; cls/seq_relationship/output_weights is [2, H] on both.
   """
   bert = _encoder_of(model)
@@ -750,6 +830,10 @@ def tf1_variable_map(model):
   if nsp is not None:
     names["cls/seq_relationship/output_weights"] = nsp.output_weights
     names["cls/seq_relationship/output_bias"] = nsp.output_bias
+  head = getattr(model, "classifier", None)
+  if head is not None:  # run_classifier's root-scope variables
+    names["output_weights"] = head.output_weights
+    names["output_bias"] = head.output_bias
   return names
 
 

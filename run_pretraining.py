@@ -261,18 +261,7 @@ def run(o, strategy=None):
   chief = training.is_chief(strategy)
 
   def init_fn():
-    if not o.init_checkpoint:
-      return
-    path = o.init_checkpoint
-    if tf.io.gfile.isdir(path):
-      path = training.latest_checkpoint(path) or path
-    # One of our training checkpoints (model.ckpt-N): model variables by TF1 name.
-    restored = training.restore_model_variables(path, modeling.tf1_variable_map(model))
-    if restored:
-      logging.info("init_checkpoint: restored %d variables from %s", restored, path)
-    else:  # Google's TF1 checkpoints, our exports, HuggingFace weights
-      result = modeling.load_checkpoint(model, o.init_checkpoint)
-      logging.info("init_checkpoint: %s", result)
+    training.warm_start(model, o.init_checkpoint)
 
   if o.do_train:
     logging.info("***** Running training *****")

@@ -307,6 +307,30 @@ def restore_model_variables(path, names):
   return len(present)
 
 
+def warm_start(model, init_checkpoint):
+  """--init_checkpoint: loads the model's variables from `init_checkpoint` (a file prefix or
+  a directory, whose newest model.ckpt-N is used). One of our training checkpoints
+  (model.ckpt-N) gives every variable of modeling.tf1_variable_map(model) it holds;
+  anything else (Google's TF1 checkpoints, our exports, HuggingFace weights) goes through
+  modeling.load_checkpoint. Variables absent from the checkpoint (e.g. a new task head)
+  keep their initial values. Raises modeling.CheckpointError (a ValueError) on a mismatch."""
+  try:
+    from . import modeling  # pylint: disable=import-outside-toplevel
+  except ImportError:  # run as a script from the clone
+    import modeling  # pylint: disable=import-outside-toplevel
+  if not init_checkpoint:
+    return
+  path = init_checkpoint
+  if tf.io.gfile.isdir(path):
+    path = latest_checkpoint(path) or path
+  restored = restore_model_variables(path, modeling.tf1_variable_map(model))
+  if restored:
+    logging.info("init_checkpoint: restored %d variables from %s", restored, path)
+  else:
+    result = modeling.load_checkpoint(model, init_checkpoint)
+    logging.info("init_checkpoint: %s", result)
+
+
 def make_checkpoint_manager(checkpoint, directory, max_to_keep=5):
   """Files <directory>/model.ckpt-<step>.{index,data-*} plus the "checkpoint"
   state file. A checkpoint becomes visible to latest_checkpoint only once the

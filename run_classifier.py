@@ -1,0 +1,658 @@
+# coding=utf-8
+"""BERT fine-tuning on sentence (pair) classification: GLUE MRPC, CoLA, MNLI and XNLI
+(the original run_classifier.py).
+
+Same flags, defaults, processors, features, TFRecords (train/eval/predict.tf_record),
+eval_results.txt and test_results.tsv as the original; the TPUEstimator is replaced by
+training.py's loop and strategies (checkpoints model.ckpt-N in --output_dir, resumable).
+
+  python run_classifier.py --task_name=MRPC --do_train=true --do_eval=true \
+    --data_dir=$GLUE_DIR/MRPC --vocab_file=$BERT_BASE_DIR/vocab.txt \
+    --bert_config_file=$BERT_BASE_DIR/bert_config.json \
+    --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt --max_seq_length=128 \
+    --train_batch_size=32 --learning_rate=2e-5 --num_train_epochs=3.0 \
+    --output_dir=/tmp/mrpc_output/
+"""
+
+import csv
+import os
+import types
+
+from absl import app
+from absl import flags
+from absl import logging
+import keras
+import numpy as np
+import tensorflow as tf
+
+try:
+  from . import modeling
+  from . import optimization
+  from . import tokenization
+  from . import training
+except ImportError:  # run as a script from the clone
+  import modeling
+  import optimization
+  import tokenization
+  import training
+
+# Programmatic defaults = the flags' defaults (see define_flags).
+DEFAULTS = dict(
+    data_dir=None, bert_config_file=None, task_name=None, vocab_file=None, output_dir=None,
+    init_checkpoint=None, do_lower_case=True, max_seq_length=128, do_train=False,
+    do_eval=False, do_predict=False, train_batch_size=32, eval_batch_size=8,
+    predict_batch_size=8, learning_rate=5e-5, num_train_epochs=3.0, warmup_proportion=0.1,
+    save_checkpoints_steps=1000, iterations_per_loop=1000, use_tpu=False, tpu_name=None,
+    tpu_zone=None, gcp_project=None, master=None, num_tpu_cores=8, tpu_job_name=None,
+    # beyond the original
+    distribution_strategy=None, dtype="float32", use_xla=None,
+    gradient_accumulation_steps=1, optimizer="adamw", keep_checkpoint_max=5, seed=12345)
+
+
+def options(**overrides):
+  """A namespace of all run() options: DEFAULTS updated with `overrides`."""
+  unknown = set(overrides) - set(DEFAULTS)
+  if unknown:
+    raise TypeError(f"unknown options {sorted(unknown)}")
+  return types.SimpleNamespace(**{**DEFAULTS, **overrides})
+
+
+def define_flags():
+  """The original's flags (same names, types and defaults) plus training.py's."""
+  flags.DEFINE_string(
+      "data_dir", None,
+      "The input data dir. Should contain the .tsv files (or other data files) for the task.")
+  flags.DEFINE_string(
+      "bert_config_file", None,
+      "The config json file corresponding to the pre-trained BERT model. "
+      "This specifies the model architecture.")
+  flags.DEFINE_string("task_name", None, "The name of the task to train.")
+  flags.DEFINE_string("vocab_file", None,
+                      "The vocabulary file that the BERT model was trained on.")
+  flags.DEFINE_string("output_dir", None,
+                      "The output directory where the model checkpoints will be written.")
+  flags.DEFINE_string("init_checkpoint", None,
+                      "Initial checkpoint (usually from a pre-trained BERT model).")
+  flags.DEFINE_bool(
+      "do_lower_case", True,
+      "Whether to lower case the input text. Should be True for uncased "
+      "models and False for cased models.")
+  flags.DEFINE_integer(
+      "max_seq_length", 128,
+      "The maximum total input sequence length after WordPiece tokenization. "
+      "Sequences longer than this will be truncated, and sequences shorter "
+      "than this will be padded.")
+  flags.DEFINE_bool("do_train", False, "Whether to run training.")
+  flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
+  flags.DEFINE_bool("do_predict", False,
+                    "Whether to run the model in inference mode on the test set.")
+  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
+  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
+  flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.")
+  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.")
+  flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
+  flags.DEFINE_float(
+      "warmup_proportion", 0.1,
+      "Proportion of training to perform linear learning rate warmup for. "
+      "E.g., 0.1 = 10% of training.")
+  flags.DEFINE_integer("save_checkpoints_steps", 1000,
+                       "How often to save the model checkpoint.")
+  flags.DEFINE_integer("iterations_per_loop", 1000,
+                       "How many steps to make in each estimator call (here: training "
+                       "steps per compiled loop, and per log line).")
+  training.define_tpu_flags()
+  # bert-tensorflow 1.0.4's extra TPU flag: accepted (TPUStrategy finds the TPU workers).
+  flags.DEFINE_string("tpu_job_name", None,
+                      "Name of TPU worker, if anything other than 'tpu_worker'")
+  training.define_training_flags()
+  for name in ("data_dir", "task_name", "vocab_file", "bert_config_file", "output_dir"):
+    flags.mark_flag_as_required(name)
+
+
+# ----------------------------------------------------------------------------
+# Examples and processors (spec 7.2 / 7.3).
+
+class InputExample(object):
+  """A single training/test example: guid, text_a, optional text_b (pair tasks) and the
+  label string (test examples carry a dummy label)."""
+
+  def __init__(self, guid, text_a, text_b=None, label=None):
+    self.guid = guid
+    self.text_a = text_a
+    self.text_b = text_b
+    self.label = label
+
+
+class PaddingInputExample(object):
+  """A fake example padding the eval/predict sets to a multiple of the batch size on TPU;
+  its features are all zeros with is_real_example False."""
+
+
+class InputFeatures(object):
+  """The features of one example (lists of max_seq_length ints, an int label id)."""
+
+  def __init__(self, input_ids, input_mask, segment_ids, label_id, is_real_example=True):
+    self.input_ids = input_ids
+    self.input_mask = input_mask
+    self.segment_ids = segment_ids
+    self.label_id = label_id
+    self.is_real_example = is_real_example
+
+
+class DataProcessor(object):
+  """Base class of the data converters of the sequence classification data sets."""
+
+  def get_train_examples(self, data_dir):
+    """A list of InputExample for the train set."""
+    raise NotImplementedError()
+
+  def get_dev_examples(self, data_dir):
+    """A list of InputExample for the dev set."""
+    raise NotImplementedError()
+
+  def get_test_examples(self, data_dir):
+    """A list of InputExample for prediction."""
+    raise NotImplementedError()
+
+  def get_labels(self):
+    """The list of label strings (index = label id)."""
+    raise NotImplementedError()
+
+  @classmethod
+  def _read_tsv(cls, input_file, quotechar=None):
+    """Rows (lists of strings) of a tab separated file; quotechar None = no quoting (a
+    double quote is an ordinary character). Read through a text-mode GFile, as the
+    original (which drops every "\\r"). A missing file raises ValueError naming it."""
+    if not tf.io.gfile.exists(input_file):
+      raise ValueError(f"--data_dir: no such file {input_file}")
+    with tf.io.gfile.GFile(input_file, "r") as f:
+      reader = csv.reader(f, delimiter="\t", quotechar=quotechar)
+      return [row for row in reader]
+
+
+def _u(text):
+  return tokenization.convert_to_unicode(text)
+
+
+class XnliProcessor(DataProcessor):
+  """XNLI, Chinese only (train from multinli/multinli.train.zh.tsv, dev from xnli.dev.tsv)."""
+
+  def __init__(self):
+    self.language = "zh"
+
+  def get_train_examples(self, data_dir):
+    lines = self._read_tsv(
+        os.path.join(data_dir, "multinli", "multinli.train.%s.tsv" % self.language))
+    examples = []
+    for (i, line) in enumerate(lines):
+      if i == 0:
+        continue
+      label = _u(line[2])
+      if label == _u("contradictory"):
+        label = _u("contradiction")
+      examples.append(InputExample(guid="train-%d" % i, text_a=_u(line[0]),
+                                   text_b=_u(line[1]), label=label))
+    return examples
+
+  def get_dev_examples(self, data_dir):
+    lines = self._read_tsv(os.path.join(data_dir, "xnli.dev.tsv"))
+    examples = []
+    for (i, line) in enumerate(lines):
+      if i == 0:
+        continue
+      if _u(line[0]) != _u(self.language):
+        continue
+      examples.append(InputExample(guid="dev-%d" % i, text_a=_u(line[6]),
+                                   text_b=_u(line[7]), label=_u(line[1])))
+    return examples
+
+  def get_labels(self):
+    return ["contradiction", "entailment", "neutral"]
+
+
+class MnliProcessor(DataProcessor):
+  """MultiNLI (GLUE; matched dev and test sets)."""
+
+  def get_train_examples(self, data_dir):
+    return self._create_examples(self._read_tsv(os.path.join(data_dir, "train.tsv")), "train")
+
+  def get_dev_examples(self, data_dir):
+    return self._create_examples(
+        self._read_tsv(os.path.join(data_dir, "dev_matched.tsv")), "dev_matched")
+
+  def get_test_examples(self, data_dir):
+    return self._create_examples(
+        self._read_tsv(os.path.join(data_dir, "test_matched.tsv")), "test")
+
+  def get_labels(self):
+    return ["contradiction", "entailment", "neutral"]
+
+  def _create_examples(self, lines, set_type):
+    examples = []
+    for (i, line) in enumerate(lines):
+      if i == 0:
+        continue
+      guid = "%s-%s" % (set_type, _u(line[0]))
+      label = _u("contradiction") if set_type == "test" else _u(line[-1])
+      examples.append(InputExample(guid=guid, text_a=_u(line[8]), text_b=_u(line[9]),
+                                   label=label))
+    return examples
+
+
+class MrpcProcessor(DataProcessor):
+  """MRPC (GLUE): sentence pairs, labels "0" / "1"."""
+
+  def get_train_examples(self, data_dir):
+    return self._create_examples(self._read_tsv(os.path.join(data_dir, "train.tsv")), "train")
+
+  def get_dev_examples(self, data_dir):
+    return self._create_examples(self._read_tsv(os.path.join(data_dir, "dev.tsv")), "dev")
+
+  def get_test_examples(self, data_dir):
+    return self._create_examples(self._read_tsv(os.path.join(data_dir, "test.tsv")), "test")
+
+  def get_labels(self):
+    return ["0", "1"]
+
+  def _create_examples(self, lines, set_type):
+    examples = []
+    for (i, line) in enumerate(lines):
+      if i == 0:
+        continue
+      label = _u("0") if set_type == "test" else _u(line[0])
+      examples.append(InputExample(guid="%s-%s" % (set_type, i), text_a=_u(line[3]),
+                                   text_b=_u(line[4]), label=label))
+    return examples
+
+
+class ColaProcessor(DataProcessor):
+  """CoLA (GLUE): single sentences, labels "0" / "1"; only the test file has a header."""
+
+  def get_train_examples(self, data_dir):
+    return self._create_examples(self._read_tsv(os.path.join(data_dir, "train.tsv")), "train")
+
+  def get_dev_examples(self, data_dir):
+    return self._create_examples(self._read_tsv(os.path.join(data_dir, "dev.tsv")), "dev")
+
+  def get_test_examples(self, data_dir):
+    return self._create_examples(self._read_tsv(os.path.join(data_dir, "test.tsv")), "test")
+
+  def get_labels(self):
+    return ["0", "1"]
+
+  def _create_examples(self, lines, set_type):
+    examples = []
+    for (i, line) in enumerate(lines):
+      if set_type == "test" and i == 0:
+        continue
+      if set_type == "test":
+        text_a, label = _u(line[1]), _u("0")
+      else:
+        text_a, label = _u(line[3]), _u(line[1])
+      examples.append(InputExample(guid="%s-%s" % (set_type, i), text_a=text_a, text_b=None,
+                                   label=label))
+    return examples
+
+
+PROCESSORS = {"cola": ColaProcessor, "mnli": MnliProcessor, "mrpc": MrpcProcessor,
+              "xnli": XnliProcessor}
+
+
+# ----------------------------------------------------------------------------
+# Features (spec 7.4).
+
+def _truncate_seq_pair(tokens_a, tokens_b, max_length):
+  """Truncates the pair in place to at most max_length tokens in total, one token at a
+  time from the end of the longer list (tokens_b on ties)."""
+  while len(tokens_a) + len(tokens_b) > max_length:
+    longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+    longer.pop()
+
+
+def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer):
+  """InputExample -> InputFeatures: [CLS] a [SEP] (segment 0) [b [SEP]] (segment 1),
+  zero-padded to max_seq_length. Logs the first 5 examples."""
+  if isinstance(example, PaddingInputExample):
+    return InputFeatures(input_ids=[0] * max_seq_length, input_mask=[0] * max_seq_length,
+                         segment_ids=[0] * max_seq_length, label_id=0, is_real_example=False)
+  label_map = {label: i for i, label in enumerate(label_list)}
+  tokens_a = tokenizer.tokenize(example.text_a)
+  tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
+  if tokens_b:
+    _truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)  # [CLS], [SEP], [SEP]
+  elif len(tokens_a) > max_seq_length - 2:                       # [CLS], [SEP]
+    tokens_a = tokens_a[:max_seq_length - 2]
+
+  tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
+  segment_ids = [0] * len(tokens)
+  if tokens_b:
+    tokens += tokens_b + ["[SEP]"]
+    segment_ids += [1] * (len(tokens_b) + 1)
+  input_ids = tokenizer.convert_tokens_to_ids(tokens)
+  input_mask = [1] * len(input_ids)
+  padding = max_seq_length - len(input_ids)
+  input_ids = input_ids + [0] * padding
+  input_mask = input_mask + [0] * padding
+  segment_ids = segment_ids + [0] * padding
+  assert len(input_ids) == max_seq_length
+  assert len(input_mask) == max_seq_length
+  assert len(segment_ids) == max_seq_length
+
+  label_id = label_map[example.label]
+  if ex_index < 5:
+    logging.info("*** Example ***")
+    logging.info("guid: %s", example.guid)
+    logging.info("tokens: %s", " ".join(tokenization.printable_text(t) for t in tokens))
+    logging.info("input_ids: %s", " ".join(str(x) for x in input_ids))
+    logging.info("input_mask: %s", " ".join(str(x) for x in input_mask))
+    logging.info("segment_ids: %s", " ".join(str(x) for x in segment_ids))
+    logging.info("label: %s (id = %d)", example.label, label_id)
+  return InputFeatures(input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
+                       label_id=label_id, is_real_example=True)
+
+
+def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer):
+  """A list of InputFeatures (the original keeps this for in-memory input)."""
+  features = []
+  for (ex_index, example) in enumerate(examples):
+    if ex_index % 10000 == 0:
+      logging.info("Writing example %d of %d", ex_index, len(examples))
+    features.append(convert_single_example(ex_index, example, label_list, max_seq_length,
+                                           tokenizer))
+  return features
+
+
+def _int64_feature(values):
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
+                                            output_file):
+  """Writes one tf.train.Example per example (int64 input_ids, input_mask, segment_ids [S],
+  label_ids [1], is_real_example [1]) to output_file (via a temporary name)."""
+  tmp = output_file + ".tmp"
+  with tf.io.TFRecordWriter(tmp) as writer:
+    for (ex_index, example) in enumerate(examples):
+      if ex_index % 10000 == 0:
+        logging.info("Writing example %d of %d", ex_index, len(examples))
+      feature = convert_single_example(ex_index, example, label_list, max_seq_length,
+                                       tokenizer)
+      features = {
+          "input_ids": _int64_feature(feature.input_ids),
+          "input_mask": _int64_feature(feature.input_mask),
+          "segment_ids": _int64_feature(feature.segment_ids),
+          "label_ids": _int64_feature([feature.label_id]),
+          "is_real_example": _int64_feature([int(feature.is_real_example)]),
+      }
+      writer.write(tf.train.Example(
+          features=tf.train.Features(feature=features)).SerializeToString())
+  tf.io.gfile.rename(tmp, output_file, overwrite=True)
+
+
+def decode_fn(seq_length):
+  """Serialized tf.train.Example -> dict of int32 tensors (label_ids, is_real_example
+  scalars), as the original's file_based_input_fn_builder."""
+  spec = {
+      "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "label_ids": tf.io.FixedLenFeature([], tf.int64),
+      "is_real_example": tf.io.FixedLenFeature([], tf.int64),
+  }
+
+  def decode(record):
+    example = tf.io.parse_single_example(record, spec)
+    return {k: tf.cast(v, tf.int32) for k, v in example.items()}
+
+  return decode
+
+
+# ----------------------------------------------------------------------------
+# Training loss (spec 7.5).
+
+class ClassifierTask(training.Task):
+  """The batch mean of the per-example loss, over the GLOBAL batch (whatever the replica
+  count or accumulation), as the original's single-device loss."""
+
+  train_stat_names = ("loss",)
+
+  def model_inputs(self, batch):
+    return {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
+
+  def denominators(self, batch):
+    return {"examples": tf.cast(tf.shape(batch["input_ids"])[0], tf.float32)}
+
+  def loss(self, outputs, batch, denominators):
+    per_example = modeling.classifier_loss(outputs["logits"], batch["label_ids"])
+    loss = tf.reduce_sum(per_example) / denominators["examples"]
+    return loss, {"loss": loss}
+
+  def summarize_train(self, sums, steps):
+    return {"loss": sums["loss"] / steps}
+
+
+def predict_logits(model, record_file, seq_length, batch_size):
+  """Runs the model (inference) over every record of record_file in order; returns
+  (logits float32 [N, num_labels], label_ids int [N], is_real_example int [N], batch
+  boundaries list)."""
+  ds = tf.data.TFRecordDataset(record_file).map(decode_fn(seq_length)).batch(batch_size)
+
+  @tf.function
+  def step(batch):
+    return model(ClassifierTask().model_inputs(batch), training=False)["logits"]
+
+  logits, labels, real, sizes = [], [], [], []
+  for batch in ds:
+    logits.append(step(batch).numpy())
+    labels.append(batch["label_ids"].numpy())
+    real.append(batch["is_real_example"].numpy())
+    sizes.append(len(labels[-1]))
+  num_labels = model.num_labels
+  if not logits:
+    return np.zeros([0, num_labels], np.float32), np.zeros([0], np.int32), \
+        np.zeros([0], np.int32), []
+  return np.concatenate(logits), np.concatenate(labels), np.concatenate(real), sizes
+
+
+def log_softmax(logits):
+  """float32 [N, C] -> float32 [N, C] (NumPy)."""
+  logits = logits.astype(np.float64)
+  shifted = logits - logits.max(axis=-1, keepdims=True)
+  return (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))).astype(np.float32)
+
+
+def eval_metrics(logits, label_ids, is_real_example, batch_sizes, global_step):
+  """The original's eval results from the per-example logits: eval_accuracy and eval_loss
+  weighted by is_real_example; loss = mean over batches of the batch-mean per-example
+  loss (the Estimator's "loss", padding included); global_step. NumPy float32 / int64."""
+  per_example = -np.take_along_axis(log_softmax(logits), label_ids[:, None].astype(np.int64),
+                                    axis=1)[:, 0].astype(np.float64)
+  weights = is_real_example.astype(np.float64)
+  correct = (np.argmax(logits, axis=-1) == label_ids).astype(np.float64)
+  bounds = np.cumsum([0] + list(batch_sizes))
+  batch_losses = [per_example[a:b].mean() for a, b in zip(bounds[:-1], bounds[1:])]
+  return {
+      "eval_accuracy": np.float32((weights * correct).sum() / max(weights.sum(), 1e-12)),
+      "eval_loss": np.float32((weights * per_example).sum() / max(weights.sum(), 1e-12)),
+      "global_step": np.int64(global_step),
+      "loss": np.float32(np.mean(batch_losses) if batch_losses else 0.0),
+  }
+
+
+def softmax(logits):
+  """float32 [N, C] -> class probabilities float32 [N, C] (tf.nn.softmax, as the original)."""
+  return tf.nn.softmax(tf.constant(logits, tf.float32), axis=-1).numpy()
+
+
+# ----------------------------------------------------------------------------
+
+def _validate(o):
+  for name in ("data_dir", "task_name", "vocab_file", "bert_config_file", "output_dir"):
+    if not getattr(o, name):
+      raise ValueError(f"--{name} is required")
+  tokenization.validate_case_matches_checkpoint(o.do_lower_case, o.init_checkpoint)
+  if not o.do_train and not o.do_eval and not o.do_predict:
+    raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
+  for name in ("bert_config_file", "vocab_file"):
+    if not tf.io.gfile.exists(getattr(o, name)):
+      raise ValueError(f"--{name} {getattr(o, name)}: no such file")
+  for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
+               "iterations_per_loop", "gradient_accumulation_steps", "max_seq_length"):
+    if getattr(o, name) < 1:
+      raise ValueError(f"--{name}={getattr(o, name)}: must be >= 1")
+  if o.max_seq_length < 3:
+    raise ValueError(f"--max_seq_length={o.max_seq_length}: must be >= 3 ([CLS] a [SEP] b "
+                     "[SEP])")
+
+
+def run(o, strategy=None):
+  """Trains, evaluates and/or predicts as the original main(); returns a dict with the
+  eval results ("eval", or None) and the predicted probabilities ("predict", or None).
+
+  o: options(...) or the parsed FLAGS. strategy: a tf.distribute strategy (built from
+  the options when None).
+  """
+  _validate(o)
+  config = modeling.BertConfig.from_json_file(o.bert_config_file)
+  if o.max_seq_length > config.max_position_embeddings:
+    raise ValueError(
+        "Cannot use sequence length %d because the BERT model was only trained up to "
+        "sequence length %d" % (o.max_seq_length, config.max_position_embeddings))
+  tf.io.gfile.makedirs(o.output_dir)
+  task_name = o.task_name.lower()
+  if task_name not in PROCESSORS:
+    raise ValueError("Task not found: %s" % task_name)
+  processor = PROCESSORS[task_name]()
+  label_list = processor.get_labels()
+  tokenizer = tokenization.FullTokenizer(vocab_file=o.vocab_file,
+                                         do_lower_case=o.do_lower_case)
+  keras.utils.set_random_seed(o.seed)
+  if strategy is None:
+    strategy = training.build_strategy(
+        o.distribution_strategy, use_tpu=o.use_tpu, tpu_name=o.tpu_name, tpu_zone=o.tpu_zone,
+        gcp_project=o.gcp_project, master=o.master)
+  logging.info("Strategy %s with %d replica(s)", type(strategy).__name__,
+               strategy.num_replicas_in_sync)
+  chief = training.is_chief(strategy)
+
+  train_examples = None
+  num_train_steps = None
+  num_warmup_steps = None
+  if o.do_train:
+    train_examples = processor.get_train_examples(o.data_dir)
+    num_train_steps = int(len(train_examples) / o.train_batch_size * o.num_train_epochs)
+    num_warmup_steps = int(num_train_steps * o.warmup_proportion)
+    if num_train_steps < 1:
+      raise ValueError(
+          f"--num_train_epochs={o.num_train_epochs}: {len(train_examples)} training examples "
+          f"/ --train_batch_size={o.train_batch_size} x epochs gives 0 training steps")
+
+  training.set_dtype_policy(o.dtype)
+  with strategy.scope():
+    model = modeling.BertClassifier(config, len(label_list))
+    optimizer = optimization.create_optimizer(
+        o.learning_rate, num_train_steps or 1, num_warmup_steps or 0,
+        optimizer_type=o.optimizer)
+    if o.dtype == "float16":
+      optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+  task = ClassifierTask()
+  trainer = training.Trainer(strategy, model, optimizer, task,
+                             accumulation_steps=o.gradient_accumulation_steps,
+                             use_xla=(training.default_use_xla(strategy) if o.use_xla is None
+                                      else o.use_xla),
+                             loss_scale=o.dtype == "float16",
+                             variable_names=modeling.tf1_variable_map(model))
+
+  if o.do_train:
+    train_file = os.path.join(o.output_dir, "train.tf_record")
+    if chief:
+      file_based_convert_examples_to_features(train_examples, label_list, o.max_seq_length,
+                                              tokenizer, train_file)
+    logging.info("***** Running training *****")
+    logging.info("  Num examples = %d", len(train_examples))
+    logging.info("  Batch size = %d", o.train_batch_size)
+    logging.info("  Num steps = %d", num_train_steps)
+    per_replica = training.per_replica_batch_size(
+        o.train_batch_size, strategy, o.gradient_accumulation_steps, "--train_batch_size")
+    decode = decode_fn(o.max_seq_length)
+
+    def train_dataset(input_context, skip_records):
+      return training.training_dataset([train_file], decode, per_replica, input_context,
+                                       seed=o.seed, skip_records=skip_records)
+
+    def log(step, stats):
+      logging.info("step = %d, loss = %.5f, learning_rate = %.4g, examples/s = %.1f", step,
+                   stats["loss"], stats["learning_rate"], stats["sequences_per_sec"])
+
+    trainer.train(train_dataset, num_train_steps=num_train_steps,
+                  steps_per_loop=o.iterations_per_loop, output_dir=o.output_dir,
+                  save_checkpoints_steps=o.save_checkpoints_steps,
+                  keep_checkpoint_max=o.keep_checkpoint_max,
+                  init_fn=lambda: training.warm_start(model, o.init_checkpoint),
+                  global_batch_size=o.train_batch_size, log_fn=log)
+  elif not trainer.restore_latest(o.output_dir):
+    if o.init_checkpoint:
+      training.warm_start(model, o.init_checkpoint)
+    else:
+      logging.warning("No checkpoint in --output_dir %s and no --init_checkpoint: "
+                      "evaluating freshly initialised weights", o.output_dir)
+  global_step = int(trainer.global_step.numpy())
+  results = {"eval": None, "predict": None}
+
+  if o.do_eval:
+    eval_examples = processor.get_dev_examples(o.data_dir)
+    num_actual = len(eval_examples)
+    eval_file = os.path.join(o.output_dir, "eval.tf_record")
+    if chief:
+      file_based_convert_examples_to_features(eval_examples, label_list, o.max_seq_length,
+                                              tokenizer, eval_file)
+    logging.info("***** Running evaluation *****")
+    logging.info("  Num examples = %d (%d actual, %d padding)", len(eval_examples),
+                 num_actual, len(eval_examples) - num_actual)
+    logging.info("  Batch size = %d", o.eval_batch_size)
+    logits, labels, real, sizes = predict_logits(model, eval_file, o.max_seq_length,
+                                                 o.eval_batch_size)
+    metrics = eval_metrics(logits, labels, real, sizes, global_step)
+    logging.info("***** Eval results *****")
+    for key in sorted(metrics):
+      logging.info("  %s = %s", key, str(metrics[key]))
+    if chief:
+      training.write_text_atomic(os.path.join(o.output_dir, "eval_results.txt"),
+                                 training.format_results(metrics))
+    results["eval"] = metrics
+
+  if o.do_predict:
+    predict_examples = processor.get_test_examples(o.data_dir)
+    num_actual = len(predict_examples)
+    predict_file = os.path.join(o.output_dir, "predict.tf_record")
+    if chief:
+      file_based_convert_examples_to_features(predict_examples, label_list, o.max_seq_length,
+                                              tokenizer, predict_file)
+    logging.info("***** Running prediction*****")
+    logging.info("  Num examples = %d (%d actual, %d padding)", len(predict_examples),
+                 num_actual, len(predict_examples) - num_actual)
+    logging.info("  Batch size = %d", o.predict_batch_size)
+    logits, _, real, _ = predict_logits(model, predict_file, o.max_seq_length,
+                                        o.predict_batch_size)
+    probabilities = softmax(logits)[real.astype(bool)]
+    lines = ["\t".join(str(p) for p in row) + "\n" for row in probabilities]
+    assert len(lines) == num_actual
+    logging.info("***** Predict results *****")
+    if chief:
+      training.write_text_atomic(os.path.join(o.output_dir, "test_results.tsv"),
+                                 "".join(lines))
+    results["predict"] = probabilities
+  return results
+
+
+def main(_):
+  logging.set_verbosity(logging.INFO)
+  try:
+    run(flags.FLAGS)
+  except (ValueError, modeling.CheckpointError, tokenization.VocabError) as e:
+    raise SystemExit("error: " + " ".join(str(e).split())) from None
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)
