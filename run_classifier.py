@@ -16,6 +16,8 @@ training.py's loop and strategies (checkpoints model.ckpt-N in --output_dir, res
 
 import csv
 import os
+import shutil
+import tempfile
 import types
 
 from absl import app
@@ -534,7 +536,21 @@ def run(o, strategy=None):
   logging.info("Strategy %s with %d replica(s)", type(strategy).__name__,
                strategy.num_replicas_in_sync)
   chief = training.is_chief(strategy)
+  # The chief writes the TFRecords into output_dir, as the original; the other workers of a
+  # multi-worker run write the same records into a private temporary directory, so that no
+  # process reads a file that another is still writing.
+  record_dir = o.output_dir if chief else tempfile.mkdtemp(prefix="bert_keras_records_")
+  try:
+    return _train_eval_predict(o, strategy, config, processor, label_list, tokenizer, chief,
+                               record_dir)
+  finally:
+    if not chief:
+      shutil.rmtree(record_dir, ignore_errors=True)
 
+
+def _train_eval_predict(o, strategy, config, processor, label_list, tokenizer, chief,
+                        record_dir):
+  """run() after the checks: train, eval and predict as the flags ask."""
   train_examples = None
   num_train_steps = None
   num_warmup_steps = None
@@ -564,10 +580,9 @@ def run(o, strategy=None):
                              variable_names=modeling.tf1_variable_map(model))
 
   if o.do_train:
-    train_file = os.path.join(o.output_dir, "train.tf_record")
-    if chief:
-      file_based_convert_examples_to_features(train_examples, label_list, o.max_seq_length,
-                                              tokenizer, train_file)
+    train_file = os.path.join(record_dir, "train.tf_record")
+    file_based_convert_examples_to_features(train_examples, label_list, o.max_seq_length, tokenizer,
+                                            train_file)
     logging.info("***** Running training *****")
     logging.info("  Num examples = %d", len(train_examples))
     logging.info("  Batch size = %d", o.train_batch_size)
@@ -602,10 +617,9 @@ def run(o, strategy=None):
   if o.do_eval:
     eval_examples = processor.get_dev_examples(o.data_dir)
     num_actual = len(eval_examples)
-    eval_file = os.path.join(o.output_dir, "eval.tf_record")
-    if chief:
-      file_based_convert_examples_to_features(eval_examples, label_list, o.max_seq_length,
-                                              tokenizer, eval_file)
+    eval_file = os.path.join(record_dir, "eval.tf_record")
+    file_based_convert_examples_to_features(eval_examples, label_list, o.max_seq_length, tokenizer,
+                                            eval_file)
     logging.info("***** Running evaluation *****")
     logging.info("  Num examples = %d (%d actual, %d padding)", len(eval_examples),
                  num_actual, len(eval_examples) - num_actual)
@@ -624,10 +638,9 @@ def run(o, strategy=None):
   if o.do_predict:
     predict_examples = processor.get_test_examples(o.data_dir)
     num_actual = len(predict_examples)
-    predict_file = os.path.join(o.output_dir, "predict.tf_record")
-    if chief:
-      file_based_convert_examples_to_features(predict_examples, label_list, o.max_seq_length,
-                                              tokenizer, predict_file)
+    predict_file = os.path.join(record_dir, "predict.tf_record")
+    file_based_convert_examples_to_features(predict_examples, label_list, o.max_seq_length, tokenizer,
+                                            predict_file)
     logging.info("***** Running prediction*****")
     logging.info("  Num examples = %d (%d actual, %d padding)", len(predict_examples),
                  num_actual, len(predict_examples) - num_actual)

@@ -386,3 +386,66 @@ def test_flags_match_the_original():
   # The spec's 25 flags plus bert-tensorflow 1.0.4's tpu_job_name.
   assert len(want) == 26 and got == want
   assert {n: run_classifier.DEFAULTS[n] for n in want} == {n: v[0] for n, v in want.items()}
+
+
+_WORKER = """
+import json
+from absl import logging
+from bert_keras import run_classifier, training
+logging.set_verbosity(logging.INFO)
+strategy = training.build_strategy("multi_worker_mirrored")
+assert strategy.num_replicas_in_sync == 2
+results = run_classifier.run(run_classifier.options(**{options!r}), strategy)
+print("RESULT", json.dumps({{k: str(v) for k, v in results["eval"].items()}}), flush=True)
+"""
+
+
+def test_multi_worker_mirrored_two_processes(glue, vocab, tmp_path):
+  """Two workers on localhost (TF_CONFIG), one replica each: the chief writes the TFRecords
+  and result files in output_dir, the other writes its records in a private temporary
+  directory (removed at the end), and both end with the same eval results."""
+  import socket
+  ports = []
+  for _ in range(2):
+    with socket.socket() as s:
+      s.bind(("127.0.0.1", 0))
+      ports.append(s.getsockname()[1])
+  options = dict(task_name="MRPC", do_train=True, do_eval=True, data_dir=str(glue / "MRPC"),
+                 vocab_file=vocab, bert_config_file=str(glue / "bert_config.json"),
+                 max_seq_length=32, train_batch_size=16, eval_batch_size=8,
+                 num_train_epochs=1.0, output_dir=str(tmp_path / "out"))
+  script = _WORKER.format(options=options)
+  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+  temp = tmp_path / "tmp"   # the workers' temporary directory
+  temp.mkdir()
+  procs = []
+  for index in range(2):
+    env = dict(ENV, TMPDIR=str(temp),
+               TF_CONFIG=json.dumps({"cluster": cluster,
+                                     "task": {"type": "worker", "index": index}}))
+    procs.append(subprocess.Popen([sys.executable, "-c", script], env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  cwd=str(tmp_path)))
+  outputs, logs = [], []
+  try:
+    for proc in procs:
+      stdout, stderr = proc.communicate(timeout=300)
+      assert proc.returncode == 0, stderr[-3000:]
+      outputs.append(stdout)
+      logs.append(stderr)
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+  results = [json.loads(line.split("RESULT ", 1)[1]) for out in outputs
+             for line in out.splitlines() if line.startswith("RESULT ")]
+  assert len(results) == 2 and results[0] == results[1]
+  assert results[0]["global_step"] == "4"
+  # Each worker wrote the records it reads (none waits on, or races, the chief's files).
+  assert all("Writing example 0 of 64" in log and "Writing example 0 of 32" in log
+             for log in logs)
+  assert not [p for p in os.listdir(temp) if p.startswith("bert_keras_records_")]
+  out = tmp_path / "out"
+  assert sorted(p.name for p in out.glob("*.tf_record")) == ["eval.tf_record", "train.tf_record"]
+  assert (out / "eval_results.txt").exists() and (out / "model.ckpt-4.index").exists()
+  assert not list(out.glob("workertemp_*"))
