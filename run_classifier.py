@@ -18,7 +18,6 @@ import csv
 import os
 import shutil
 import tempfile
-import types
 
 from absl import app
 from absl import flags
@@ -44,19 +43,14 @@ DEFAULTS = dict(
     init_checkpoint=None, do_lower_case=True, max_seq_length=128, do_train=False,
     do_eval=False, do_predict=False, train_batch_size=32, eval_batch_size=8,
     predict_batch_size=8, learning_rate=5e-5, num_train_epochs=3.0, warmup_proportion=0.1,
-    save_checkpoints_steps=1000, iterations_per_loop=1000, use_tpu=False, tpu_name=None,
-    tpu_zone=None, gcp_project=None, master=None, num_tpu_cores=8, tpu_job_name=None,
-    # beyond the original
-    distribution_strategy=None, dtype="float32", use_xla=None,
-    gradient_accumulation_steps=1, optimizer="adamw", keep_checkpoint_max=5, seed=12345)
+    save_checkpoints_steps=1000, iterations_per_loop=1000,
+    tpu_job_name=None,
+    **training.TPU_DEFAULTS, **training.TRAINING_DEFAULTS)
 
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
-  unknown = set(overrides) - set(DEFAULTS)
-  if unknown:
-    raise TypeError(f"unknown options {sorted(unknown)}")
-  return types.SimpleNamespace(**{**DEFAULTS, **overrides})
+  return training.make_options(DEFAULTS, overrides)
 
 
 def define_flags():

@@ -15,7 +15,6 @@ checkpoints of model, optimizer and step in --output_dir and automatic resume.
 """
 
 import os
-import types
 
 from absl import app
 from absl import flags
@@ -39,19 +38,13 @@ DEFAULTS = dict(
     max_seq_length=128, max_predictions_per_seq=20, do_train=False, do_eval=False,
     train_batch_size=32, eval_batch_size=8, learning_rate=5e-5, num_train_steps=100000,
     num_warmup_steps=10000, save_checkpoints_steps=1000, iterations_per_loop=1000,
-    max_eval_steps=100, use_tpu=False, tpu_name=None, tpu_zone=None, gcp_project=None,
-    master=None, num_tpu_cores=8,
-    # beyond the original
-    distribution_strategy=None, dtype="float32", use_xla=None,
-    gradient_accumulation_steps=1, optimizer="adamw", keep_checkpoint_max=5, seed=12345)
+    max_eval_steps=100,
+    **training.TPU_DEFAULTS, **training.TRAINING_DEFAULTS)
 
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
-  unknown = set(overrides) - set(DEFAULTS)
-  if unknown:
-    raise TypeError(f"unknown options {sorted(unknown)}")
-  return types.SimpleNamespace(**{**DEFAULTS, **overrides})
+  return training.make_options(DEFAULTS, overrides)
 
 
 def define_flags():

@@ -20,6 +20,7 @@ steps for the same global batch.
 import os
 import socket
 import time
+import types
 
 from absl import flags
 from absl import logging
@@ -32,6 +33,26 @@ STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
 
 # ----------------------------------------------------------------------------
 # Flags (defined only by the scripts' define_flags(), never at import).
+
+# The defaults of define_tpu_flags() and define_training_flags(), for callers of a script's
+# run() that build its options without parsing flags (make_options).
+TPU_DEFAULTS = dict(use_tpu=False, tpu_name=None, tpu_zone=None, gcp_project=None,
+                    master=None, num_tpu_cores=8)
+TRAINING_DEFAULTS = dict(distribution_strategy=None, dtype="float32", use_xla=None,
+                         gradient_accumulation_steps=1, optimizer="adamw",
+                         keep_checkpoint_max=5, seed=12345)
+
+
+def make_options(defaults, overrides):
+  """A namespace of all of a script's run() options: `defaults` updated with `overrides`.
+
+  An override that is not an option raises TypeError (a misspelt name would else be ignored).
+  """
+  unknown = set(overrides) - set(defaults)
+  if unknown:
+    raise TypeError(f"unknown options {sorted(unknown)}")
+  return types.SimpleNamespace(**{**defaults, **overrides})
+
 
 def define_tpu_flags():
   """The original's TPU/cluster flags, with the original defaults."""
