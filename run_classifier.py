@@ -206,19 +206,32 @@ class XnliProcessor(DataProcessor):
     return ["contradiction", "entailment", "neutral"]
 
 
-class MnliProcessor(DataProcessor):
-  """MultiNLI (GLUE; matched dev and test sets)."""
+class _GlueProcessor(DataProcessor):
+  """A GLUE task in data_dir: FILES names the train/dev/test files and the dev set's guid
+  prefix; subclasses turn the rows into examples (_create_examples(lines, set_type))."""
+
+  FILES = {"train": ("train.tsv", "train"), "dev": ("dev.tsv", "dev"),
+           "test": ("test.tsv", "test")}
+
+  def _examples(self, data_dir, split):
+    name, set_type = self.FILES[split]
+    return self._create_examples(self._read_tsv(os.path.join(data_dir, name)), set_type)
 
   def get_train_examples(self, data_dir):
-    return self._create_examples(self._read_tsv(os.path.join(data_dir, "train.tsv")), "train")
+    return self._examples(data_dir, "train")
 
   def get_dev_examples(self, data_dir):
-    return self._create_examples(
-        self._read_tsv(os.path.join(data_dir, "dev_matched.tsv")), "dev_matched")
+    return self._examples(data_dir, "dev")
 
   def get_test_examples(self, data_dir):
-    return self._create_examples(
-        self._read_tsv(os.path.join(data_dir, "test_matched.tsv")), "test")
+    return self._examples(data_dir, "test")
+
+
+class MnliProcessor(_GlueProcessor):
+  """MultiNLI (GLUE; matched dev and test sets)."""
+
+  FILES = {"train": ("train.tsv", "train"), "dev": ("dev_matched.tsv", "dev_matched"),
+           "test": ("test_matched.tsv", "test")}
 
   def get_labels(self):
     return ["contradiction", "entailment", "neutral"]
@@ -235,17 +248,8 @@ class MnliProcessor(DataProcessor):
     return examples
 
 
-class MrpcProcessor(DataProcessor):
+class MrpcProcessor(_GlueProcessor):
   """MRPC (GLUE): sentence pairs, labels "0" / "1"."""
-
-  def get_train_examples(self, data_dir):
-    return self._create_examples(self._read_tsv(os.path.join(data_dir, "train.tsv")), "train")
-
-  def get_dev_examples(self, data_dir):
-    return self._create_examples(self._read_tsv(os.path.join(data_dir, "dev.tsv")), "dev")
-
-  def get_test_examples(self, data_dir):
-    return self._create_examples(self._read_tsv(os.path.join(data_dir, "test.tsv")), "test")
 
   def get_labels(self):
     return ["0", "1"]
@@ -261,17 +265,8 @@ class MrpcProcessor(DataProcessor):
     return examples
 
 
-class ColaProcessor(DataProcessor):
+class ColaProcessor(_GlueProcessor):
   """CoLA (GLUE): single sentences, labels "0" / "1"; only the test file has a header."""
-
-  def get_train_examples(self, data_dir):
-    return self._create_examples(self._read_tsv(os.path.join(data_dir, "train.tsv")), "train")
-
-  def get_dev_examples(self, data_dir):
-    return self._create_examples(self._read_tsv(os.path.join(data_dir, "dev.tsv")), "dev")
-
-  def get_test_examples(self, data_dir):
-    return self._create_examples(self._read_tsv(os.path.join(data_dir, "test.tsv")), "test")
 
   def get_labels(self):
     return ["0", "1"]

@@ -85,3 +85,36 @@ def original(module_name):
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()
   return module
+
+
+_FLAGS_SCRIPT = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from absl import flags
+import oracle
+original = oracle.original({name!r})
+FLAGS = flags.FLAGS
+names = [f.name for f in FLAGS.get_flags_for_module(original.__name__)]
+want = {{n: [FLAGS[n].default, type(FLAGS[n]).__name__, FLAGS[n].flag_type()] for n in names}}
+for n in names:
+  delattr(FLAGS, n)
+import importlib
+importlib.import_module("bert_keras." + {name!r}).define_flags()
+got = {{n: [FLAGS[n].default, type(FLAGS[n]).__name__, FLAGS[n].flag_type()]
+        for n in names if n in FLAGS}}
+print("FLAGS", json.dumps([want, got]))
+"""
+
+
+def original_and_our_flags(name, env=None):
+  """-> (want, got): {flag: [default, class, type]} of the original script `name`'s flags,
+  and of ours (bert_keras.<name>.define_flags()) for the same names. Run in a subprocess:
+  both define flags of the same names in absl's global registry."""
+  import json
+  import os
+  import subprocess
+  tests = os.path.dirname(os.path.abspath(__file__))
+  proc = subprocess.run([sys.executable, "-c", _FLAGS_SCRIPT.format(tests=tests, name=name)],
+                        env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads(proc.stdout.split("FLAGS ", 1)[1])

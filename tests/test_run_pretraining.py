@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import oracle
 from bert_keras import modeling
 from bert_keras import run_pretraining
 from bert_keras import training
@@ -277,31 +278,9 @@ def test_original_readme_command_line(data, tmp_path):
   assert "error: --bert_config_file" in proc.stderr
 
 
-_FLAGS = """
-import json, sys
-sys.path.insert(0, {tests!r})
-from absl import flags
-import oracle
-original = oracle.original("run_pretraining")
-FLAGS = flags.FLAGS
-names = [f.name for f in FLAGS.get_flags_for_module(original.__name__)]
-want = {{n: [FLAGS[n].default, type(FLAGS[n]).__name__, FLAGS[n].flag_type()] for n in names}}
-for n in names:
-  delattr(FLAGS, n)
-from bert_keras import run_pretraining
-run_pretraining.define_flags()
-got = {{n: [FLAGS[n].default, type(FLAGS[n]).__name__, FLAGS[n].flag_type()]
-        for n in names if n in FLAGS}}
-print("FLAGS", json.dumps([want, got]))
-"""
-
-
 def test_flags_match_the_original():
   """Every flag of the original run_pretraining exists with the same type and default."""
-  proc = subprocess.run([sys.executable, "-c", _FLAGS.format(tests=str(REPO / "tests"))],
-                        env=ENV, capture_output=True, text=True, timeout=120)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  want, got = json.loads(proc.stdout.split("FLAGS ", 1)[1])
+  want, got = oracle.original_and_our_flags("run_pretraining", env=ENV)
   assert len(want) == 22 and got == want
   assert set(run_pretraining.DEFAULTS) >= set(want)
   assert {n: run_pretraining.DEFAULTS[n] for n in want} == {n: v[0] for n, v in want.items()}
