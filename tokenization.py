@@ -24,10 +24,17 @@ Why each whole-string step equals the original per-token step:
     of characters that are neither punctuation nor whitespace (str.isspace)",
     gives the same tokens. `re`'s \\s and str.split use the same whitespace
     definition (checked over all code points in tests).
+
+The batch methods pause Python's cyclic garbage collector while they build
+their output: a batch creates a list per line and a tuple per new word, and
+each of the collector's passes would walk every one of them (and every other
+object in the process) for nothing, since none is part of a reference cycle.
+On the books corpus this is a third of a cold pass.
 """
 
 import collections
 import functools
+import gc
 import itertools
 import logging
 import re
@@ -303,7 +310,8 @@ class BasicTokenizer(object):
     """Tokenizes many texts at once; the same result as tokenize() for each."""
     if not texts:
       return []
-    return self._cache.map_lines(self.clean_batch(texts))
+    with _gc_paused(len(texts)):
+      return self._cache.map_lines(self.clean_batch(texts))
 
   def clean_batch(self, texts):
     """All texts cleaned (_clean_text, _tokenize_chinese_chars) and joined by "\n".
@@ -445,7 +453,8 @@ class FullTokenizer(object):
     """Tokenizes a list of texts; the same as [tokenize(t) for t in texts], faster."""
     if not texts:
       return []
-    return self._cache.map_lines(self.basic_tokenizer.clean_batch(texts))
+    with _gc_paused(len(texts)):
+      return self._cache.map_lines(self.basic_tokenizer.clean_batch(texts))
 
   def encode_batch(self, texts):
     """Token ids of many texts, as flat arrays (like a RaggedTensor's components).
@@ -457,10 +466,15 @@ class FullTokenizer(object):
     """
     if not texts:
       return np.zeros([0], np.int32), np.zeros([1], np.int64)
+    with _gc_paused(len(texts)):
+      return self._encode_batch(texts)
+
+  def _encode_batch(self, texts):
     words = self.basic_tokenizer.clean_batch(texts).replace("\n", " " + _TEXT_BREAK + " ").split()
     words.append(_TEXT_BREAK)
-    ids = np.fromiter(itertools.chain.from_iterable(map(self._id_cache.__getitem__, words)),
-                      dtype=np.int32)
+    # (a list, then one conversion, is faster than np.fromiter over the chain)
+    ids = np.array(list(itertools.chain.from_iterable(map(self._id_cache.__getitem__, words))),
+                   dtype=np.int32)
     ends = np.flatnonzero(ids < 0)  # the -1 after each text
     row_splits = np.zeros(len(ends) + 1, dtype=np.int64)
     row_splits[1:] = ends - np.arange(len(ends))
@@ -486,6 +500,25 @@ class FullTokenizer(object):
 
   def convert_ids_to_tokens(self, ids):
     return convert_by_vocab(self.inv_vocab, ids)
+
+
+class _gc_paused(object):
+  """`with _gc_paused(n):` the cyclic garbage collector is off inside, for batches of n > 1.
+
+  Restores the collector's previous state on exit (a caller that had turned it off keeps it
+  off). Reference counting still frees every object as usual.
+  """
+
+  def __init__(self, batch_size):
+    self._pause = batch_size > 1 and gc.isenabled()
+
+  def __enter__(self):
+    if self._pause:
+      gc.disable()
+
+  def __exit__(self, *unused):
+    if self._pause:
+      gc.enable()
 
 
 class _WordCache(dict):

@@ -249,6 +249,35 @@ def test_word_cache_is_bounded(small_vocab):
   assert tok.tokenize_batch(texts) == first == [tok.tokenize(t) for t in texts]
 
 
+
+def test_batches_leave_the_garbage_collector_as_they_found_it(small_vocab):
+  import gc
+  tok = tokenization.FullTokenizer(small_vocab)
+  texts = ["hello world", "café"] * 10
+  seen = []
+  real_map_lines = tok._cache.map_lines
+  def spy(cleaned):  # the collector's state while the batch is being built
+    seen.append(gc.isenabled())
+    return real_map_lines(cleaned)
+  tok._cache.map_lines = spy
+  assert gc.isenabled()
+  try:
+    tok.tokenize_batch(texts)
+    assert seen == [False] and gc.isenabled()  # paused inside, back on after
+    gc.disable()  # a caller that turned it off keeps it off
+    tok.tokenize_batch(texts)
+    tok.encode_batch(texts)
+    assert not gc.isenabled()
+    gc.enable()
+    # an error inside a batch still turns it back on: a vocab without [UNK]
+    lacking = tokenization.FullTokenizer(small_vocab)
+    del lacking.vocab["[UNK]"]
+    with pytest.raises(KeyError):
+      lacking.encode_batch(["x" * 201] * 3)  # longer than 200 characters: [UNK]
+    assert gc.isenabled()
+  finally:
+    gc.enable()
+
 # ----------------------------------------------------------------------------
 # Vocab files and casing checks
 # ----------------------------------------------------------------------------
