@@ -300,15 +300,12 @@ def _truncate_seq_pair(tokens_a, tokens_b, max_length):
     longer.pop()
 
 
-def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer):
-  """InputExample -> InputFeatures: [CLS] a [SEP] (segment 0) [b [SEP]] (segment 1),
-  zero-padded to max_seq_length. Logs the first 5 examples."""
-  if isinstance(example, PaddingInputExample):
-    return InputFeatures(input_ids=[0] * max_seq_length, input_mask=[0] * max_seq_length,
-                         segment_ids=[0] * max_seq_length, label_id=0, is_real_example=False)
-  label_map = {label: i for i, label in enumerate(label_list)}
-  tokens_a = tokenizer.tokenize(example.text_a)
-  tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
+def pack_tokens(tokens_a, tokens_b, max_seq_length, tokenizer):
+  """Word pieces of text a (and of text b, or None) -> (tokens, input_ids, input_mask,
+  segment_ids): tokens = [CLS] a [SEP] (segment 0) [b [SEP]] (segment 1) after truncation
+  (a pair to max_seq_length - 3 tokens from the end of the longer side, a single text to
+  its first max_seq_length - 2); the three id lists zero-padded to max_seq_length.
+  tokens_a / tokens_b may be truncated in place. Shared with extract_features.py."""
   if tokens_b:
     _truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)  # [CLS], [SEP], [SEP]
   elif len(tokens_a) > max_seq_length - 2:                       # [CLS], [SEP]
@@ -328,7 +325,20 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
   assert len(input_ids) == max_seq_length
   assert len(input_mask) == max_seq_length
   assert len(segment_ids) == max_seq_length
+  return tokens, input_ids, input_mask, segment_ids
 
+
+def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer):
+  """InputExample -> InputFeatures: [CLS] a [SEP] (segment 0) [b [SEP]] (segment 1),
+  zero-padded to max_seq_length (pack_tokens). Logs the first 5 examples."""
+  if isinstance(example, PaddingInputExample):
+    return InputFeatures(input_ids=[0] * max_seq_length, input_mask=[0] * max_seq_length,
+                         segment_ids=[0] * max_seq_length, label_id=0, is_real_example=False)
+  label_map = {label: i for i, label in enumerate(label_list)}
+  tokens_a = tokenizer.tokenize(example.text_a)
+  tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
+  tokens, input_ids, input_mask, segment_ids = pack_tokens(tokens_a, tokens_b,
+                                                           max_seq_length, tokenizer)
   label_id = label_map[example.label]
   if ex_index < 5:
     logging.info("*** Example ***")
@@ -353,10 +363,6 @@ def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer
   return features
 
 
-def _int64_feature(values):
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
 def file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
                                             output_file):
   """Writes one tf.train.Example per example (int64 input_ids, input_mask, segment_ids [S],
@@ -369,11 +375,11 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
       feature = convert_single_example(ex_index, example, label_list, max_seq_length,
                                        tokenizer)
       features = {
-          "input_ids": _int64_feature(feature.input_ids),
-          "input_mask": _int64_feature(feature.input_mask),
-          "segment_ids": _int64_feature(feature.segment_ids),
-          "label_ids": _int64_feature([feature.label_id]),
-          "is_real_example": _int64_feature([int(feature.is_real_example)]),
+          "input_ids": training.int64_feature(feature.input_ids),
+          "input_mask": training.int64_feature(feature.input_mask),
+          "segment_ids": training.int64_feature(feature.segment_ids),
+          "label_ids": training.int64_feature([feature.label_id]),
+          "is_real_example": training.int64_feature([int(feature.is_real_example)]),
       }
       writer.write(tf.train.Example(
           features=tf.train.Features(feature=features)).SerializeToString())

@@ -253,6 +253,12 @@ def training_dataset(files, decode_fn, per_replica_batch, input_context=None, se
   return ds.prefetch(tf.data.AUTOTUNE)
 
 
+def int64_feature(values):
+  """A tf.train.Feature holding the ints `values` (an int64_list), as the original's
+  create_int_feature."""
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
 def evaluation_dataset(files, decode_fn, per_replica_batch, input_context=None):
   """The original eval pipeline: files in order, repeat, batch with drop_remainder;
   records are split round-robin between input pipelines when there are several."""
