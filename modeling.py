@@ -6,8 +6,10 @@ Read top to bottom:
   3. layers                          Dense, LayerNorm, Embeddings, SelfAttention, FeedForward,
                                      TransformerBlock, Pooler, MaskedLMHead, NextSentenceHead
   4. models                          BertModel (the encoder), BertPretrainer (encoder + MLM/NSP),
-                                     BertClassifier (encoder + run_classifier head)
-  5. losses                          masked_lm_loss, next_sentence_loss (float32)
+                                     BertClassifier (encoder + run_classifier head),
+                                     BertSquad (encoder + run_squad span head)
+  5. losses                          masked_lm_loss, next_sentence_loss, classifier_loss,
+                                     squad_loss (float32)
   6. checkpoints                     tf1_variable_map (THE name table), load_checkpoint,
                                      save_tf1_checkpoint, safetensors / pytorch_model.bin readers
 
@@ -736,6 +738,70 @@ class BertClassifier(keras.Model):
     return cls(BertConfig.from_dict(config.pop("config")), config.pop("num_labels"), **config)
 
 
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class SquadHead(keras.layers.Layer):
+  """run_squad's span head: logits = sequence_output . output_weights^T + output_bias,
+  float32 [B, S, 2], returned as (start_logits [B, S], end_logits [B, S]).
+
+  No dropout and no masking: padding and question positions get logits too, as in the
+  original (write_predictions filters them). output_weights [2, H] (truncated normal, stddev
+  0.02 fixed) and output_bias [2] (zeros) are the original's TF1 variables
+  cls/squad/output_weights and cls/squad/output_bias.
+  """
+
+  def __init__(self, config, **kwargs):
+    super().__init__(**kwargs)
+    self.config = _as_config(config)
+
+  def build(self, input_shape=None):
+    self.output_weights = self.add_weight(
+        name="output_weights", shape=(2, self.config.hidden_size),
+        initializer=keras.initializers.TruncatedNormal(stddev=0.02))
+    self.output_bias = self.add_weight(name="output_bias", shape=(2,), initializer="zeros")
+
+  def call(self, sequence_output):
+    x = sequence_output
+    logits = ops.matmul(x, ops.transpose(ops.cast(self.output_weights, x.dtype)))
+    logits = ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
+    return logits[:, :, 0], logits[:, :, 1]
+
+  def get_config(self):
+    return {**super().get_config(), "config": self.config.to_dict()}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class BertSquad(keras.Model):
+  """BertModel plus run_squad's span head (SquadHead).
+
+  Inputs: BertModel's dict. Returns BertModel's dict plus "start_logits" and "end_logits",
+  float32 [B, S] each; loss: squad_loss below. TF1 names: bert/* and cls/squad/* (see
+  tf1_variable_map), so the original's SQuAD checkpoints load and ours load in the original.
+  """
+
+  def __init__(self, config, **kwargs):
+    kwargs.setdefault("name", "bert_squad")
+    super().__init__(**kwargs)
+    self.config = c = _as_config(config)
+    self.bert = BertModel(c, dtype=self.dtype_policy)
+    self.squad = SquadHead(c, name="squad", dtype=self.dtype_policy)
+    self.build()
+
+  def build(self, input_shape=None):
+    self.squad.build()
+
+  def call(self, inputs, training=None):
+    outputs = dict(self.bert(inputs, training=training))
+    outputs["start_logits"], outputs["end_logits"] = self.squad(outputs["sequence_output"])
+    return outputs
+
+  def get_config(self):
+    return BertModel.get_config(self)
+
+  @classmethod
+  def from_config(cls, config):
+    return BertModel.from_config.__func__(cls, config)
+
+
 # ----------------------------------------------------------------------------------------------
 # 5. Losses (float32)
 # ----------------------------------------------------------------------------------------------
@@ -764,6 +830,20 @@ def classifier_loss(logits, label_ids):
   log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
   labels = tf.reshape(tf.cast(label_ids, tf.int32), [-1])
   return -tf.gather(log_probs, labels, batch_dims=1)
+
+
+def squad_loss(start_logits, end_logits, start_positions, end_positions):
+  """Per-example (-log softmax(start_logits)[start] - log softmax(end_logits)[end]) / 2:
+  logits float [B, S], positions int [B] (or [B, 1]) -> float32 [B]. The softmax runs over
+  all S positions (padding included); a position outside [0, S) contributes 0 (the
+  original's one-hot). The batch mean is the original's total_loss = (start_loss +
+  end_loss) / 2."""
+  def nll(logits, positions):
+    logits = tf.cast(logits, tf.float32)
+    one_hot = tf.one_hot(tf.reshape(tf.cast(positions, tf.int32), [-1]),
+                         depth=tf.shape(logits)[-1], dtype=tf.float32)
+    return -tf.reduce_sum(one_hot * tf.nn.log_softmax(logits, axis=-1), axis=-1)
+  return (nll(start_logits, start_positions) + nll(end_logits, end_positions)) / 2.0
 
 
 def pretraining_loss(outputs, features):
@@ -799,7 +879,8 @@ def tf1_variable_map(model):
 
   For a BertModel, the bert/* names; for a BertPretrainer (or any model with a `bert`
   attribute and optional `masked_lm` / `next_sentence` heads) also the cls/* names; for a
-  BertClassifier (a `classifier` head) also the root-scope output_weights / output_bias.
+  BertClassifier (a `classifier` head) also the root-scope output_weights / output_bias; for
+  a BertSquad (a `squad` head) also cls/squad/output_weights [2, H] / cls/squad/output_bias.
   Kernels are [in, out] on both sides; cls/seq_relationship/output_weights is [2, H] on both.
   """
   bert = _encoder_of(model)
@@ -834,6 +915,10 @@ def tf1_variable_map(model):
   if head is not None:  # run_classifier's root-scope variables
     names["output_weights"] = head.output_weights
     names["output_bias"] = head.output_bias
+  squad = getattr(model, "squad", None)
+  if squad is not None:  # run_squad's span head
+    names["cls/squad/output_weights"] = squad.output_weights
+    names["cls/squad/output_bias"] = squad.output_bias
   return names
 
 
@@ -897,7 +982,8 @@ class CheckpointError(ValueError):
 
 
 def load_checkpoint(model, path):
-  """Loads weights into a BertModel or BertPretrainer; returns a LoadResult.
+  """Loads weights into a BertModel or a model holding one (BertPretrainer, BertClassifier,
+  BertSquad); returns a LoadResult.
 
   `path` may be:
     * a TF1 checkpoint prefix (Google's released `.../bert_model.ckpt`, a run_pretraining
@@ -1088,8 +1174,10 @@ def _object_keys(root, prefix):
 
 def save_tf1_checkpoint(model, prefix):
   """Writes `prefix.index` and `prefix.data-00000-of-00001` with the original TF1 variable
-  names (bert/*, and cls/* for a BertPretrainer), float32: the original code, tf1 Savers,
-  tf.train.init_from_checkpoint and the converters written for Google's checkpoints read it.
+  names (bert/*, plus the heads' names of tf1_variable_map: cls/* for a BertPretrainer or a
+  BertSquad, output_weights/output_bias for a BertClassifier), float32: the original code,
+  tf1 Savers, tf.train.init_from_checkpoint and the converters written for Google's
+  checkpoints read it.
   Written under a temporary prefix, then renamed. Returns the list of names written."""
   names = tf1_variable_map(model)
   prefix = os.fspath(prefix)

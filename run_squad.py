@@ -1,0 +1,983 @@
+# coding=utf-8
+"""BERT fine-tuning and prediction on SQuAD 1.1 and SQuAD 2.0 (the original run_squad.py).
+
+Same flags, defaults, examples, features (doc_stride windows), TFRecords (train.tf_record,
+eval.tf_record), span head (cls/squad/*) and loss as the original, and the same
+predictions.json, nbest_predictions.json and (--version_2_with_negative) null_odds.json; the
+TPUEstimator is replaced by training.py's loop and strategies (checkpoints model.ckpt-N in
+--output_dir, resumable).
+
+  python run_squad.py --vocab_file=$BERT_BASE_DIR/vocab.txt \
+    --bert_config_file=$BERT_BASE_DIR/bert_config.json \
+    --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt --do_train=True \
+    --train_file=$SQUAD_DIR/train-v1.1.json --do_predict=True \
+    --predict_file=$SQUAD_DIR/dev-v1.1.json --train_batch_size=12 --learning_rate=3e-5 \
+    --num_train_epochs=2.0 --max_seq_length=384 --doc_stride=128 --output_dir=/tmp/squad_base/
+
+Read top to bottom: flags; reading the SQuAD JSON (SquadExample); features (InputFeatures,
+windows, FeatureWriter); training and prediction; post-processing (write_predictions,
+get_final_text); run().
+"""
+
+import collections
+import functools
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+
+from absl import app
+from absl import flags
+from absl import logging
+import keras
+import tensorflow as tf
+
+try:
+  from . import modeling
+  from . import optimization
+  from . import tokenization
+  from . import training
+except ImportError:  # run as a script from the clone
+  import modeling
+  import optimization
+  import tokenization
+  import training
+
+# Programmatic defaults = the flags' defaults (see define_flags).
+DEFAULTS = dict(
+    bert_config_file=None, vocab_file=None, output_dir=None, train_file=None,
+    predict_file=None, init_checkpoint=None, do_lower_case=True, max_seq_length=384,
+    doc_stride=128, max_query_length=64, do_train=False, do_predict=False,
+    train_batch_size=32, predict_batch_size=8, learning_rate=5e-5, num_train_epochs=3.0,
+    warmup_proportion=0.1, save_checkpoints_steps=1000, iterations_per_loop=1000,
+    n_best_size=20, max_answer_length=30, verbose_logging=False,
+    version_2_with_negative=False, null_score_diff_threshold=0.0,
+    **training.TPU_DEFAULTS, **training.TRAINING_DEFAULTS)
+
+
+def options(**overrides):
+  """A namespace of all run() options: DEFAULTS updated with `overrides`."""
+  return training.make_options(DEFAULTS, overrides)
+
+
+def define_flags():
+  """The original's flags (same names, types and defaults) plus training.py's."""
+  flags.DEFINE_string(
+      "bert_config_file", None,
+      "The config json file corresponding to the pre-trained BERT model. "
+      "This specifies the model architecture.")
+  flags.DEFINE_string("vocab_file", None,
+                      "The vocabulary file that the BERT model was trained on.")
+  flags.DEFINE_string("output_dir", None,
+                      "The output directory where the model checkpoints will be written.")
+  flags.DEFINE_string("train_file", None, "SQuAD json for training. E.g., train-v1.1.json")
+  flags.DEFINE_string("predict_file", None,
+                      "SQuAD json for predictions. E.g., dev-v1.1.json or test-v1.1.json")
+  flags.DEFINE_string("init_checkpoint", None,
+                      "Initial checkpoint (usually from a pre-trained BERT model).")
+  flags.DEFINE_bool(
+      "do_lower_case", True,
+      "Whether to lower case the input text. Should be True for uncased "
+      "models and False for cased models.")
+  flags.DEFINE_integer(
+      "max_seq_length", 384,
+      "The maximum total input sequence length after WordPiece tokenization. "
+      "Sequences longer than this will be truncated, and sequences shorter "
+      "than this will be padded.")
+  flags.DEFINE_integer(
+      "doc_stride", 128,
+      "When splitting up a long document into chunks, how much stride to take between chunks.")
+  flags.DEFINE_integer(
+      "max_query_length", 64,
+      "The maximum number of tokens for the question. Questions longer than "
+      "this will be truncated to this length.")
+  flags.DEFINE_bool("do_train", False, "Whether to run training.")
+  flags.DEFINE_bool("do_predict", False, "Whether to run eval on the dev set.")
+  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
+  flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predictions.")
+  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.")
+  flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
+  flags.DEFINE_float(
+      "warmup_proportion", 0.1,
+      "Proportion of training to perform linear learning rate warmup for. "
+      "E.g., 0.1 = 10% of training.")
+  flags.DEFINE_integer("save_checkpoints_steps", 1000,
+                       "How often to save the model checkpoint.")
+  flags.DEFINE_integer("iterations_per_loop", 1000,
+                       "How many steps to make in each estimator call (here: training "
+                       "steps per compiled loop, and per log line).")
+  flags.DEFINE_integer(
+      "n_best_size", 20,
+      "The total number of n-best predictions to generate in the "
+      "nbest_predictions.json output file.")
+  flags.DEFINE_integer(
+      "max_answer_length", 30,
+      "The maximum length of an answer that can be generated. This is needed "
+      "because the start and end predictions are not conditioned on one another.")
+  training.define_tpu_flags()
+  flags.DEFINE_bool(
+      "verbose_logging", False,
+      "If true, all of the warnings related to data processing will be printed. "
+      "A number of warnings are expected for a normal SQuAD evaluation.")
+  flags.DEFINE_bool(
+      "version_2_with_negative", False,
+      "If true, the SQuAD examples contain some that do not have an answer.")
+  flags.DEFINE_float(
+      "null_score_diff_threshold", 0.0,
+      "If null_score - best_non_null is greater than the threshold predict null.")
+  training.define_training_flags()
+  for name in ("vocab_file", "bert_config_file", "output_dir"):
+    flags.mark_flag_as_required(name)
+
+
+# ----------------------------------------------------------------------------
+# Reading the SQuAD JSON (spec 8.2).
+
+class SquadExample(object):
+  """One question on one paragraph. doc_tokens: the paragraph split on SQuAD whitespace;
+  start_position / end_position: word indices of the answer (training; -1 for an impossible
+  question, None when predicting)."""
+
+  def __init__(self, qas_id, question_text, doc_tokens, orig_answer_text=None,
+               start_position=None, end_position=None, is_impossible=False):
+    self.qas_id = qas_id
+    self.question_text = question_text
+    self.doc_tokens = doc_tokens
+    self.orig_answer_text = orig_answer_text
+    self.start_position = start_position
+    self.end_position = end_position
+    self.is_impossible = is_impossible
+
+  def __str__(self):
+    return self.__repr__()
+
+  def __repr__(self):
+    # As the original: the positions are shown only when start_position is truthy (not 0).
+    text = "qas_id: %s, question_text: %s, doc_tokens: [%s]" % (
+        tokenization.printable_text(self.qas_id),
+        tokenization.printable_text(self.question_text), " ".join(self.doc_tokens))
+    if self.start_position:
+      text += ", start_position: %d, end_position: %d, is_impossible: %r" % (
+          self.start_position, self.end_position, self.is_impossible)
+    return text
+
+
+# SQuAD's own whitespace: space, tab, CR, LF and U+202F only (not U+00A0 nor the tokenizer's
+# Unicode Zs class).
+_SQUAD_WHITESPACE = frozenset(" \t\r\n\u202f")
+
+
+def split_context(text):
+  """-> (doc_tokens, char_to_word_offset): the maximal runs of non-whitespace characters,
+  and for each character of `text` the index of its word (of the word before it for
+  whitespace, -1 before the first word)."""
+  doc_tokens = []
+  char_to_word_offset = []
+  in_word = False
+  for c in text:
+    if c in _SQUAD_WHITESPACE:
+      in_word = False
+    elif in_word:
+      doc_tokens[-1] += c
+    else:
+      doc_tokens.append(c)
+      in_word = True
+    char_to_word_offset.append(len(doc_tokens) - 1)
+  return doc_tokens, char_to_word_offset
+
+
+def _load_squad_json(input_file):
+  """The "data" list of a SQuAD JSON file; ValueError naming the file when unreadable."""
+  try:
+    with tf.io.gfile.GFile(input_file, "r") as reader:
+      text = reader.read()
+  except tf.errors.OpError as e:
+    raise ValueError(f"{input_file}: cannot read ({e.message})") from None
+  try:
+    root = json.loads(text)
+  except ValueError as e:
+    raise ValueError(f"{input_file}: not valid JSON ({e})") from None
+  if not isinstance(root, dict) or not isinstance(root.get("data"), list):
+    raise ValueError(f"{input_file}: not a SQuAD file (no \"data\" list at the top level)")
+  return root["data"]
+
+
+def read_squad_examples(input_file, is_training, version_2_with_negative=False):
+  """A SQuAD JSON file -> list of SquadExample, in file order.
+
+  Training reads the answers: exactly one per question unless is_impossible (read only
+  with version_2_with_negative); a question whose answer text cannot be found in its words
+  is skipped with a warning, as the original. Predicting never reads the answers.
+  Malformed input raises a one-line ValueError naming the file (and the question).
+  """
+  examples = []
+  for i, entry in enumerate(_load_squad_json(input_file)):
+    where = f"{input_file}: data[{i}]"
+    try:
+      paragraphs = entry["paragraphs"]
+      for j, paragraph in enumerate(paragraphs):
+        where = f"{input_file}: data[{i}].paragraphs[{j}]"
+        doc_tokens, char_to_word_offset = split_context(paragraph["context"])
+        for k, qa in enumerate(paragraph["qas"]):
+          where = f"{input_file}: data[{i}].paragraphs[{j}].qas[{k}]"
+          if isinstance(qa, dict) and "id" in qa:
+            where = f"{input_file}: question {qa['id']!r}"
+          example = _read_question(qa, doc_tokens, char_to_word_offset, is_training,
+                                   version_2_with_negative, where)
+          if example is not None:
+            examples.append(example)
+    except (KeyError, TypeError, IndexError) as e:
+      detail = f"no key {e}" if isinstance(e, KeyError) else str(e)
+      raise ValueError(f"{where}: not in the SQuAD format ({detail})") from None
+  return examples
+
+
+def _read_question(qa, doc_tokens, char_to_word_offset, is_training, version_2_with_negative,
+                   where):
+  """One entry of "qas" -> SquadExample, or None when its answer is not found (training)."""
+  start_position = end_position = orig_answer_text = None
+  is_impossible = False
+  if is_training:
+    if version_2_with_negative:
+      is_impossible = qa["is_impossible"]
+    if len(qa["answers"]) != 1 and not is_impossible:
+      raise ValueError(f"{where} has {len(qa['answers'])} answers. For training, each "
+                       "question should have exactly 1 answer.")
+    if is_impossible:
+      start_position = end_position = -1
+      orig_answer_text = ""
+    else:
+      answer = qa["answers"][0]
+      orig_answer_text = answer["text"]
+      answer_offset = answer["answer_start"]
+      try:
+        start_position = char_to_word_offset[answer_offset]
+        end_position = char_to_word_offset[answer_offset + len(orig_answer_text) - 1]
+      except IndexError:
+        raise ValueError(f"{where}: answer_start {answer_offset} and the answer's "
+                         f"{len(orig_answer_text)} characters are beyond the context "
+                         f"({len(char_to_word_offset)} characters)") from None
+      # Only answers whose text can be recovered from the words are kept (Unicode oddities
+      # make a few unrecoverable): not every training question becomes an example.
+      actual_text = " ".join(doc_tokens[start_position:end_position + 1])
+      cleaned_answer_text = " ".join(tokenization.whitespace_tokenize(orig_answer_text))
+      if actual_text.find(cleaned_answer_text) == -1:
+        logging.warning("Could not find answer: '%s' vs. '%s'", actual_text,
+                        cleaned_answer_text)
+        return None
+  return SquadExample(qas_id=qa["id"], question_text=qa["question"], doc_tokens=doc_tokens,
+                      orig_answer_text=orig_answer_text, start_position=start_position,
+                      end_position=end_position, is_impossible=is_impossible)
+
+
+# ----------------------------------------------------------------------------
+# Features (spec 8.3).
+
+class InputFeatures(object):
+  """One window of one example: tokens [CLS] query [SEP] doc-window [SEP]; input_ids,
+  input_mask, segment_ids (lists of max_seq_length ints); token_to_orig_map {position: word
+  index} and token_is_max_context {position: bool} over the window's doc positions;
+  start_position / end_position (training: 0 when the answer is not in the window or the
+  question is impossible)."""
+
+  def __init__(self, unique_id, example_index, doc_span_index, tokens, token_to_orig_map,
+               token_is_max_context, input_ids, input_mask, segment_ids, start_position=None,
+               end_position=None, is_impossible=None):
+    self.unique_id = unique_id
+    self.example_index = example_index
+    self.doc_span_index = doc_span_index
+    self.tokens = tokens
+    self.token_to_orig_map = token_to_orig_map
+    self.token_is_max_context = token_is_max_context
+    self.input_ids = input_ids
+    self.input_mask = input_mask
+    self.segment_ids = segment_ids
+    self.start_position = start_position
+    self.end_position = end_position
+    self.is_impossible = is_impossible
+
+
+DocSpan = collections.namedtuple("DocSpan", ["start", "length"])
+
+FIRST_UNIQUE_ID = 1000000000
+
+
+def _tokenize_words(tokenizer, words):
+  """The word pieces of each word (one list per word); one batch call when the tokenizer
+  has tokenize_batch (ours), else word by word."""
+  if hasattr(tokenizer, "tokenize_batch"):
+    return tokenizer.tokenize_batch(list(words))
+  return [tokenizer.tokenize(word) for word in words]
+
+
+def _doc_pieces(tokenizer, doc_tokens):
+  """-> (all_doc_tokens, tok_to_orig_index, orig_to_tok_index): the word pieces of the
+  paragraph, the word of each piece, and the first piece of each word."""
+  all_doc_tokens, tok_to_orig_index, orig_to_tok_index = [], [], []
+  for i, pieces in enumerate(_tokenize_words(tokenizer, doc_tokens)):
+    orig_to_tok_index.append(len(all_doc_tokens))
+    all_doc_tokens.extend(pieces)
+    tok_to_orig_index.extend([i] * len(pieces))
+  return all_doc_tokens, tok_to_orig_index, orig_to_tok_index
+
+
+def doc_spans_of(num_tokens, max_tokens_for_doc, doc_stride):
+  """The windows over num_tokens doc pieces: DocSpan(start, length) of at most
+  max_tokens_for_doc pieces, each starting min(length, doc_stride) after the previous one,
+  the last reaching the end."""
+  spans = []
+  start = 0
+  while start < num_tokens:
+    length = min(num_tokens - start, max_tokens_for_doc)
+    spans.append(DocSpan(start=start, length=length))
+    if start + length == num_tokens:
+      break
+    start += min(length, doc_stride)
+  return spans
+
+
+def _check_is_max_context(doc_spans, cur_span_index, position):
+  """True if window cur_span_index is the one where the piece at `position` has the most
+  context: the highest min(left, right context) + 0.01 * window length, the first window
+  on ties."""
+  best_index, best_score = None, None
+  for index, span in enumerate(doc_spans):
+    end = span.start + span.length - 1
+    if span.start <= position <= end:
+      score = min(position - span.start, end - position) + 0.01 * span.length
+      if best_score is None or score > best_score:
+        best_index, best_score = index, score
+  return best_index == cur_span_index
+
+
+def _improve_answer_span(doc_tokens, input_start, input_end, tokenizer, orig_answer_text):
+  """The first sub-span (start ascending, then end descending) of pieces
+  [input_start, input_end] whose space-joined pieces equal the tokenized answer text, e.g.
+  "1895" inside the word "(1895-1943)."; (input_start, input_end) when there is none."""
+  tok_answer_text = " ".join(tokenizer.tokenize(orig_answer_text))
+  for new_start in range(input_start, input_end + 1):
+    for new_end in range(input_end, new_start - 1, -1):
+      if " ".join(doc_tokens[new_start:new_end + 1]) == tok_answer_text:
+        return new_start, new_end
+  return input_start, input_end
+
+
+def _answer_pieces(example, tokenizer, all_doc_tokens, orig_to_tok_index):
+  """Training: the answer as (first piece, last piece) of the paragraph; (-1, -1) when
+  impossible."""
+  if example.is_impossible:
+    return -1, -1
+  start = orig_to_tok_index[example.start_position]
+  if example.end_position < len(example.doc_tokens) - 1:
+    end = orig_to_tok_index[example.end_position + 1] - 1
+  else:
+    end = len(all_doc_tokens) - 1
+  return _improve_answer_span(all_doc_tokens, start, end, tokenizer,
+                              example.orig_answer_text)
+
+
+def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride,
+                                 max_query_length, is_training, output_fn):
+  """Calls output_fn(InputFeatures) for every window of every example, in order; unique
+  ids count from 1000000000 across all examples. The first 20 examples' windows are
+  logged as the original does."""
+  max_tokens_for_doc_base = max_seq_length - 3   # [CLS], [SEP], [SEP]
+  if doc_stride < 1:
+    raise ValueError(f"doc_stride={doc_stride}: must be >= 1")
+  unique_id = FIRST_UNIQUE_ID
+  last_doc, last_pieces = None, None  # consecutive questions on one paragraph share its words
+  for example_index, example in enumerate(examples):
+    query_tokens = tokenizer.tokenize(example.question_text)[:max_query_length]
+    if example.doc_tokens is not last_doc:
+      last_doc, last_pieces = example.doc_tokens, _doc_pieces(tokenizer, example.doc_tokens)
+    all_doc_tokens, tok_to_orig_index, orig_to_tok_index = last_pieces
+    if is_training:
+      tok_start, tok_end = _answer_pieces(example, tokenizer, all_doc_tokens,
+                                          orig_to_tok_index)
+    max_tokens_for_doc = max_tokens_for_doc_base - len(query_tokens)
+    if max_tokens_for_doc < 1:
+      raise ValueError(f"max_seq_length={max_seq_length} leaves no room for the document "
+                       f"after a {len(query_tokens)}-token question")
+    doc_spans = doc_spans_of(len(all_doc_tokens), max_tokens_for_doc, doc_stride)
+
+    for doc_span_index, span in enumerate(doc_spans):
+      tokens = ["[CLS]"] + query_tokens + ["[SEP]"]
+      segment_ids = [0] * len(tokens)
+      token_to_orig_map = {}
+      token_is_max_context = {}
+      for split_token_index in range(span.start, span.start + span.length):
+        position = len(tokens)
+        token_to_orig_map[position] = tok_to_orig_index[split_token_index]
+        token_is_max_context[position] = _check_is_max_context(doc_spans, doc_span_index,
+                                                               split_token_index)
+        tokens.append(all_doc_tokens[split_token_index])
+      tokens.append("[SEP]")
+      segment_ids += [1] * (span.length + 1)
+
+      input_ids = tokenizer.convert_tokens_to_ids(tokens)
+      input_mask = [1] * len(input_ids)
+      padding = max_seq_length - len(input_ids)
+      input_ids = input_ids + [0] * padding
+      input_mask = input_mask + [0] * padding
+      segment_ids = segment_ids + [0] * padding
+      assert len(input_ids) == len(input_mask) == len(segment_ids) == max_seq_length
+
+      start_position = end_position = None
+      if is_training:
+        span_end = span.start + span.length - 1
+        if (example.is_impossible or not (span.start <= tok_start and tok_end <= span_end)):
+          # Impossible, or the answer is not (wholly) in this window: the window is kept,
+          # labelled [CLS] (the original's comment says such windows are thrown out).
+          start_position = end_position = 0
+        else:
+          doc_offset = len(query_tokens) + 2
+          start_position = tok_start - span.start + doc_offset
+          end_position = tok_end - span.start + doc_offset
+
+      if example_index < 20:
+        _log_feature(unique_id, example_index, doc_span_index, tokens, token_to_orig_map,
+                     token_is_max_context, input_ids, input_mask, segment_ids, is_training,
+                     example.is_impossible, start_position, end_position)
+
+      output_fn(InputFeatures(
+          unique_id=unique_id, example_index=example_index, doc_span_index=doc_span_index,
+          tokens=tokens, token_to_orig_map=token_to_orig_map,
+          token_is_max_context=token_is_max_context, input_ids=input_ids,
+          input_mask=input_mask, segment_ids=segment_ids, start_position=start_position,
+          end_position=end_position, is_impossible=example.is_impossible))
+      unique_id += 1
+
+
+def _log_feature(unique_id, example_index, doc_span_index, tokens, token_to_orig_map,
+                 token_is_max_context, input_ids, input_mask, segment_ids, is_training,
+                 is_impossible, start_position, end_position):
+  """The original's INFO lines for one of the first 20 examples' windows."""
+  logging.info("*** Example ***")
+  logging.info("unique_id: %s", unique_id)
+  logging.info("example_index: %s", example_index)
+  logging.info("doc_span_index: %s", doc_span_index)
+  logging.info("tokens: %s", " ".join(tokenization.printable_text(x) for x in tokens))
+  logging.info("token_to_orig_map: %s",
+               " ".join("%d:%d" % (x, y) for x, y in token_to_orig_map.items()))
+  logging.info("token_is_max_context: %s",
+               " ".join("%d:%s" % (x, y) for x, y in token_is_max_context.items()))
+  logging.info("input_ids: %s", " ".join(str(x) for x in input_ids))
+  logging.info("input_mask: %s", " ".join(str(x) for x in input_mask))
+  logging.info("segment_ids: %s", " ".join(str(x) for x in segment_ids))
+  if is_training and is_impossible:
+    logging.info("impossible example")
+  if is_training and not is_impossible:
+    answer_text = " ".join(tokens[start_position:end_position + 1])
+    logging.info("start_position: %d", start_position)
+    logging.info("end_position: %d", end_position)
+    logging.info("answer: %s", tokenization.printable_text(answer_text))
+
+
+class FeatureWriter(object):
+  """Writes InputFeatures as tf.train.Examples to `filename` (via filename.tmp, renamed by
+  close()): int64 unique_ids [1], input_ids, input_mask, segment_ids [S] and, when training,
+  start_positions, end_positions and is_impossible (1/0) [1]."""
+
+  def __init__(self, filename, is_training):
+    self.filename = filename
+    self.is_training = is_training
+    self.num_features = 0
+    self._tmp = filename + ".tmp"
+    self._writer = tf.io.TFRecordWriter(self._tmp)
+
+  def process_feature(self, feature):
+    self.num_features += 1
+    int64 = training.int64_feature
+    features = collections.OrderedDict()
+    features["unique_ids"] = int64([feature.unique_id])
+    features["input_ids"] = int64(feature.input_ids)
+    features["input_mask"] = int64(feature.input_mask)
+    features["segment_ids"] = int64(feature.segment_ids)
+    if self.is_training:
+      features["start_positions"] = int64([feature.start_position])
+      features["end_positions"] = int64([feature.end_position])
+      features["is_impossible"] = int64([1 if feature.is_impossible else 0])
+    self._writer.write(tf.train.Example(
+        features=tf.train.Features(feature=features)).SerializeToString())
+
+  def close(self):
+    self._writer.close()
+    tf.io.gfile.rename(self._tmp, self.filename, overwrite=True)
+
+
+def decode_fn(seq_length, is_training):
+  """Serialized tf.train.Example -> dict of int32 tensors: unique_ids (scalar), input_ids,
+  input_mask, segment_ids [S] and, when training, start_positions / end_positions (scalars);
+  is_impossible is written but not read, as the original."""
+  spec = {
+      "unique_ids": tf.io.FixedLenFeature([], tf.int64),
+      "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+  }
+  if is_training:
+    spec["start_positions"] = tf.io.FixedLenFeature([], tf.int64)
+    spec["end_positions"] = tf.io.FixedLenFeature([], tf.int64)
+
+  def decode(record):
+    example = tf.io.parse_single_example(record, spec)
+    return {k: tf.cast(v, tf.int32) for k, v in example.items()}
+
+  return decode
+
+
+# ----------------------------------------------------------------------------
+# Training and prediction (spec 8.4).
+
+class SquadTask(training.Task):
+  """The batch mean of squad_loss ((start + end cross-entropy) / 2) over the GLOBAL batch,
+  as the original's single-device loss."""
+
+  train_stat_names = ("loss",)
+
+  def model_inputs(self, batch):
+    return {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
+
+  def denominators(self, batch):
+    return {"examples": tf.cast(tf.shape(batch["input_ids"])[0], tf.float32)}
+
+  def loss(self, outputs, batch, denominators):
+    per_example = modeling.squad_loss(outputs["start_logits"], outputs["end_logits"],
+                                      batch["start_positions"], batch["end_positions"])
+    loss = tf.reduce_sum(per_example) / denominators["examples"]
+    return loss, {"loss": loss}
+
+  def summarize_train(self, sums, steps):
+    return {"loss": sums["loss"] / steps}
+
+
+RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])
+
+
+def predict_results(model, record_file, seq_length, batch_size):
+  """Runs the model (inference) over every record of record_file, in order: a list of
+  RawResult(unique_id int, start_logits, end_logits: lists of S Python floats)."""
+  ds = tf.data.TFRecordDataset(record_file).map(decode_fn(seq_length, False)).batch(batch_size)
+
+  @tf.function
+  def step(batch):
+    outputs = model(SquadTask().model_inputs(batch), training=False)
+    return outputs["start_logits"], outputs["end_logits"]
+
+  results = []
+  for batch in ds:
+    start_logits, end_logits = (t.numpy() for t in step(batch))
+    for unique_id, start, end in zip(batch["unique_ids"].numpy(), start_logits, end_logits):
+      if len(results) % 1000 == 0:
+        logging.info("Processing example: %d", len(results))
+      results.append(RawResult(unique_id=int(unique_id),
+                               start_logits=[float(x) for x in start],
+                               end_logits=[float(x) for x in end]))
+  return results
+
+
+# ----------------------------------------------------------------------------
+# Post-processing (spec 8.5).
+
+_Prelim = collections.namedtuple(
+    "PrelimPrediction", ["feature_index", "start_index", "end_index", "start_logit",
+                         "end_logit"])
+_Nbest = collections.namedtuple("NbestPrediction", ["text", "start_logit", "end_logit"])
+
+
+def _get_best_indexes(logits, n_best_size):
+  """Indices of the n_best_size largest logits, largest first (lower index first on ties),
+  over all positions."""
+  return sorted(range(len(logits)), key=lambda i: logits[i], reverse=True)[:n_best_size]
+
+
+def _compute_softmax(scores):
+  """Softmax of a list of Python floats (max subtracted, summed left to right)."""
+  if not scores:
+    return []
+  top = max(scores)
+  exps = [math.exp(score - top) for score in scores]
+  total = 0.0
+  for x in exps:
+    total += x
+  return [x / total for x in exps]
+
+
+def _prelim_predictions(features, result_of, n_best_size, max_answer_length,
+                        version_2_with_negative):
+  """Candidate spans of one example's windows, best first, plus (v2) the null candidate of
+  the window with the smallest null score start_logits[0] + end_logits[0].
+
+  Returns (prelims sorted by start_logit + end_logit descending, score_null, null_start_logit,
+  null_end_logit)."""
+  prelims = []
+  score_null = 1000000  # the original's "large and positive" start
+  null_feature_index = 0
+  null_start_logit = null_end_logit = 0
+  for feature_index, feature in enumerate(features):
+    result = result_of[feature.unique_id]
+    if version_2_with_negative:
+      feature_null_score = result.start_logits[0] + result.end_logits[0]
+      if feature_null_score < score_null:
+        score_null = feature_null_score
+        null_feature_index = feature_index
+        null_start_logit, null_end_logit = result.start_logits[0], result.end_logits[0]
+    num_tokens = len(feature.tokens)
+    for start in _get_best_indexes(result.start_logits, n_best_size):
+      # Only the start's max-context flag is checked, as the original.
+      if (start >= num_tokens or start not in feature.token_to_orig_map
+          or not feature.token_is_max_context.get(start, False)):
+        continue
+      for end in _get_best_indexes(result.end_logits, n_best_size):
+        if (end >= num_tokens or end not in feature.token_to_orig_map or end < start
+            or end - start + 1 > max_answer_length):
+          continue
+        prelims.append(_Prelim(feature_index, start, end, result.start_logits[start],
+                               result.end_logits[end]))
+  if version_2_with_negative:
+    prelims.append(_Prelim(null_feature_index, 0, 0, null_start_logit, null_end_logit))
+  prelims = sorted(prelims, key=lambda p: p.start_logit + p.end_logit, reverse=True)
+  return prelims, score_null, null_start_logit, null_end_logit
+
+
+def _span_texts(example, feature, start, end):
+  """(normalised WordPiece text, original text) of positions start..end of a window."""
+  tok_text = " ".join(feature.tokens[start:end + 1])
+  tok_text = tok_text.replace(" ##", "").replace("##", "")
+  tok_text = " ".join(tok_text.strip().split())
+  first, last = feature.token_to_orig_map[start], feature.token_to_orig_map[end]
+  return tok_text, " ".join(example.doc_tokens[first:last + 1])
+
+
+def _nbest_of(example, features, prelims, n_best_size, do_lower_case, version_2_with_negative,
+              null_start_logit, null_end_logit, verbose_logging):
+  """The n-best list of _Nbest (distinct texts; v2: "" included, possibly as entry
+  n_best_size + 1)."""
+  seen = set()
+  nbest = []
+  for p in prelims:
+    if len(nbest) >= n_best_size:
+      break
+    if p.start_index > 0:
+      tok_text, orig_text = _span_texts(example, features[p.feature_index], p.start_index,
+                                        p.end_index)
+      text = get_final_text(tok_text, orig_text, do_lower_case, verbose_logging)
+      if text in seen:
+        continue
+    else:  # the null prediction
+      text = ""
+    seen.add(text)
+    nbest.append(_Nbest(text, p.start_logit, p.end_logit))
+  if version_2_with_negative and "" not in seen:
+    nbest.append(_Nbest("", null_start_logit, null_end_logit))
+  if not nbest:  # no valid span at all (v1)
+    nbest.append(_Nbest("empty", 0.0, 0.0))
+  if version_2_with_negative and not any(entry.text for entry in nbest):
+    # No valid non-null span (the original crashes here): a nonce non-null entry, as v1's.
+    logging.warning("Question %s: no valid non-null answer span; adding \"empty\"",
+                    example.qas_id)
+    nbest.insert(0, _Nbest("empty", 0.0, 0.0))
+  return nbest
+
+
+def write_predictions(all_examples, all_features, all_results, n_best_size, max_answer_length,
+                      do_lower_case, output_prediction_file, output_nbest_file,
+                      output_null_log_odds_file, version_2_with_negative=False,
+                      null_score_diff_threshold=0.0, verbose_logging=False):
+  """Writes predictions.json ({qas_id: answer}), nbest_predictions.json ({qas_id: [{"text",
+  "probability", "start_logit", "end_logit"}, ...]}) and, with version_2_with_negative,
+  null_odds.json ({qas_id: null score - best non-null score}); json indent 4 plus "\\n",
+  example order; each via a temporary name. Returns the three dicts (the third empty in v1).
+
+  v2: the answer is "" when the null score minus the best non-null score exceeds
+  null_score_diff_threshold. One deliberate change: where the original crashes (v2, no
+  valid non-null span), the n-best starts with ("empty", 0.0, 0.0) as in v1's no-span case.
+  """
+  logging.info("Writing predictions to: %s", output_prediction_file)
+  logging.info("Writing nbest to: %s", output_nbest_file)
+  features_of = collections.defaultdict(list)
+  for feature in all_features:
+    features_of[feature.example_index].append(feature)
+  result_of = {result.unique_id: result for result in all_results}
+
+  all_predictions = collections.OrderedDict()
+  all_nbest_json = collections.OrderedDict()
+  scores_diff_json = collections.OrderedDict()
+  for example_index, example in enumerate(all_examples):
+    features = features_of[example_index]
+    prelims, score_null, null_start_logit, null_end_logit = _prelim_predictions(
+        features, result_of, n_best_size, max_answer_length, version_2_with_negative)
+    nbest = _nbest_of(example, features, prelims, n_best_size, do_lower_case,
+                      version_2_with_negative, null_start_logit, null_end_logit,
+                      verbose_logging)
+    probs = _compute_softmax([entry.start_logit + entry.end_logit for entry in nbest])
+    all_nbest_json[example.qas_id] = [
+        collections.OrderedDict([("text", entry.text), ("probability", prob),
+                                 ("start_logit", entry.start_logit),
+                                 ("end_logit", entry.end_logit)])
+        for entry, prob in zip(nbest, probs)]
+    if not version_2_with_negative:
+      all_predictions[example.qas_id] = nbest[0].text
+    else:
+      best_non_null = next(entry for entry in nbest if entry.text)
+      score_diff = score_null - best_non_null.start_logit - best_non_null.end_logit
+      scores_diff_json[example.qas_id] = score_diff
+      all_predictions[example.qas_id] = (
+          "" if score_diff > null_score_diff_threshold else best_non_null.text)
+
+  training.write_text_atomic(output_prediction_file,
+                             json.dumps(all_predictions, indent=4) + "\n")
+  training.write_text_atomic(output_nbest_file, json.dumps(all_nbest_json, indent=4) + "\n")
+  if version_2_with_negative:
+    training.write_text_atomic(output_null_log_odds_file,
+                               json.dumps(scores_diff_json, indent=4) + "\n")
+  return all_predictions, all_nbest_json, scores_diff_json
+
+
+@functools.lru_cache(maxsize=2)
+def _basic_tokenizer(do_lower_case):
+  return tokenization.BasicTokenizer(do_lower_case=do_lower_case)
+
+
+def _strip_spaces(text):
+  """-> (text without " ", for each of its characters the index in `text`)."""
+  positions = [i for i, c in enumerate(text) if c != " "]
+  return "".join(text[i] for i in positions), positions
+
+
+def get_final_text(pred_text, orig_text, do_lower_case, verbose_logging=False):
+  """Projects the normalised prediction pred_text (e.g. "steve smith") onto the original
+  span orig_text ("Steve Smith's") -> "Steve Smith". Characters are aligned one to one
+  between orig_text and its BasicTokenizer tokens, spaces aside; when that fails (the
+  prediction is not found, or normalisation changed the character count, e.g. "İ" or
+  ligatures) the whole orig_text is returned, as the original."""
+  tok_text = " ".join(_basic_tokenizer(bool(do_lower_case)).tokenize(orig_text))
+  start = tok_text.find(pred_text)
+  if start == -1:
+    if verbose_logging:
+      logging.info("Unable to find text: '%s' in '%s'", pred_text, orig_text)
+    return orig_text
+  end = start + len(pred_text) - 1
+
+  orig_ns_text, orig_ns_to_s = _strip_spaces(orig_text)
+  tok_ns_text, tok_ns_to_s = _strip_spaces(tok_text)
+  if len(orig_ns_text) != len(tok_ns_text):
+    if verbose_logging:
+      logging.info("Length not equal after stripping spaces: '%s' vs '%s'", orig_ns_text,
+                   tok_ns_text)
+    return orig_text
+  tok_s_to_ns = {s: ns for ns, s in enumerate(tok_ns_to_s)}
+
+  def to_orig(position):
+    ns = tok_s_to_ns.get(position)
+    return None if ns is None or ns >= len(orig_ns_to_s) else orig_ns_to_s[ns]
+
+  orig_start = to_orig(start)
+  if orig_start is None:
+    if verbose_logging:
+      logging.info("Couldn't map start position")
+    return orig_text
+  orig_end = to_orig(end)
+  if orig_end is None:
+    if verbose_logging:
+      logging.info("Couldn't map end position")
+    return orig_text
+  return orig_text[orig_start:orig_end + 1]
+
+
+# ----------------------------------------------------------------------------
+
+def _check_options(o):
+  """Our checks before the original's: required flags, files, positive sizes."""
+  for name in ("vocab_file", "bert_config_file", "output_dir"):
+    if not getattr(o, name):
+      raise ValueError(f"--{name} is required")
+  for name in ("bert_config_file", "vocab_file"):
+    if not tf.io.gfile.exists(getattr(o, name)):
+      raise ValueError(f"--{name} {getattr(o, name)}: no such file")
+  for name in ("train_batch_size", "predict_batch_size", "iterations_per_loop",
+               "gradient_accumulation_steps", "doc_stride", "n_best_size",
+               "max_answer_length"):
+    if getattr(o, name) < 1:
+      raise ValueError(f"--{name}={getattr(o, name)}: must be >= 1")
+  if o.max_query_length < 0:
+    raise ValueError(f"--max_query_length={o.max_query_length}: must be >= 0")
+
+
+def validate_flags_or_throw(o, bert_config):
+  """The original's checks and messages (ValueError), then whether the SQuAD files exist."""
+  tokenization.validate_case_matches_checkpoint(o.do_lower_case, o.init_checkpoint)
+  if not o.do_train and not o.do_predict:
+    raise ValueError("At least one of `do_train` or `do_predict` must be True.")
+  if o.do_train and not o.train_file:
+    raise ValueError("If `do_train` is True, then `train_file` must be specified.")
+  if o.do_predict and not o.predict_file:
+    raise ValueError("If `do_predict` is True, then `predict_file` must be specified.")
+  if o.max_seq_length > bert_config.max_position_embeddings:
+    raise ValueError(
+        "Cannot use sequence length %d because the BERT model was only trained up to "
+        "sequence length %d" % (o.max_seq_length, bert_config.max_position_embeddings))
+  if o.max_seq_length <= o.max_query_length + 3:
+    raise ValueError("The max_seq_length (%d) must be greater than max_query_length (%d) + 3"
+                     % (o.max_seq_length, o.max_query_length))
+  for flag, needed in (("train_file", o.do_train), ("predict_file", o.do_predict)):
+    path = getattr(o, flag)
+    if needed and not tf.io.gfile.exists(path):
+      raise ValueError(f"--{flag} {path}: no such file")
+
+
+def _read(flag, path, is_training, version_2_with_negative):
+  try:
+    return read_squad_examples(path, is_training, version_2_with_negative)
+  except ValueError as e:
+    raise ValueError(f"--{flag} {e}") from None
+
+
+def run(o, strategy=None):
+  """Trains and/or predicts as the original main(). Returns a dict: "train_examples" (the
+  number read, or None), "predictions" (the three dicts of write_predictions, or None).
+
+  o: options(...) or the parsed FLAGS. strategy: a tf.distribute strategy (built from the
+  options when None). Both SQuAD files are read and checked before anything is written.
+  """
+  _check_options(o)
+  config = modeling.BertConfig.from_json_file(o.bert_config_file)
+  validate_flags_or_throw(o, config)
+  train_examples = predict_examples = None
+  if o.do_train:
+    train_examples = _read("train_file", o.train_file, True, o.version_2_with_negative)
+  if o.do_predict:
+    predict_examples = _read("predict_file", o.predict_file, False,
+                             o.version_2_with_negative)
+  num_train_steps = None
+  if o.do_train:
+    # Steps count the examples (questions), not their windows, as the original.
+    num_train_steps = int(len(train_examples) / o.train_batch_size * o.num_train_epochs)
+    if num_train_steps < 1:
+      raise ValueError(
+          f"--num_train_epochs={o.num_train_epochs}: {len(train_examples)} training examples "
+          f"/ --train_batch_size={o.train_batch_size} x epochs gives 0 training steps")
+  tokenizer = tokenization.FullTokenizer(vocab_file=o.vocab_file,
+                                         do_lower_case=o.do_lower_case)
+  tf.io.gfile.makedirs(o.output_dir)
+  keras.utils.set_random_seed(o.seed)
+  if strategy is None:
+    strategy = training.build_strategy(
+        o.distribution_strategy, use_tpu=o.use_tpu, tpu_name=o.tpu_name, tpu_zone=o.tpu_zone,
+        gcp_project=o.gcp_project, master=o.master)
+  logging.info("Strategy %s with %d replica(s)", type(strategy).__name__,
+               strategy.num_replicas_in_sync)
+  chief = training.is_chief(strategy)
+  # The chief writes the TFRecords into output_dir, as the original; the other workers of a
+  # multi-worker run write the same records into a private temporary directory.
+  record_dir = o.output_dir if chief else tempfile.mkdtemp(prefix="bert_keras_records_")
+  try:
+    return _train_predict(o, strategy, config, tokenizer, chief, record_dir, train_examples,
+                          num_train_steps, predict_examples)
+  finally:
+    if not chief:
+      shutil.rmtree(record_dir, ignore_errors=True)
+
+
+def _train_predict(o, strategy, config, tokenizer, chief, record_dir, train_examples,
+                   num_train_steps, predict_examples):
+  """run() after the checks and the reading."""
+  num_warmup_steps = None
+  if o.do_train:
+    num_warmup_steps = int(num_train_steps * o.warmup_proportion)
+    # Pre-shuffled (fixed seed, as the original) so that a small shuffle buffer suffices.
+    random.Random(12345).shuffle(train_examples)
+
+  training.set_dtype_policy(o.dtype)
+  with strategy.scope():
+    model = modeling.BertSquad(config)
+    optimizer = optimization.create_optimizer(
+        o.learning_rate, num_train_steps or 1, num_warmup_steps or 0,
+        optimizer_type=o.optimizer)
+    if o.dtype == "float16":
+      optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+  trainer = training.Trainer(strategy, model, optimizer, SquadTask(),
+                             accumulation_steps=o.gradient_accumulation_steps,
+                             use_xla=(training.default_use_xla(strategy) if o.use_xla is None
+                                      else o.use_xla),
+                             loss_scale=o.dtype == "float16",
+                             variable_names=modeling.tf1_variable_map(model))
+  results = {"train_examples": None, "predictions": None}
+
+  if o.do_train:
+    writer = FeatureWriter(os.path.join(record_dir, "train.tf_record"), is_training=True)
+    convert_examples_to_features(train_examples, tokenizer, o.max_seq_length, o.doc_stride,
+                                 o.max_query_length, True, writer.process_feature)
+    writer.close()
+    logging.info("***** Running training *****")
+    logging.info("  Num orig examples = %d", len(train_examples))
+    logging.info("  Num split examples = %d", writer.num_features)
+    logging.info("  Batch size = %d", o.train_batch_size)
+    logging.info("  Num steps = %d", num_train_steps)
+    results["train_examples"] = len(train_examples)
+    per_replica = training.per_replica_batch_size(
+        o.train_batch_size, strategy, o.gradient_accumulation_steps, "--train_batch_size")
+    decode = decode_fn(o.max_seq_length, is_training=True)
+
+    def train_dataset(input_context, skip_records):
+      return training.training_dataset([writer.filename], decode, per_replica, input_context,
+                                       seed=o.seed, skip_records=skip_records)
+
+    def log(step, stats):
+      logging.info("step = %d, loss = %.5f, learning_rate = %.4g, examples/s = %.1f", step,
+                   stats["loss"], stats["learning_rate"], stats["sequences_per_sec"])
+
+    trainer.train(train_dataset, num_train_steps=num_train_steps,
+                  steps_per_loop=o.iterations_per_loop, output_dir=o.output_dir,
+                  save_checkpoints_steps=o.save_checkpoints_steps,
+                  keep_checkpoint_max=o.keep_checkpoint_max,
+                  init_fn=lambda: training.warm_start(model, o.init_checkpoint),
+                  global_batch_size=o.train_batch_size, log_fn=log)
+  elif not trainer.restore_latest(o.output_dir):
+    if o.init_checkpoint:
+      training.warm_start(model, o.init_checkpoint)
+    else:
+      logging.warning("No checkpoint in --output_dir %s and no --init_checkpoint: "
+                      "predicting with freshly initialised weights", o.output_dir)
+
+  if o.do_predict:
+    writer = FeatureWriter(os.path.join(record_dir, "eval.tf_record"), is_training=False)
+    predict_features = []
+
+    def keep_and_write(feature):
+      predict_features.append(feature)
+      writer.process_feature(feature)
+
+    convert_examples_to_features(predict_examples, tokenizer, o.max_seq_length, o.doc_stride,
+                                 o.max_query_length, False, keep_and_write)
+    writer.close()
+    logging.info("***** Running predictions *****")
+    logging.info("  Num orig examples = %d", len(predict_examples))
+    logging.info("  Num split examples = %d", len(predict_features))
+    logging.info("  Batch size = %d", o.predict_batch_size)
+    all_results = predict_results(model, writer.filename, o.max_seq_length,
+                                  o.predict_batch_size)
+    out = record_dir  # output_dir on the chief; discarded on the other workers
+    results["predictions"] = write_predictions(
+        predict_examples, predict_features, all_results, o.n_best_size, o.max_answer_length,
+        o.do_lower_case, os.path.join(out, "predictions.json"),
+        os.path.join(out, "nbest_predictions.json"), os.path.join(out, "null_odds.json"),
+        version_2_with_negative=o.version_2_with_negative,
+        null_score_diff_threshold=o.null_score_diff_threshold,
+        verbose_logging=o.verbose_logging)
+  return results
+
+
+def main(_):
+  logging.set_verbosity(logging.INFO)
+  try:
+    run(flags.FLAGS)
+  except (ValueError, modeling.CheckpointError, tokenization.VocabError) as e:
+    raise SystemExit("error: " + " ".join(str(e).split())) from None
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)
