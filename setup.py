@@ -6,7 +6,7 @@ original, and `from bert_keras import modeling` works from anywhere after
 `pip install .` (or `pip install -e .`).
 """
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 setup(
     name="bert-keras",
@@ -19,6 +19,9 @@ setup(
     packages=["bert_keras"],
     package_dir={"bert_keras": "."},
     package_data={"bert_keras": ["sample_text.txt"]},
+    # The C hot loop of tokenization.py's batch methods (see _word_table.c). Optional: where
+    # it cannot be compiled (no C compiler), tokenization.py runs the same in pure Python.
+    ext_modules=[Extension("bert_keras._word_table", ["_word_table.c"], optional=True)],
     install_requires=[
         "tensorflow>=2.21,<2.22",
         # 2.21.0 does not import with tensorflow 2.21; 2.21.1 does.

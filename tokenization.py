@@ -37,11 +37,24 @@ import functools
 import gc
 import itertools
 import logging
+import os
 import re
 import sys
 import unicodedata
 
 import numpy as np
+
+# The C hot loop of the batch methods (_word_table.c, built by `pip install`); without it
+# (no C compiler, or BERT_KERAS_PURE_PYTHON=1) the same runs in pure Python.
+_word_table = None
+if os.environ.get("BERT_KERAS_PURE_PYTHON", "") in ("", "0"):
+  try:
+    from . import _word_table
+  except ImportError:
+    try:
+      import _word_table  # run as a script from the clone
+    except ImportError:
+      pass
 
 _MAX_UNICODE = sys.maxunicode + 1
 
@@ -440,10 +453,17 @@ class FullTokenizer(object):
     self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
     self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
     # cleaned whitespace token -> its word pieces, and -> their ids.
-    self._cache = _WordCache(self._word_pieces)
+    self._cache = _WordCache(self._word_pieces, wordpiece=lambda: self._wordpiece_settings(False))
     self._id_cache = _WordCache(
-        lambda word: tuple(map(self.vocab.__getitem__, self._word_pieces(word))))
-    self._id_cache[_TEXT_BREAK] = (-1,)
+        lambda word: tuple(map(self.vocab.__getitem__, self._word_pieces(word))),
+        wordpiece=lambda: self._wordpiece_settings(True))
+
+  def _wordpiece_settings(self, ids):
+    """What the native cache needs to tokenize pure-ASCII words itself: the same steps as
+    _word_pieces (read when the cache is first used)."""
+    return dict(vocab=self.vocab, unk_token=self.wordpiece_tokenizer.unk_token,
+                max_input_chars_per_word=self.wordpiece_tokenizer.max_input_chars_per_word,
+                lower=self.basic_tokenizer.do_lower_case, ids=ids)
 
   def tokenize(self, text):
     """Tokenizes one text into a list of WordPiece str tokens."""
@@ -470,15 +490,10 @@ class FullTokenizer(object):
       return self._encode_batch(texts)
 
   def _encode_batch(self, texts):
-    words = self.basic_tokenizer.clean_batch(texts).replace("\n", " " + _TEXT_BREAK + " ").split()
-    words.append(_TEXT_BREAK)
-    # (a list, then one conversion, is faster than np.fromiter over the chain)
-    ids = np.array(list(itertools.chain.from_iterable(map(self._id_cache.__getitem__, words))),
-                   dtype=np.int32)
-    ends = np.flatnonzero(ids < 0)  # the -1 after each text
-    row_splits = np.zeros(len(ends) + 1, dtype=np.int64)
-    row_splits[1:] = ends - np.arange(len(ends))
-    return ids[ids >= 0], row_splits
+    ids, lengths = self._id_cache.map_ids(self.basic_tokenizer.clean_batch(texts))
+    row_splits = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=row_splits[1:])
+    return ids, row_splits
 
   def _word_pieces(self, word):
     """The word pieces of one cleaned whitespace token, as a tuple of str."""
@@ -521,15 +536,22 @@ class _gc_paused(object):
       gc.enable()
 
 
-class _WordCache(dict):
-  """word -> tuple of tokens, computed by `compute(word)` on first use.
+def _WordCache(compute, limit=1 << 20, wordpiece=None):
+  """word -> tuple of tokens, computed by `compute(word)` on first use; the batch methods'
+  cache. Native (_word_table.c) when built, else pure Python; both start afresh past `limit`
+  words, so memory stays bounded on any corpus. `wordpiece`: None, or a function returning
+  the settings with which the native cache computes pure-ASCII words itself, in C, as
+  compute would (FullTokenizer._wordpiece_settings)."""
+  if _word_table is None:
+    return _PythonWordCache(compute, limit)
+  return _NativeWordCache(compute, limit, wordpiece)
 
-  A dict subclass with __missing__: hits are a C-level dict lookup, so
-  map(cache.__getitem__, words) runs at C speed once the words are known.
-  It starts afresh past `limit` words, so memory stays bounded on any corpus.
-  """
 
-  def __init__(self, compute, limit=1 << 20):
+class _PythonWordCache(dict):
+  """A dict subclass with __missing__: hits are a C-level dict lookup, so
+  map(cache.__getitem__, words) runs at C speed once the words are known."""
+
+  def __init__(self, compute, limit):
     super().__init__()
     self._compute, self._limit = compute, limit
 
@@ -542,6 +564,51 @@ class _WordCache(dict):
     return value
 
   def map_lines(self, cleaned):
-    """Maps every whitespace token of each "\n"-separated line: a list per line."""
+    """The tokens of every whitespace token of each "\n"-separated line: a list per line."""
     chain, lookup = itertools.chain.from_iterable, self.__getitem__
     return [list(chain(map(lookup, line.split()))) for line in cleaned.split("\n")]
+
+  def map_ids(self, cleaned):
+    """map_lines for ids, flat: (ids int32 [total], ids per line int64 [lines])."""
+    self[_TEXT_BREAK] = (-1,)
+    words = cleaned.replace("\n", " " + _TEXT_BREAK + " ").split()
+    words.append(_TEXT_BREAK)
+    # (a list, then one conversion, is faster than np.fromiter over the chain)
+    ids = np.array(list(itertools.chain.from_iterable(map(self.__getitem__, words))),
+                   dtype=np.int32)
+    ends = np.flatnonzero(ids < 0)  # the -1 after each line
+    return ids[ids >= 0], np.diff(ends, prepend=-1) - 1
+
+
+class _NativeWordCache(object):
+  """The same as _PythonWordCache, with the words read and looked up by C code
+  (_word_table.WordTable) straight from the text: no str object per word."""
+
+  def __init__(self, compute, limit, wordpiece=None):
+    self._compute, self._table = compute, _word_table.WordTable(limit)
+    self._wordpiece = wordpiece  # applied at first use (so it sees the vocab as it is then)
+
+  def _ready(self):
+    if self._wordpiece is not None:
+      self._table.set_wordpiece(**self._wordpiece())
+      self._wordpiece = None
+
+  @property
+  def _limit(self):
+    return self._table.limit
+
+  @_limit.setter
+  def _limit(self, limit):
+    self._table.limit = limit
+
+  def __len__(self):
+    return len(self._table)
+
+  def map_lines(self, cleaned):
+    self._ready()
+    return self._table.map_lines(cleaned, self._compute)
+
+  def map_ids(self, cleaned):
+    self._ready()
+    ids, lengths = self._table.map_ids(cleaned, self._compute)
+    return np.frombuffer(ids, np.int32), np.frombuffer(lengths, np.int64)

@@ -6,6 +6,7 @@ tokenizes the same text with both and requires identical output; tests that
 need ../shared skip without it.
 """
 
+import os
 import random
 import re
 import sys
@@ -248,6 +249,92 @@ def test_word_cache_is_bounded(small_vocab):
   assert len(tok._cache) <= 50
   assert tok.tokenize_batch(texts) == first == [tok.tokenize(t) for t in texts]
 
+
+
+def _python_only(make):
+  """make() with tokenization's pure-Python caches (as without the C extension)."""
+  native, tokenization._word_table = tokenization._word_table, None
+  try:
+    return make()
+  finally:
+    tokenization._word_table = native
+
+
+def test_native_word_table_is_built():
+  if os.environ.get("BERT_KERAS_PURE_PYTHON", "") not in ("", "0"):
+    pytest.skip("BERT_KERAS_PURE_PYTHON is set: the pure-Python path is under test")
+  assert tokenization._word_table is not None, (
+      "the C extension _word_table.c was not built: `pip install -e .` needs a C compiler")
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_native_and_python_paths_agree(small_vocab, do_lower_case):
+  if tokenization._word_table is None:
+    pytest.skip("the C extension is not built")
+  # Words the C WordPiece of ASCII words sees: 200/201/300 characters, longer than its stack
+  # buffer with punctuation inside, cased, "##", greedy matches failing half-way.
+  ascii_words = ["x" * 200, "x" * 201, "a" * 300 + ",b", "ab,cd.ef!" * 40, "UnAffable,RUNNING",
+                 "##ing", "#", "[UNK]", "qqqzzz,the", "the" * 70, "THE" * 80 + "!", "a-b-c-",
+                 "don't", "...", "x9Y8"]
+  texts = (EDGE_CASES + _random_texts(400, seed=11) + _sample_lines() + ["a\nb", "x" * 300] +
+           ascii_words + [" ".join(ascii_words), "caf\xe9 " + " ".join(ascii_words)])
+  original = oracle.original("tokenization").FullTokenizer(small_vocab,
+                                                             do_lower_case=do_lower_case)
+  native = tokenization.FullTokenizer(small_vocab, do_lower_case=do_lower_case)
+  assert native.tokenize_batch(ascii_words) == [original.tokenize(w) for w in ascii_words]
+  python = _python_only(lambda: tokenization.FullTokenizer(small_vocab,
+                                                           do_lower_case=do_lower_case))
+  assert type(native._cache).__name__ == "_NativeWordCache"
+  assert type(python._cache).__name__ == "_PythonWordCache"
+  for tok in (native, python):  # twice: a cold and a warm cache
+    assert tok.tokenize_batch(texts) == python.tokenize_batch(texts) == native.tokenize_batch(
+        texts)
+  for a, b in zip(native.encode_batch(texts), python.encode_batch(texts)):
+    assert a.dtype == b.dtype and np.array_equal(a, b)
+  ids, _ = native.encode_batch(texts)
+  ids[:1] = 0  # the arrays are the caller's to change
+  basic = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
+  basic_python = _python_only(lambda: tokenization.BasicTokenizer(do_lower_case=do_lower_case))
+  assert basic.tokenize_batch(texts) == basic_python.tokenize_batch(texts)
+
+
+def test_native_word_table_edge_cases():
+  if tokenization._word_table is None:
+    pytest.skip("the C extension is not built")
+  table = tokenization._word_table.WordTable(limit=2)
+  calls = []
+
+  def compute(word):
+    calls.append(word)
+    return (word.upper(), "#" + word)
+  # The table starts afresh every 2 words, in the middle of lines: tokens stay right.
+  text = "ab cd ef\n\u3000gh\u2028ab  \n\n ij kl mn op"
+  expected = [[t for w in line.split() for t in compute(w)] for line in text.split("\n")]
+  calls.clear()
+  assert table.map_lines(text, compute) == expected
+  assert len(table) <= 2 and len(calls) == 9
+  assert table.map_lines("", compute) == [[]]
+  assert table.map_lines("\n", compute) == [[], []]
+  # Words of texts of every str kind (1, 2 and 4 bytes a character).
+  table = tokenization._word_table.WordTable()
+  for text in ("caf\xe9 x", "\u0101b x", "\U0001f600y x", "x \xe9"):
+    assert table.map_lines(text, compute) == [[t for w in text.split() for t in compute(w)]]
+  # Errors: compute's own, a compute that does not return a tuple, bad arguments.
+  with pytest.raises(ZeroDivisionError):
+    table.map_lines("new words", lambda word: 1 / 0)
+  with pytest.raises(TypeError, match="tuple"):
+    table.map_lines("other", lambda word: [word])
+  with pytest.raises(TypeError):
+    table.map_lines(b"bytes", compute)
+  with pytest.raises(OverflowError):
+    table.map_ids("big", lambda word: (2 ** 40,))
+  # A compute that uses the same table (re-entrant) gets consistent results.
+  def nested(word):
+    return tuple(x for line in table.map_lines(word + "s", compute) for x in line)
+  assert table.map_lines("zz zz", nested) == [["ZZS", "#zzs", "ZZS", "#zzs"]]
+  ids, lengths = table.map_ids("p q\n\nr", lambda word: (ord(word), 7))
+  assert np.frombuffer(ids, np.int32).tolist() == [112, 7, 113, 7, 114, 7]
+  assert np.frombuffer(lengths, np.int64).tolist() == [4, 0, 2]
 
 
 def test_batches_leave_the_garbage_collector_as_they_found_it(small_vocab):
