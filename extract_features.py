@@ -393,12 +393,7 @@ def _write(o, examples, tokenizer, config, layer_indexes, extract):
   return len(examples)
 
 
-def main(_):
-  logging.set_verbosity(logging.INFO)
-  try:
-    run(flags.FLAGS)
-  except (ValueError, modeling.CheckpointError, tokenization.VocabError) as e:
-    raise SystemExit("error: " + " ".join(str(e).split())) from None
+main = training.script_main(run)
 
 
 if __name__ == "__main__":

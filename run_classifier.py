@@ -582,30 +582,10 @@ def _train_eval_predict(o, strategy, config, processor, label_list, tokenizer, c
     logging.info("  Num examples = %d", len(train_examples))
     logging.info("  Batch size = %d", o.train_batch_size)
     logging.info("  Num steps = %d", num_train_steps)
-    per_replica = training.per_replica_batch_size(
-        o.train_batch_size, strategy, o.gradient_accumulation_steps, "--train_batch_size")
-    decode = decode_fn(o.max_seq_length)
-
-    def train_dataset(input_context, skip_records):
-      return training.training_dataset([train_file], decode, per_replica, input_context,
-                                       seed=o.seed, skip_records=skip_records)
-
-    def log(step, stats):
-      logging.info("step = %d, loss = %.5f, learning_rate = %.4g, examples/s = %.1f", step,
-                   stats["loss"], stats["learning_rate"], stats["sequences_per_sec"])
-
-    trainer.train(train_dataset, num_train_steps=num_train_steps,
-                  steps_per_loop=o.iterations_per_loop, output_dir=o.output_dir,
-                  save_checkpoints_steps=o.save_checkpoints_steps,
-                  keep_checkpoint_max=o.keep_checkpoint_max,
-                  init_fn=lambda: training.warm_start(model, o.init_checkpoint),
-                  global_batch_size=o.train_batch_size, log_fn=log)
-  elif not trainer.restore_latest(o.output_dir):
-    if o.init_checkpoint:
-      training.warm_start(model, o.init_checkpoint)
-    else:
-      logging.warning("No checkpoint in --output_dir %s and no --init_checkpoint: "
-                      "evaluating freshly initialised weights", o.output_dir)
+    training.fine_tune(trainer, model, o, train_file, decode_fn(o.max_seq_length),
+                       num_train_steps)
+  else:
+    training.restore_for_inference(trainer, model, o.output_dir, o.init_checkpoint)
   global_step = int(trainer.global_step.numpy())
   results = {"eval": None, "predict": None}
 
@@ -653,12 +633,7 @@ def _train_eval_predict(o, strategy, config, processor, label_list, tokenizer, c
   return results
 
 
-def main(_):
-  logging.set_verbosity(logging.INFO)
-  try:
-    run(flags.FLAGS)
-  except (ValueError, modeling.CheckpointError, tokenization.VocabError) as e:
-    raise SystemExit("error: " + " ".join(str(e).split())) from None
+main = training.script_main(run)
 
 
 if __name__ == "__main__":

@@ -311,12 +311,7 @@ def run(o, strategy=None):
   return results
 
 
-def main(_):
-  logging.set_verbosity(logging.INFO)
-  try:
-    run(flags.FLAGS)
-  except (ValueError, modeling.CheckpointError) as e:
-    raise SystemExit(f"error: {e}") from None
+main = training.script_main(run)
 
 
 if __name__ == "__main__":

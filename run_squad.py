@@ -917,30 +917,10 @@ def _train_predict(o, strategy, config, tokenizer, chief, record_dir, train_exam
     logging.info("  Batch size = %d", o.train_batch_size)
     logging.info("  Num steps = %d", num_train_steps)
     results["train_examples"] = len(train_examples)
-    per_replica = training.per_replica_batch_size(
-        o.train_batch_size, strategy, o.gradient_accumulation_steps, "--train_batch_size")
-    decode = decode_fn(o.max_seq_length, is_training=True)
-
-    def train_dataset(input_context, skip_records):
-      return training.training_dataset([writer.filename], decode, per_replica, input_context,
-                                       seed=o.seed, skip_records=skip_records)
-
-    def log(step, stats):
-      logging.info("step = %d, loss = %.5f, learning_rate = %.4g, examples/s = %.1f", step,
-                   stats["loss"], stats["learning_rate"], stats["sequences_per_sec"])
-
-    trainer.train(train_dataset, num_train_steps=num_train_steps,
-                  steps_per_loop=o.iterations_per_loop, output_dir=o.output_dir,
-                  save_checkpoints_steps=o.save_checkpoints_steps,
-                  keep_checkpoint_max=o.keep_checkpoint_max,
-                  init_fn=lambda: training.warm_start(model, o.init_checkpoint),
-                  global_batch_size=o.train_batch_size, log_fn=log)
-  elif not trainer.restore_latest(o.output_dir):
-    if o.init_checkpoint:
-      training.warm_start(model, o.init_checkpoint)
-    else:
-      logging.warning("No checkpoint in --output_dir %s and no --init_checkpoint: "
-                      "predicting with freshly initialised weights", o.output_dir)
+    training.fine_tune(trainer, model, o, writer.filename,
+                       decode_fn(o.max_seq_length, is_training=True), num_train_steps)
+  else:
+    training.restore_for_inference(trainer, model, o.output_dir, o.init_checkpoint)
 
   if o.do_predict:
     writer = FeatureWriter(os.path.join(record_dir, "eval.tf_record"), is_training=False)
@@ -970,12 +950,7 @@ def _train_predict(o, strategy, config, tokenizer, chief, record_dir, train_exam
   return results
 
 
-def main(_):
-  logging.set_verbosity(logging.INFO)
-  try:
-    run(flags.FLAGS)
-  except (ValueError, modeling.CheckpointError, tokenization.VocabError) as e:
-    raise SystemExit("error: " + " ".join(str(e).split())) from None
+main = training.script_main(run)
 
 
 if __name__ == "__main__":

@@ -358,6 +358,57 @@ def warm_start(model, init_checkpoint):
     logging.info("init_checkpoint: %s", result)
 
 
+def fine_tune(trainer, model, o, train_file, decode_fn, num_train_steps):
+  """The fine-tuning scripts' training (run_classifier, run_squad): the records of
+  train_file decoded by decode_fn, o.train_batch_size sequences a step (split over the
+  replicas and o.gradient_accumulation_steps micro-batches), num_train_steps steps,
+  warm-started from o.init_checkpoint, checkpoints in o.output_dir (resumed when there);
+  logs step, loss, learning rate and examples/s every o.iterations_per_loop steps."""
+  per_replica = per_replica_batch_size(o.train_batch_size, trainer.strategy,
+                                       o.gradient_accumulation_steps, "--train_batch_size")
+
+  def dataset(input_context, skip_records):
+    return training_dataset([train_file], decode_fn, per_replica, input_context, seed=o.seed,
+                            skip_records=skip_records)
+
+  def log(step, stats):
+    logging.info("step = %d, loss = %.5f, learning_rate = %.4g, examples/s = %.1f", step,
+                 stats["loss"], stats["learning_rate"], stats["sequences_per_sec"])
+
+  trainer.train(dataset, num_train_steps=num_train_steps, steps_per_loop=o.iterations_per_loop,
+                output_dir=o.output_dir, save_checkpoints_steps=o.save_checkpoints_steps,
+                keep_checkpoint_max=o.keep_checkpoint_max,
+                init_fn=lambda: warm_start(model, o.init_checkpoint),
+                global_batch_size=o.train_batch_size, log_fn=log)
+
+
+def restore_for_inference(trainer, model, output_dir, init_checkpoint):
+  """Without training: the newest checkpoint in output_dir, else init_checkpoint; a warning
+  when there is neither (the weights stay freshly initialised)."""
+  if trainer.restore_latest(output_dir):
+    return
+  if init_checkpoint:
+    warm_start(model, init_checkpoint)
+  else:
+    logging.warning("No checkpoint in --output_dir %s and no --init_checkpoint: using freshly "
+                    "initialised weights", output_dir)
+
+
+def script_main(run):
+  """The absl main() of a run_* script: run(FLAGS), with a user's mistake (a ValueError,
+  which modeling.CheckpointError and tokenization.VocabError are) reported as one line
+  `error: ...` and exit status 1 instead of a traceback."""
+
+  def main(unused_argv):
+    logging.set_verbosity(logging.INFO)
+    try:
+      run(flags.FLAGS)
+    except ValueError as e:
+      raise SystemExit("error: " + " ".join(str(e).split())) from None
+
+  return main
+
+
 def make_checkpoint_manager(checkpoint, directory, max_to_keep=5):
   """Files <directory>/model.ckpt-<step>.{index,data-*} plus the "checkpoint"
   state file. A checkpoint becomes visible to latest_checkpoint only once the
