@@ -937,11 +937,19 @@ def hf_name(tf1_name):
 
   HF Linear weights are [out, in], so */kernel is transposed; LayerNorm gamma/beta are
   weight/bias; the MLM output bias is cls.predictions.bias; cls/seq_relationship/
-  output_weights is already [2, H] (= HF [out, in]), not transposed.
+  output_weights is already [2, H] (= HF [out, in]), not transposed, and so are the
+  fine-tuning heads: run_classifier's output_weights = HF classifier.weight, run_squad's
+  cls/squad/output_weights = HF qa_outputs.weight.
   """
   special = {"cls/predictions/output_bias": "cls.predictions.bias",
              "cls/seq_relationship/output_weights": "cls.seq_relationship.weight",
-             "cls/seq_relationship/output_bias": "cls.seq_relationship.bias"}
+             "cls/seq_relationship/output_bias": "cls.seq_relationship.bias",
+             # BertForSequenceClassification / BertForQuestionAnswering heads: Linear
+             # [out, in] weights, the same layout as output_weights [num_labels or 2, H].
+             "output_weights": "classifier.weight",
+             "output_bias": "classifier.bias",
+             "cls/squad/output_weights": "qa_outputs.weight",
+             "cls/squad/output_bias": "qa_outputs.bias"}
   if tf1_name in special:
     return special[tf1_name], False
   name = re.sub(r"layer_(\d+)", r"layer.\1", tf1_name)
@@ -998,8 +1006,11 @@ def load_checkpoint(model, path):
       variables are read (optimizer slots and step are reported unused). A BertModel can
       load from a BertPretrainer checkpoint and the other way around (heads then stay
       initialised).
-  A missing encoder variable or any shape mismatch raises CheckpointError naming the
-  variable, both shapes and the likely cause (a bert_config.json that does not match).
+  A missing encoder variable (the pooler excepted: HF question-answering weights have none;
+  it is then reported in LoadResult.missing and logged) or any shape mismatch raises
+  CheckpointError naming the variable, both shapes and the likely cause (a bert_config.json
+  that does not match). HF fine-tuned heads load too: BertForSequenceClassification's
+  classifier.* into BertClassifier, BertForQuestionAnswering's qa_outputs.* into BertSquad.
   """
   path = os.fspath(path)
   kind, resolved = _resolve_checkpoint(path)
@@ -1065,7 +1076,11 @@ def _assign(model, values, shapes, path, fmt, checkpoint_name):
   for tf1, variable in tf1_variable_map(model).items():
     ckpt, transpose = checkpoint_name(tf1)
     if ckpt is None or ckpt not in values:
-      if tf1.startswith("bert/"):
+      if tf1.startswith("bert/pooler/"):
+        # HF BertForQuestionAnswering / BertForTokenClassification weights have no pooler.
+        logging.warning("%s is not in checkpoint %s: the pooler keeps its initial values "
+                        "(pooled_output is then not the checkpoint's)", ckpt or tf1, path)
+      elif tf1.startswith("bert/"):
         raise CheckpointError(
             "%s (model shape %s) is missing from checkpoint %s. The model was probably built "
             "from a bert_config.json that does not match the checkpoint (num_hidden_layers=%d)"

@@ -354,3 +354,51 @@ def test_all_minilm_l6_v2_real_weights():
   np.testing.assert_allclose(ours["sequence_output"].numpy(), reference, atol=1e-4, rtol=0)
   # Sanity: the sentence embedding (mean pooling, as sentence-transformers) is unit-scale.
   assert np.isfinite(reference).all() and np.abs(reference).max() > 1.0
+
+
+@pytest.mark.parametrize("task", ["question_answering", "sequence_classification"])
+def test_hf_fine_tuned_heads(tmp_path, task):
+  """HF BertForQuestionAnswering (qa_outputs.*, no pooler) and BertForSequenceClassification
+  (classifier.*) weights load into BertSquad / BertClassifier; the head's logits equal
+  sequence_output / pooled_output . W^T + b computed here from the HF arrays."""
+  safetensors_numpy = pytest.importorskip("safetensors.numpy")
+  encoder = _randomize(modeling.BertModel(CONFIG))
+  state = _hf_state_dict(encoder)
+  rng = np.random.RandomState(5)
+  num_out = 2 if task == "question_answering" else 3
+  head = "qa_outputs" if task == "question_answering" else "classifier"
+  weight = rng.normal(0, 0.5, [num_out, CONFIG.hidden_size]).astype(np.float32)  # [out, in]
+  bias = rng.normal(0, 0.5, [num_out]).astype(np.float32)
+  state[head + ".weight"], state[head + ".bias"] = weight, bias
+  if task == "question_answering":  # BertModel(add_pooling_layer=False)
+    state = {k: v for k, v in state.items() if ".pooler." not in k}
+  safetensors_numpy.save_file(state, str(tmp_path / "model.safetensors"))
+  (tmp_path / "config.json").write_text(json.dumps(dict(CONFIG.to_dict(), model_type="bert")))
+
+  features = _features()
+  expected = encoder(features)
+  if task == "question_answering":
+    model = modeling.BertSquad(CONFIG)
+    result = modeling.load_checkpoint(model, tmp_path)
+    assert sorted(result.missing) == ["bert/pooler/dense/bias", "bert/pooler/dense/kernel"]
+    logits = expected["sequence_output"].numpy() @ weight.T + bias   # [B, S, 2]
+    out = model(features)
+    np.testing.assert_allclose(out["start_logits"], logits[..., 0], atol=1e-5)
+    np.testing.assert_allclose(out["end_logits"], logits[..., 1], atol=1e-5)
+    np.testing.assert_allclose(out["sequence_output"], expected["sequence_output"], atol=1e-6)
+  else:
+    model = modeling.BertClassifier(CONFIG, num_labels=3)
+    result = modeling.load_checkpoint(model, tmp_path)
+    assert result.missing == []
+    logits = expected["pooled_output"].numpy() @ weight.T + bias     # [B, 3]
+    np.testing.assert_allclose(model(features)["logits"], logits, atol=1e-5)
+  assert result.unused == ["bert.embeddings.position_ids"]
+  # Without the pooler a BertModel still loads (pooled_output then stays initialised) ...
+  if task == "question_answering":
+    assert "bert/pooler/dense/kernel" in modeling.load_checkpoint(
+        modeling.BertModel(CONFIG), tmp_path).missing
+  # ... but any other missing encoder variable is an error naming it.
+  del state["bert.encoder.layer.1.output.dense.weight"]
+  safetensors_numpy.save_file(state, str(tmp_path / "model.safetensors"))
+  with pytest.raises(modeling.CheckpointError, match=r"layer\.1\.output\.dense\.weight"):
+    modeling.load_checkpoint(modeling.BertModel(CONFIG), tmp_path)
