@@ -205,10 +205,10 @@ def parse_layers(layers, num_hidden_layers):
 def make_extract_fn(model, layer_indexes, strategy, use_xla=False):
   """-> extract(arrays) for a padded batch of numpy int32 arrays: unique_ids [B],
   input_ids, input_mask, input_type_ids [B, S] (B divisible by the replica count). Runs
-  `model` (a BertModel) once on the batch, split over the strategy's replicas, and
-  returns (unique_ids [B], [float32 [B, S, H] for each of layer_indexes]) as numpy.
-  Only the requested layers leave the tf.function (the pooler and later layers are
-  pruned from its graph)."""
+  `model` (a BertModel) once on the batch, split over the strategy's replicas
+  (training.make_inference_fn), and returns (unique_ids [B], [float32 [B, S, H] for each of
+  layer_indexes]) as numpy. Only the requested layers leave the tf.function (the pooler and
+  later layers are pruned from its graph)."""
 
   def forward(batch):
     outputs = model({"input_ids": batch["input_ids"], "input_mask": batch["input_mask"],
@@ -216,28 +216,7 @@ def make_extract_fn(model, layer_indexes, strategy, use_xla=False):
     layers = outputs["encoder_outputs"]
     return batch["unique_ids"], [tf.cast(layers[i], tf.float32) for i in layer_indexes]
 
-  if use_xla:
-    forward = tf.function(forward, jit_compile=True)
-
-  @tf.function
-  def step(batch):
-    unique_ids, layers = strategy.run(forward, args=(batch,))
-    return (strategy.experimental_local_results(unique_ids),
-            [strategy.experimental_local_results(layer) for layer in layers])
-
-  def extract(arrays):
-    per_replica = len(arrays["unique_ids"]) // strategy.num_replicas_in_sync
-
-    def replica_slice(context):
-      start = context.replica_id_in_sync_group * per_replica
-      return {k: tf.constant(v[start:start + per_replica]) for k, v in arrays.items()}
-
-    unique_ids, layers = step(strategy.experimental_distribute_values_from_function(
-        replica_slice))
-    return (np.concatenate([x.numpy() for x in unique_ids]),
-            [np.concatenate([x.numpy() for x in layer]) for layer in layers])
-
-  return extract
+  return training.make_inference_fn(strategy, forward, use_xla)
 
 
 def round6(values):

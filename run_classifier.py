@@ -428,21 +428,22 @@ class ClassifierTask(training.Task):
     return {"loss": sums["loss"] / steps}
 
 
-def predict_logits(model, record_file, seq_length, batch_size):
-  """Runs the model (inference) over every record of record_file in order; returns
-  (logits float32 [N, num_labels], label_ids int [N], is_real_example int [N], batch
-  boundaries list)."""
+def predict_logits(model, record_file, seq_length, batch_size, strategy=None, use_xla=False):
+  """Runs the model (inference) over every record of record_file in order, batch_size
+  records a step split over the replicas of `strategy` (default: the current one), the last
+  batch padded (and the padding dropped); returns (logits float32 [N, num_labels], label_ids
+  int [N], is_real_example int [N], batch boundaries list)."""
+  strategy = strategy or tf.distribute.get_strategy()
   ds = tf.data.TFRecordDataset(record_file).map(decode_fn(seq_length)).batch(batch_size)
-
-  @tf.function
-  def step(batch):
-    return model(ClassifierTask().model_inputs(batch), training=False)["logits"]
-
+  infer = training.make_inference_fn(
+      strategy, lambda batch: model(ClassifierTask().model_inputs(batch),
+                                    training=False)["logits"], use_xla)
   logits, labels, real, sizes = [], [], [], []
-  for batch in ds:
-    logits.append(step(batch).numpy())
-    labels.append(batch["label_ids"].numpy())
-    real.append(batch["is_real_example"].numpy())
+  for batch, batch_logits in training.infer_dataset(infer, ds, batch_size,
+                                                  training.local_replicas(strategy)):
+    logits.append(batch_logits)
+    labels.append(batch["label_ids"])
+    real.append(batch["is_real_example"])
     sizes.append(len(labels[-1]))
   num_labels = model.num_labels
   if not logits:
@@ -600,7 +601,7 @@ def _train_eval_predict(o, strategy, config, processor, label_list, tokenizer, c
                  num_actual, len(eval_examples) - num_actual)
     logging.info("  Batch size = %d", o.eval_batch_size)
     logits, labels, real, sizes = predict_logits(model, eval_file, o.max_seq_length,
-                                                 o.eval_batch_size)
+                                                 o.eval_batch_size, strategy, trainer.use_xla)
     metrics = eval_metrics(logits, labels, real, sizes, global_step)
     logging.info("***** Eval results *****")
     for key in sorted(metrics):
@@ -621,7 +622,7 @@ def _train_eval_predict(o, strategy, config, processor, label_list, tokenizer, c
                  num_actual, len(predict_examples) - num_actual)
     logging.info("  Batch size = %d", o.predict_batch_size)
     logits, _, real, _ = predict_logits(model, predict_file, o.max_seq_length,
-                                        o.predict_batch_size)
+                                        o.predict_batch_size, strategy, trainer.use_xla)
     probabilities = softmax(logits)[real.astype(bool)]
     lines = ["\t".join(str(p) for p in row) + "\n" for row in probabilities]
     assert len(lines) == num_actual

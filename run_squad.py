@@ -556,20 +556,23 @@ class SquadTask(training.Task):
 RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])
 
 
-def predict_results(model, record_file, seq_length, batch_size):
-  """Runs the model (inference) over every record of record_file, in order: a list of
-  RawResult(unique_id int, start_logits, end_logits: lists of S Python floats)."""
+def predict_results(model, record_file, seq_length, batch_size, strategy=None, use_xla=False):
+  """Runs the model (inference) over every record of record_file, in order, batch_size
+  records a step split over the replicas of `strategy` (default: the current one), the last
+  batch padded (and the padding dropped): a list of RawResult(unique_id int, start_logits,
+  end_logits: lists of S Python floats)."""
+  strategy = strategy or tf.distribute.get_strategy()
   ds = tf.data.TFRecordDataset(record_file).map(decode_fn(seq_length, False)).batch(batch_size)
 
-  @tf.function
-  def step(batch):
+  def forward(batch):
     outputs = model(SquadTask().model_inputs(batch), training=False)
     return outputs["start_logits"], outputs["end_logits"]
 
+  infer = training.make_inference_fn(strategy, forward, use_xla)
   results = []
-  for batch in ds:
-    start_logits, end_logits = (t.numpy() for t in step(batch))
-    for unique_id, start, end in zip(batch["unique_ids"].numpy(), start_logits, end_logits):
+  for batch, (start_logits, end_logits) in training.infer_dataset(
+      infer, ds, batch_size, training.local_replicas(strategy)):
+    for unique_id, start, end in zip(batch["unique_ids"], start_logits, end_logits):
       if len(results) % 1000 == 0:
         logging.info("Processing example: %d", len(results))
       results.append(RawResult(unique_id=int(unique_id),
@@ -938,7 +941,7 @@ def _train_predict(o, strategy, config, tokenizer, chief, record_dir, train_exam
     logging.info("  Num split examples = %d", len(predict_features))
     logging.info("  Batch size = %d", o.predict_batch_size)
     all_results = predict_results(model, writer.filename, o.max_seq_length,
-                                  o.predict_batch_size)
+                                  o.predict_batch_size, strategy, trainer.use_xla)
     out = record_dir  # output_dir on the chief; discarded on the other workers
     results["predictions"] = write_predictions(
         predict_examples, predict_features, all_results, o.n_best_size, o.max_answer_length,

@@ -25,6 +25,7 @@ import types
 from absl import flags
 from absl import logging
 import keras
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
@@ -392,6 +393,73 @@ def restore_for_inference(trainer, model, output_dir, init_checkpoint):
   else:
     logging.warning("No checkpoint in --output_dir %s and no --init_checkpoint: using freshly "
                     "initialised weights", output_dir)
+
+
+def make_inference_fn(strategy, forward, use_xla=False):
+  """forward(batch) -> outputs, run on every replica of `strategy` at once.
+
+  batch: a dict of tensors [b, ...]; outputs: a nested structure (tf.nest) of tensors
+  [b, ...]. Returns infer(arrays): `arrays` a dict of numpy arrays [B, ...] with B a multiple
+  of local_replicas(strategy); each replica of this worker gets its B / local replicas
+  consecutive rows; returns the outputs as numpy arrays [B, ...] in row order. (In a
+  multi-worker run every worker computes all B rows: the scripts' inference is per worker.) One tf.function: keep B the
+  same for every call (pad_batch) so that TPUs and XLA compile once.
+  """
+  if use_xla:
+    forward = tf.function(forward, jit_compile=True)
+  structure = []  # the structure of forward's outputs, seen when step is traced
+
+  @tf.function
+  def step(batch):
+    outputs = strategy.run(forward, args=(batch,))
+    structure[:] = [outputs]
+    return [strategy.experimental_local_results(x) for x in tf.nest.flatten(outputs)]
+
+  local = local_replicas(strategy)
+
+  def infer(arrays):
+    per_replica = len(next(iter(arrays.values()))) // local
+
+    def replica_rows(context):
+      start = (context.replica_id_in_sync_group % local) * per_replica
+      return {k: tf.constant(v[start:start + per_replica]) for k, v in arrays.items()}
+
+    flat = step(strategy.experimental_distribute_values_from_function(replica_rows))
+    return tf.nest.pack_sequence_as(
+        structure[0], [np.concatenate([part.numpy() for part in parts]) for parts in flat])
+
+  return infer
+
+
+def local_replicas(strategy):
+  """The number of replicas on this worker (all of them, except in a multi-worker run)."""
+  try:
+    return len(strategy.extended.worker_devices) or strategy.num_replicas_in_sync
+  except (AttributeError, RuntimeError):  # the default strategy has no worker_devices
+    return strategy.num_replicas_in_sync
+
+
+def pad_batch(arrays, batch_size):
+  """A dict of numpy arrays [n, ...], n <= batch_size -> (the arrays zero-padded to
+  [batch_size, ...], n)."""
+  n = len(next(iter(arrays.values())))
+  if n == batch_size:
+    return arrays, n
+  return {k: np.concatenate([v, np.zeros((batch_size - n,) + v.shape[1:], v.dtype)])
+          for k, v in arrays.items()}, n
+
+
+def infer_dataset(infer, dataset, batch_size, num_replicas=1):
+  """Runs infer (make_inference_fn) over a dataset of batches of at most batch_size (a dict
+  of tensors each). Every batch is zero-padded to batch_size rounded up to a multiple of
+  num_replicas (one shape for every step) and the padding rows are dropped from the
+  outputs. Yields (batch as numpy arrays, outputs as numpy arrays) per batch, in order."""
+  padded_size = -(-batch_size // num_replicas) * num_replicas
+  for batch in dataset:
+    arrays = {k: v.numpy() for k, v in batch.items()}
+    padded, n = pad_batch(arrays, padded_size)
+    outputs = infer(padded)
+    yield arrays, tf.nest.map_structure(lambda x: x[:n], outputs)
 
 
 def script_main(run):
