@@ -434,3 +434,35 @@ def test_convert_helpers_match_original(original):
     tokenization.convert_to_unicode(3)
   for text in ["", "  ", " a  b\u2028c ", "x\u3000y"]:
     assert tokenization.whitespace_tokenize(text) == original.whitespace_tokenize(text)
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_random_vocab_and_ascii_text_match_original(original, tmp_path, do_lower_case):
+  """A random vocab (mixed-case pieces, "##" pieces, punctuation, "#"/"##"/"###") and random
+  mostly-ASCII lines (punctuation runs, 190-420 character words, a few non-ASCII and control
+  characters): the WordPiece of ASCII words done by the C extension (or the Python path)
+  gives the original's tokens and ids."""
+  import string
+  rng = random.Random(7)
+  alphabet = string.ascii_letters + string.digits
+  pieces = set(string.punctuation) | {"#", "##", "###"}
+  for _ in range(1500):
+    piece = "".join(rng.choice(alphabet[:rng.choice([6, 20, 62])])
+                    for _ in range(rng.randint(1, 6)))
+    pieces |= {piece, "##" + piece}
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(SPECIALS + sorted(pieces)) + "\n", encoding="utf-8")
+  chars = alphabet[:12] + alphabet[26:29] + string.punctuation + "    \t" + "éü\u00a0\u2028\x01\x0b"
+
+  def line():
+    n = rng.randint(190, 420) if rng.random() < 0.05 else rng.randint(0, 60)
+    pool = chars if rng.random() < 0.7 else string.ascii_letters + " ,.-'"
+    return "".join(rng.choice(pool) for _ in range(n))
+  texts = [line() for _ in range(1500)]
+  theirs = original.FullTokenizer(str(vocab), do_lower_case=do_lower_case)
+  ours = tokenization.FullTokenizer(str(vocab), do_lower_case=do_lower_case)
+  expected = [theirs.tokenize(t) for t in texts]
+  assert ours.tokenize_batch(texts) == expected
+  ids, splits = ours.encode_batch(texts)
+  assert ids.tolist() == [i for e in expected for i in theirs.convert_tokens_to_ids(e)]
+  assert splits.tolist() == np.cumsum([0] + [len(e) for e in expected]).tolist()
