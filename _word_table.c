@@ -482,10 +482,8 @@ static PyObject *set_wordpiece(WordTable *t, PyObject *args, PyObject *kwds) {
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Unpp:set_wordpiece", names, &PyDict_Type,
                                    &vocab, &unk, &max_chars, &lower, &ids))
     return NULL;
-  if (t->used) {
-    PyErr_SetString(PyExc_ValueError, "set_wordpiece() on a table that already holds words");
-    return NULL;
-  }
+  /* (Words already in the table stay: compute() gave them the same tokens. Two threads may
+   * both call this on first use; the second just rebuilds the same sets.) */
   free_vocab(&t->whole);
   free_vocab(&t->suffix);
   Py_CLEAR(t->unk);

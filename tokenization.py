@@ -589,9 +589,9 @@ class _NativeWordCache(object):
     self._wordpiece = wordpiece  # applied at first use (so it sees the vocab as it is then)
 
   def _ready(self):
-    if self._wordpiece is not None:
-      self._table.set_wordpiece(**self._wordpiece())
-      self._wordpiece = None
+    settings, self._wordpiece = self._wordpiece, None
+    if settings is not None:
+      self._table.set_wordpiece(**settings())
 
   @property
   def _limit(self):
