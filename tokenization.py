@@ -556,10 +556,11 @@ class _PythonWordCache(dict):
     self._compute, self._limit = compute, limit
 
   def __missing__(self, word):
-    if len(self) >= self._limit:
-      keep = {k: v for k, v in self.items() if k == _TEXT_BREAK}
+    if len(self) >= self._limit:  # (no iteration: another thread may be adding words)
+      text_break = self.get(_TEXT_BREAK)
       self.clear()
-      self.update(keep)
+      if text_break is not None:
+        self[_TEXT_BREAK] = text_break
     value = self[word] = self._compute(word)
     return value
 

@@ -466,3 +466,38 @@ def test_random_vocab_and_ascii_text_match_original(original, tmp_path, do_lower
   ids, splits = ours.encode_batch(texts)
   assert ids.tolist() == [i for e in expected for i in theirs.convert_tokens_to_ids(e)]
   assert splits.tolist() == np.cumsum([0] + [len(e) for e in expected]).tolist()
+
+
+def test_one_tokenizer_shared_by_threads(small_vocab):
+  """Four threads use one FullTokenizer (from its first call on, its cache restarting every
+  200 words): every thread gets the tokens and ids of a tokenizer of its own."""
+  import threading
+  texts = (EDGE_CASES + _random_texts(600, seed=3) + _sample_lines()) * 2
+  expected = tokenization.FullTokenizer(small_vocab).tokenize_batch(texts)
+  expected_ids = tokenization.FullTokenizer(small_vocab).encode_batch(texts)[0].tolist()
+  shared = tokenization.FullTokenizer(small_vocab)
+  shared._cache._limit = shared._id_cache._limit = 200
+  results, errors = {}, []
+
+  def work(i):
+    try:
+      chunk = texts[i::4]
+      results[i] = [row for j in range(0, len(chunk), 25)
+                    for row in shared.tokenize_batch(chunk[j:j + 25])]
+      shared.encode_batch(chunk)
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(repr(e))
+  interval = sys.getswitchinterval()
+  sys.setswitchinterval(1e-6)
+  try:
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+      t.start()
+    for t in threads:
+      t.join()
+  finally:
+    sys.setswitchinterval(interval)
+  assert not errors
+  for i in range(4):
+    assert results[i] == expected[i::4]
+  assert shared.encode_batch(texts)[0].tolist() == expected_ids
