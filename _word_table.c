@@ -239,10 +239,21 @@ done:
   return result;
 }
 
-static int is_ascii(const unsigned char *p, Py_ssize_t n) {
-  for (Py_ssize_t i = 0; i < n; i++)
-    if (p[i] >= 128) return 0;
-  return 1;
+/* The word text[start:end] as bytes if every character is ASCII (for a text of kind 1 the
+ * text's own buffer, else a PyMem_Malloc'd copy), else NULL (and NULL with an exception set
+ * when out of memory). Words of ASCII characters occur in texts of every kind: a "“" or an
+ * "é" anywhere in a batch makes the whole joined text kind 2 or 1. */
+static unsigned char *ascii_word(int kind, const char *data, Py_ssize_t start, Py_ssize_t end) {
+  for (Py_ssize_t i = start; i < end; i++)
+    if (PyUnicode_READ(kind, data, i) >= 128) return NULL;
+  if (kind == 1) return (unsigned char *)data + start;
+  unsigned char *copy = PyMem_Malloc((size_t)(end - start));
+  if (!copy) {
+    PyErr_NoMemory();
+    return NULL;
+  }
+  for (Py_ssize_t i = start; i < end; i++) copy[i - start] = (unsigned char)PyUnicode_READ(kind, data, i);
+  return copy;
 }
 
 /* The tuple of the word text[start:end] (borrowed), computed and stored on first sight. */
@@ -255,8 +266,12 @@ static PyObject *lookup(WordTable *t, PyObject *text, int kind, const char *data
   if (e->value) return e->value;
 
   PyObject *value;
-  if (t->wordpiece && kind == 1 && is_ascii((const unsigned char *)key, size)) {
-    value = wordpiece_word(t, (const unsigned char *)key, size);
+  unsigned char *ascii = t->wordpiece ? ascii_word(kind, data, start, end) : NULL;
+  if (ascii) {
+    value = wordpiece_word(t, ascii, end - start);
+    if (ascii != (const unsigned char *)key) PyMem_Free(ascii);
+  } else if (PyErr_Occurred()) {
+    return NULL;
   } else {
     PyObject *word = PyUnicode_Substring(text, start, end);
     if (!word) return NULL;

@@ -297,6 +297,20 @@ _ASCII_SPLIT_ON_PUNC = re.compile(r"[!-/:-@\[-`{-~]|[^\s!-/:-@\[-`{-~]+")
 _TEXT_BREAK = "\x01"
 
 
+@functools.lru_cache(maxsize=4096)
+def _non_ascii_cleaning(char):
+  """What _clean_text and _tokenize_chinese_chars make of one non-ASCII character: ""
+  (deleted), " " (whitespace), " c " (CJK) or None (kept as it is)."""
+  cp = ord(char)
+  if cp == 0xFFFD or _is_control(char):
+    return ""
+  if _is_whitespace(char):
+    return " "
+  if _is_chinese_char(cp):
+    return " %s " % char
+  return None
+
+
 # --------------------------------------------------------------------------
 # Tokenizers
 # --------------------------------------------------------------------------
@@ -330,20 +344,38 @@ class BasicTokenizer(object):
     """All texts cleaned (_clean_text, _tokenize_chinese_chars) and joined by "\n".
 
     Every character is dealt with on its own here, so whole-string operations
-    do it: a bytes.translate for ASCII text, three regular expressions otherwise.
-    (Lower-casing is also done here for ASCII text; tokenize_word repeats it.)
+    do it: a bytes.translate for ASCII texts, three regular expressions for the
+    others (each run of consecutive ASCII or non-ASCII texts in one call).
+    (Lower-casing is also done here for ASCII texts; tokenize_word repeats it.)
     """
     texts = list(map(convert_to_unicode, texts))
     joined = "\n".join(texts)
     if joined.count("\n") != len(texts) - 1:
       # A text holds a newline of its own, which would read as a separator:
       # it is whitespace to the tokenizer, so make it a space first.
-      joined = "\n".join(t.replace("\n", " ") for t in texts)
+      texts = [t.replace("\n", " ") for t in texts]
+      joined = "\n".join(texts)
     if joined.isascii():
-      return joined.encode("ascii").translate(
-          _ASCII_LOWER if self.do_lower_case else _ASCII_TO_SPACE, _ASCII_CONTROL).decode("ascii")
-    p = _patterns()
-    return p.cjk.sub(r" \1 ", p.to_space.sub(" ", p.delete.sub("", joined)))
+      return self._clean_ascii(joined)
+    # The ASCII characters as for ASCII text (bytes.translate leaves the UTF-8 bytes of the
+    # others alone), then each distinct non-ASCII character that cleaning changes with one
+    # str.replace; the regular expressions (slower) only for texts with many such
+    # characters (CJK). str.isascii is O(1): only the non-ASCII texts are scanned.
+    text = joined.encode("utf-8", "surrogatepass").translate(
+        _ASCII_LOWER if self.do_lower_case else _ASCII_TO_SPACE, _ASCII_CONTROL).decode(
+            "utf-8", "surrogatepass")
+    seen = set("".join(t for t in texts if not t.isascii()))
+    changed = [c for c in seen if c >= "\x80" and _non_ascii_cleaning(c) is not None]
+    if len(changed) > 64:
+      p = _patterns()
+      return p.cjk.sub(r" \1 ", p.to_space.sub(" ", p.delete.sub("", text)))
+    for c in changed:
+      text = text.replace(c, _non_ascii_cleaning(c))
+    return text
+
+  def _clean_ascii(self, text):
+    return text.encode("ascii").translate(
+        _ASCII_LOWER if self.do_lower_case else _ASCII_TO_SPACE, _ASCII_CONTROL).decode("ascii")
 
   def tokenize_word(self, word):
     """Basic tokens of one cleaned whitespace token (lower-case, strip accents, split)."""

@@ -501,3 +501,23 @@ def test_one_tokenizer_shared_by_threads(small_vocab):
   for i in range(4):
     assert results[i] == expected[i::4]
   assert shared.encode_batch(texts)[0].tolist() == expected_ids
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_batches_with_many_distinct_cleaned_characters(original, small_vocab, do_lower_case):
+  """clean_batch replaces each distinct non-ASCII character that cleaning changes, or, past
+  64 of them (CJK text), runs its regular expressions: both ways give the original's tokens."""
+  rng = random.Random(5)
+  cjk = [chr(cp) for cp in rng.sample(range(0x4E00, 0x9FFF), 150)]
+  spaces = ["\u00a0", "\u2003", "\u3000", "\u202f"]
+  deleted = ["\u200b", "\ufeff", "\x85", "\ufffd", "\x9f", "\u00ad"]
+  few = ["Caf\u00e9\u00a0au lait\u200b, \u201cquoted\u201d\x85 EMMA\u3000i\u0307",
+         "plain ASCII line, Mixed Case!", "\u4e2d\u6587Text \u00ad soft\u00adhyphen"]
+  many = ["".join(rng.choice(cjk + spaces + deleted + list("AbC dEf,.")) for _ in range(60))
+          for _ in range(40)]
+  theirs = original.FullTokenizer(small_vocab, do_lower_case=do_lower_case)
+  ours = tokenization.FullTokenizer(small_vocab, do_lower_case=do_lower_case)
+  for texts in (few, many, few + many, ["ascii only"] + few):
+    assert ours.tokenize_batch(texts) == [theirs.tokenize(t) for t in texts]
+    assert ours.basic_tokenizer.tokenize_batch(texts) == [
+        theirs.basic_tokenizer.tokenize(t) for t in texts]
