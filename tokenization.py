@@ -23,6 +23,10 @@ Why each whole-string step equals the original per-token step:
     whose context scan stops at whitespace; NFD reorders only runs of combining
     marks, which never span a whitespace character. So applying both to the
     whole cleaned line gives the same characters token by token.
+  * Cleaning lower-cases the ASCII letters of every text, and each word is
+    lower-cased again later: an ASCII letter's lower case is still a cased
+    letter, so the final-sigma context (the one thing that could notice) is
+    the same, and lower() of the word gives what the original gives.
   * The original splits on whitespace, splits each token on punctuation and
     splits again on whitespace; one regex, "one punctuation character, or a run
     of characters that are neither punctuation nor whitespace (str.isspace)",
