@@ -544,11 +544,15 @@ static int table_init(WordTable *t, PyObject *args, PyObject *kwds) {
   static char *names[] = {"limit", NULL};
   Py_ssize_t limit = 1 << 20;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "|n:WordTable", names, &limit)) return -1;
-  if (t->entries) {
+  if (t->entries) { /* __init__ called again: start empty, without WordPiece settings */
     clear_entries(t);
     PyMem_Free(t->entries);
     t->entries = NULL;
   }
+  free_vocab(&t->whole);
+  free_vocab(&t->suffix);
+  Py_CLEAR(t->unk);
+  t->wordpiece = 0;
   t->limit = limit < 1 ? 1 : limit;
   return allocate(t, 1024);
 }
