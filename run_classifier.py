@@ -85,17 +85,7 @@ def define_flags():
   flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
   flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
   flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.")
-  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.")
-  flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
-  flags.DEFINE_float(
-      "warmup_proportion", 0.1,
-      "Proportion of training to perform linear learning rate warmup for. "
-      "E.g., 0.1 = 10% of training.")
-  flags.DEFINE_integer("save_checkpoints_steps", 1000,
-                       "How often to save the model checkpoint.")
-  flags.DEFINE_integer("iterations_per_loop", 1000,
-                       "How many steps to make in each estimator call (here: training "
-                       "steps per compiled loop, and per log line).")
+  training.define_fine_tuning_flags()
   training.define_tpu_flags()
   # bert-tensorflow 1.0.4's extra TPU flag: accepted (TPUStrategy finds the TPU workers).
   flags.DEFINE_string("tpu_job_name", None,

@@ -77,6 +77,22 @@ def define_tpu_flags():
       "Only used if `use_tpu` is True. Total number of TPU cores to use.")
 
 
+def define_fine_tuning_flags():
+  """The original fine-tuning scripts' (run_classifier, run_squad) common optimisation and
+  loop flags, with their defaults."""
+  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.")
+  flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
+  flags.DEFINE_float(
+      "warmup_proportion", 0.1,
+      "Proportion of training to perform linear learning rate warmup for. "
+      "E.g., 0.1 = 10% of training.")
+  flags.DEFINE_integer("save_checkpoints_steps", 1000,
+                       "How often to save the model checkpoint.")
+  flags.DEFINE_integer("iterations_per_loop", 1000,
+                       "How many steps to make in each estimator call (here: training "
+                       "steps per compiled loop, and per log line).")
+
+
 def define_training_flags():
   """Flags added beyond the original (all optional, defaults = original behaviour)."""
   flags.DEFINE_enum(
