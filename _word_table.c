@@ -1,12 +1,12 @@
 /* _word_table: the hot loop of tokenization.py's batch methods, in C.
  *
  * A WordTable maps a word (a run of non-whitespace characters of a cleaned text) to the
- * tuple of its tokens, as tokenization._WordCache does with a dict, but without making a
- * str object per word: words are hashed and compared straight from the text's buffer, and
- * only a word seen for the first time becomes a str, handed to a Python function
- * `compute(word) -> tuple` (tokenization.py's exact per-word code). So the C code decides
- * nothing about tokens; it only splits text exactly as str.split("\n") and str.split() do
- * and copies the cached tuples' items out:
+ * tuple of its tokens, as tokenization._PythonWordCache does with a dict, but without making
+ * a str object per word: words are hashed and compared straight from the text's buffer, and
+ * only a word seen for the first time is tokenized: by a Python function
+ * `compute(word) -> tuple` (tokenization.py's exact per-word code), or, after
+ * set_wordpiece(), here in C when the word is pure ASCII (the original's ASCII punctuation
+ * split and greedy longest-match-first WordPiece, as FullTokenizer._word_pieces does):
  *
  *   table.map_lines(cleaned, compute)
  *       == [list(chain(*(cache(w) for w in line.split()))) for line in cleaned.split("\n")]
@@ -14,7 +14,9 @@
  *       the same with tuples of ints, flattened: the tokens' ids and the count per line.
  *
  * Whitespace is Py_UNICODE_ISSPACE, the definition str.split() uses. The table starts
- * afresh when it holds `limit` words, so memory stays bounded on any corpus.
+ * afresh when it holds `limit` words, so memory stays bounded on any corpus. Reading order:
+ * the word table, the ASCII WordPiece, lookup (one word), walk (one text), the two
+ * map_* methods, set_wordpiece, the type.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
