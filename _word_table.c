@@ -60,6 +60,7 @@ typedef struct {
   VocabSet whole, suffix;
   PyObject *unk;
   long unk_id;
+  unsigned char latin1[128]; /* U+0080..U+00FF -> the ASCII letter it becomes, or 0 */
   Py_ssize_t max_chars;
 } WordTable;
 
@@ -241,20 +242,32 @@ done:
   return result;
 }
 
-/* The word text[start:end] as bytes if every character is ASCII (for a text of kind 1 the
- * text's own buffer, else a PyMem_Malloc'd copy), else NULL (and NULL with an exception set
- * when out of memory). Words of ASCII characters occur in texts of every kind: a "“" or an
- * "é" anywhere in a batch makes the whole joined text kind 2 or 1. */
-static unsigned char *ascii_word(int kind, const char *data, Py_ssize_t start, Py_ssize_t end) {
-  for (Py_ssize_t i = start; i < end; i++)
-    if (PyUnicode_READ(kind, data, i) >= 128) return NULL;
-  if (kind == 1) return (unsigned char *)data + start;
+/* The word text[start:end] as ASCII bytes, if every character is ASCII or (after
+ * set_wordpiece with a latin1 table) a Latin-1 letter that lower-casing and accent stripping
+ * turn into one ASCII letter ("É" -> "e"): for a text of kind 1 whose word is pure ASCII, the
+ * text's own buffer, else a PyMem_Malloc'd copy. Else NULL (with an exception set only when
+ * out of memory). Words of ASCII characters occur in texts of every kind: a "“" or an "é"
+ * anywhere in a batch makes the whole joined text kind 2 or 1. */
+static unsigned char *ascii_word(const WordTable *t, int kind, const char *data,
+                                 Py_ssize_t start, Py_ssize_t end) {
+  int copy_needed = kind != 1;
+  for (Py_ssize_t i = start; i < end; i++) {
+    Py_UCS4 c = PyUnicode_READ(kind, data, i);
+    if (c >= 128) {
+      if (c >= 256 || !t->latin1[c - 128]) return NULL;
+      copy_needed = 1;
+    }
+  }
+  if (!copy_needed) return (unsigned char *)data + start;
   unsigned char *copy = PyMem_Malloc((size_t)(end - start));
   if (!copy) {
     PyErr_NoMemory();
     return NULL;
   }
-  for (Py_ssize_t i = start; i < end; i++) copy[i - start] = (unsigned char)PyUnicode_READ(kind, data, i);
+  for (Py_ssize_t i = start; i < end; i++) {
+    Py_UCS4 c = PyUnicode_READ(kind, data, i);
+    copy[i - start] = (unsigned char)(c < 128 ? c : t->latin1[c - 128]);
+  }
   return copy;
 }
 
@@ -268,7 +281,7 @@ static PyObject *lookup(WordTable *t, PyObject *text, int kind, const char *data
   if (e->value) return e->value;
 
   PyObject *value;
-  unsigned char *ascii = t->wordpiece ? ascii_word(kind, data, start, end) : NULL;
+  unsigned char *ascii = t->wordpiece ? ascii_word(t, kind, data, start, end) : NULL;
   if (ascii) {
     value = wordpiece_word(t, ascii, end - start);
     if (ascii != (const unsigned char *)key) PyMem_Free(ascii);
@@ -492,13 +505,28 @@ static int vocab_alloc(VocabSet *v, Py_ssize_t entries) {
 
 static PyObject *set_wordpiece(WordTable *t, PyObject *args, PyObject *kwds) {
   static char *names[] = {"vocab", "unk_token", "max_input_chars_per_word", "lower", "ids",
-                          NULL};
+                          "latin1", NULL};
   PyObject *vocab, *unk;
-  Py_ssize_t max_chars;
+  Py_ssize_t max_chars, latin1_size = 0;
   int lower, ids;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Unpp:set_wordpiece", names, &PyDict_Type,
-                                   &vocab, &unk, &max_chars, &lower, &ids))
+  const char *latin1 = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!Unpp|y#:set_wordpiece", names, &PyDict_Type,
+                                   &vocab, &unk, &max_chars, &lower, &ids, &latin1,
+                                   &latin1_size))
     return NULL;
+  if (latin1_size == 0) latin1 = NULL; /* b"": no Latin-1 letters */
+  if (latin1 && latin1_size != 128) {
+    PyErr_SetString(PyExc_ValueError, "latin1 must be 128 bytes (U+0080..U+00FF)");
+    return NULL;
+  }
+  for (int i = 0; i < 128; i++) {
+    unsigned char c = latin1 ? (unsigned char)latin1[i] : 0;
+    if (c >= 128) {
+      PyErr_SetString(PyExc_ValueError, "latin1 maps to ASCII characters (or 0) only");
+      return NULL;
+    }
+    t->latin1[i] = c;
+  }
   /* (Words already in the table stay: compute() gave them the same tokens. Two threads may
    * both call this on first use; the second just rebuilds the same sets.) */
   free_vocab(&t->whole);
@@ -576,10 +604,12 @@ static PyMethodDef table_methods[] = {
     {"map_ids", (PyCFunction)map_ids, METH_VARARGS,
      "map_ids(text, compute) -> (int32 ids, int64 tokens per line), as bytearrays."},
     {"set_wordpiece", (PyCFunction)(void (*)(void))set_wordpiece, METH_VARARGS | METH_KEYWORDS,
-     "set_wordpiece(vocab, unk_token, max_input_chars_per_word, lower, ids) -> bool: from\n"
-     "now on pure-ASCII words get their tokens (ids if `ids`) from the original's basic\n"
-     "tokenization and WordPiece, done here, instead of from compute(). False (and no\n"
-     "change) when ids are asked for and unk_token is not in the vocab."},
+     "set_wordpiece(vocab, unk_token, max_input_chars_per_word, lower, ids, latin1=b'') ->\n"
+     "bool: from now on pure-ASCII words (and words whose other characters latin1, 128\n"
+     "bytes for U+0080..U+00FF, maps to an ASCII letter; 0 = no) get their tokens (ids if\n"
+     "`ids`) from the original's basic tokenization and WordPiece, done here, instead of\n"
+     "from compute(). False when ids are asked for and unk_token is not in the vocab\n"
+     "(compute() then handles every word)."},
     {"clear", (PyCFunction)table_clear, METH_NOARGS, "Forgets every word."},
     {NULL, NULL, 0, NULL}};
 

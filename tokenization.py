@@ -305,6 +305,23 @@ _ASCII_SPLIT_ON_PUNC = re.compile(r"[!-/:-@\[-`{-~]|[^\s!-/:-@\[-`{-~]+")
 _TEXT_BREAK = "\x01"
 
 
+@functools.lru_cache(maxsize=None)
+def _latin1_to_ascii():
+  """128 bytes, one per code point U+0080..U+00FF: the one ASCII character that
+  lower-casing and accent stripping (BasicTokenizer, do_lower_case) make of it ("É" -> "e"),
+  or 0 when it stays non-ASCII ("ß", "æ", "¿") or is something cleaning removes."""
+  basic = BasicTokenizer(do_lower_case=True)
+  table = bytearray(128)
+  for cp in range(128, 256):
+    char = chr(cp)
+    if _non_ascii_cleaning(char) is not None:
+      continue
+    stripped = basic._run_strip_accents(char.lower())
+    if len(stripped) == 1 and stripped.isascii():
+      table[cp - 128] = ord(stripped)
+  return bytes(table)
+
+
 @functools.lru_cache(maxsize=4096)
 def _non_ascii_cleaning(char):
   """What _clean_text and _tokenize_chinese_chars make of one non-ASCII character: ""
@@ -501,9 +518,10 @@ class FullTokenizer(object):
   def _wordpiece_settings(self, ids):
     """What the native cache needs to tokenize pure-ASCII words itself: the same steps as
     _word_pieces (read when the cache is first used)."""
+    lower = self.basic_tokenizer.do_lower_case
     return dict(vocab=self.vocab, unk_token=self.wordpiece_tokenizer.unk_token,
                 max_input_chars_per_word=self.wordpiece_tokenizer.max_input_chars_per_word,
-                lower=self.basic_tokenizer.do_lower_case, ids=ids)
+                lower=lower, ids=ids, latin1=_latin1_to_ascii() if lower else b"")
 
   def tokenize(self, text):
     """Tokenizes one text into a list of WordPiece str tokens."""

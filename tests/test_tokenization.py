@@ -521,3 +521,29 @@ def test_batches_with_many_distinct_cleaned_characters(original, small_vocab, do
     assert ours.tokenize_batch(texts) == [theirs.tokenize(t) for t in texts]
     assert ours.basic_tokenizer.tokenize_batch(texts) == [
         theirs.basic_tokenizer.tokenize(t) for t in texts]
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_latin1_accented_words_match_original(original, do_lower_case):
+  """Words of ASCII and accented Latin-1 letters ("Café", "NAÏVE-ÉLAN!"), which the C
+  extension tokenizes itself when lower-casing (its table: "É" -> "e"), in Latin-1 texts and
+  in texts with wider characters; the same tokens and ids as the original."""
+  vocab = str(shared_path("data", "vocab", "bert-base-uncased-vocab.txt"))
+  words = ["Café", "NAÏVE-ÉLAN!", "crème", "brûlée,", "Ångström", "façade", "jalapeño",
+           "Zoë's", "déjà-vu", "ÀÉÎÕÜ", "résumé" * 40, "ÿes", "naïve", "Straße", "Æsir", "½é"]
+  rng = random.Random(9)
+  texts = [" ".join(rng.sample(words, 5)) for _ in range(40)]
+  texts += [t + " \u201cquoted\u201d" for t in texts[:10]] + ["\U0001f600 " + texts[0]]
+  theirs = original.FullTokenizer(vocab, do_lower_case=do_lower_case)
+  ours = tokenization.FullTokenizer(vocab, do_lower_case=do_lower_case)
+  seen = []
+  compute = ours._cache._compute
+  ours._cache._compute = lambda word: seen.append(word) or compute(word)
+  expected = [theirs.tokenize(t) for t in texts]
+  assert ours.tokenize_batch(texts) == expected
+  ids, _ = ours.encode_batch(texts)
+  assert ids.tolist() == [i for e in expected for i in theirs.convert_tokens_to_ids(e)]
+  if tokenization._word_table is not None and do_lower_case:
+    # only words keeping a non-ASCII character after accent stripping reach Python
+    assert seen and all(not tokenization.BasicTokenizer()._run_strip_accents(w.lower()).isascii()
+                        for w in seen), seen
