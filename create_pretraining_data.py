@@ -1252,7 +1252,6 @@ def write_instances(store, order, tokens, params, output_files, inv_vocab, progr
   n_files = len(output_files)
   temps = [_temp_name(path, temp_tag) for path in output_files]
   writers = []
-  written = 0
   try:
     for temp in temps:
       writers.append(_open_write(temp))
@@ -1273,7 +1272,6 @@ def write_instances(store, order, tokens, params, output_files, inv_vocab, progr
         else:
           sub, sub_lengths = features, lengths
         writers[f].write(encode_records(sub, value_bytes, crc, sub_lengths).tobytes())
-      written = g0 + len(batch)
       if progress is not None:
         progress.add_written(len(batch))
     for writer in writers:

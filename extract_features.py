@@ -55,23 +55,7 @@ def define_flags():
   flags.DEFINE_string("output_file", None, "JSON Lines output, one line per input line.")
   flags.DEFINE_string("layers", "-1,-2,-3,-4",
                       "Comma-separated encoder layer indexes (-1 = last layer).")
-  flags.DEFINE_string(
-      "bert_config_file", None,
-      "The config json file corresponding to the pre-trained BERT model. "
-      "This specifies the model architecture.")
-  flags.DEFINE_integer(
-      "max_seq_length", 128,
-      "The maximum total input sequence length after WordPiece tokenization. "
-      "Sequences longer than this will be truncated, and sequences shorter "
-      "than this will be padded.")
-  flags.DEFINE_string("init_checkpoint", None,
-                      "Initial checkpoint (usually from a pre-trained BERT model).")
-  flags.DEFINE_string("vocab_file", None,
-                      "The vocabulary file that the BERT model was trained on.")
-  flags.DEFINE_bool(
-      "do_lower_case", True,
-      "Whether to lower case the input text. Should be True for uncased "
-      "models and False for cased models.")
+  training.define_model_flags(max_seq_length=128, output_dir=False)
   flags.DEFINE_integer("batch_size", 32, "Batch size for predictions.")
   training.define_tpu_flags()
   flags.DEFINE_bool("use_one_hot_embeddings", False,
@@ -311,13 +295,8 @@ def run(o, strategy=None):
     raise ValueError(f"--output_file {o.output_file}: is a directory")
   examples = read_examples(o.input_file)
 
-  if strategy is None:
-    strategy = training.build_strategy(
-        o.distribution_strategy, use_tpu=o.use_tpu, tpu_name=o.tpu_name, tpu_zone=o.tpu_zone,
-        gcp_project=o.gcp_project, master=o.master)
+  strategy = training.strategy_for(o, strategy)
   training.per_replica_batch_size(o.batch_size, strategy, flag="--batch_size")
-  logging.info("Strategy %s with %d replica(s)", type(strategy).__name__,
-               strategy.num_replicas_in_sync)
   training.set_dtype_policy(o.dtype)
   with strategy.scope():
     model = modeling.BertModel(config)

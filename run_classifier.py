@@ -16,8 +16,6 @@ training.py's loop and strategies (checkpoints model.ckpt-N in --output_dir, res
 
 import csv
 import os
-import shutil
-import tempfile
 
 from absl import app
 from absl import flags
@@ -58,26 +56,8 @@ def define_flags():
   flags.DEFINE_string(
       "data_dir", None,
       "The input data dir. Should contain the .tsv files (or other data files) for the task.")
-  flags.DEFINE_string(
-      "bert_config_file", None,
-      "The config json file corresponding to the pre-trained BERT model. "
-      "This specifies the model architecture.")
+  training.define_model_flags(max_seq_length=128)
   flags.DEFINE_string("task_name", None, "The name of the task to train.")
-  flags.DEFINE_string("vocab_file", None,
-                      "The vocabulary file that the BERT model was trained on.")
-  flags.DEFINE_string("output_dir", None,
-                      "The output directory where the model checkpoints will be written.")
-  flags.DEFINE_string("init_checkpoint", None,
-                      "Initial checkpoint (usually from a pre-trained BERT model).")
-  flags.DEFINE_bool(
-      "do_lower_case", True,
-      "Whether to lower case the input text. Should be True for uncased "
-      "models and False for cased models.")
-  flags.DEFINE_integer(
-      "max_seq_length", 128,
-      "The maximum total input sequence length after WordPiece tokenization. "
-      "Sequences longer than this will be truncated, and sequences shorter "
-      "than this will be padded.")
   flags.DEFINE_bool("do_train", False, "Whether to run training.")
   flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
   flags.DEFINE_bool("do_predict", False,
@@ -397,22 +377,11 @@ def decode_fn(seq_length):
 # ----------------------------------------------------------------------------
 # Training loss (spec 7.5).
 
-class ClassifierTask(training.Task):
-  """The batch mean of the per-example loss, over the GLOBAL batch (whatever the replica
-  count or accumulation), as the original's single-device loss."""
+class ClassifierTask(training.ExampleMeanTask):
+  """The batch mean of classifier_loss over the GLOBAL batch."""
 
-  train_stat_names = ("loss",)
-
-  def model_inputs(self, batch):
-    return {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
-
-  def denominators(self, batch):
-    return {"examples": tf.cast(tf.shape(batch["input_ids"])[0], tf.float32)}
-
-  def loss(self, outputs, batch, denominators):
-    per_example = modeling.classifier_loss(outputs["logits"], batch["label_ids"])
-    loss = tf.reduce_sum(per_example) / denominators["examples"]
-    return loss, {"loss": loss}
+  def per_example_loss(self, outputs, batch):
+    return modeling.classifier_loss(outputs["logits"], batch["label_ids"])
 
   def summarize_train(self, sums, steps):
     return {"loss": sums["loss"] / steps}
@@ -429,8 +398,7 @@ def predict_logits(model, record_file, seq_length, batch_size, strategy=None, us
       strategy, lambda batch: model(ClassifierTask().model_inputs(batch),
                                     training=False)["logits"], use_xla)
   logits, labels, real, sizes = [], [], [], []
-  for batch, batch_logits in training.infer_dataset(infer, ds, batch_size,
-                                                  training.local_replicas(strategy)):
+  for batch, batch_logits in training.infer_dataset(infer, ds, batch_size):
     logits.append(batch_logits)
     labels.append(batch["label_ids"])
     real.append(batch["is_real_example"])
@@ -515,23 +483,10 @@ def run(o, strategy=None):
   tokenizer = tokenization.FullTokenizer(vocab_file=o.vocab_file,
                                          do_lower_case=o.do_lower_case)
   keras.utils.set_random_seed(o.seed)
-  if strategy is None:
-    strategy = training.build_strategy(
-        o.distribution_strategy, use_tpu=o.use_tpu, tpu_name=o.tpu_name, tpu_zone=o.tpu_zone,
-        gcp_project=o.gcp_project, master=o.master)
-  logging.info("Strategy %s with %d replica(s)", type(strategy).__name__,
-               strategy.num_replicas_in_sync)
-  chief = training.is_chief(strategy)
-  # The chief writes the TFRecords into output_dir, as the original; the other workers of a
-  # multi-worker run write the same records into a private temporary directory, so that no
-  # process reads a file that another is still writing.
-  record_dir = o.output_dir if chief else tempfile.mkdtemp(prefix="bert_keras_records_")
-  try:
-    return _train_eval_predict(o, strategy, config, processor, label_list, tokenizer, chief,
-                               record_dir)
-  finally:
-    if not chief:
-      shutil.rmtree(record_dir, ignore_errors=True)
+  strategy = training.strategy_for(o, strategy)
+  with training.record_directory(strategy, o.output_dir) as record_dir:
+    return _train_eval_predict(o, strategy, config, processor, label_list, tokenizer,
+                               training.is_chief(strategy), record_dir)
 
 
 def _train_eval_predict(o, strategy, config, processor, label_list, tokenizer, chief,

@@ -49,21 +49,10 @@ def options(**overrides):
 
 def define_flags():
   """The original's flags (same names, types and defaults) plus training.py's."""
-  flags.DEFINE_string(
-      "bert_config_file", None,
-      "The config json file corresponding to the pre-trained BERT model. "
-      "This specifies the model architecture.")
+  training.define_model_flags(max_seq_length=128, tokenizer=False,
+                              max_seq_length_help=" Must match data generation.")
   flags.DEFINE_string("input_file", None,
                       "Input TF example files (can be a glob or comma separated).")
-  flags.DEFINE_string("output_dir", None,
-                      "The output directory where the model checkpoints will be written.")
-  flags.DEFINE_string("init_checkpoint", None,
-                      "Initial checkpoint (usually from a pre-trained BERT model).")
-  flags.DEFINE_integer(
-      "max_seq_length", 128,
-      "The maximum total input sequence length after WordPiece tokenization. "
-      "Sequences longer than this will be truncated, and sequences shorter "
-      "than this will be padded. Must match data generation.")
   flags.DEFINE_integer(
       "max_predictions_per_seq", 20,
       "Maximum number of masked LM predictions per sequence. Must match data generation.")
@@ -231,12 +220,7 @@ def run(o, strategy=None):
   logging.info("*** Input Files ***")
   for path in input_files:
     logging.info("  %s", path)
-  if strategy is None:
-    strategy = training.build_strategy(
-        o.distribution_strategy, use_tpu=o.use_tpu, tpu_name=o.tpu_name, tpu_zone=o.tpu_zone,
-        gcp_project=o.gcp_project, master=o.master)
-  logging.info("Strategy %s with %d replica(s)", type(strategy).__name__,
-               strategy.num_replicas_in_sync)
+  strategy = training.strategy_for(o, strategy)
   accumulation = o.gradient_accumulation_steps
   per_replica_train = training.per_replica_batch_size(
       o.train_batch_size, strategy, accumulation, "--train_batch_size")

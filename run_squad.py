@@ -25,8 +25,6 @@ import json
 import math
 import os
 import random
-import shutil
-import tempfile
 
 from absl import app
 from absl import flags
@@ -64,28 +62,10 @@ def options(**overrides):
 
 def define_flags():
   """The original's flags (same names, types and defaults) plus training.py's."""
-  flags.DEFINE_string(
-      "bert_config_file", None,
-      "The config json file corresponding to the pre-trained BERT model. "
-      "This specifies the model architecture.")
-  flags.DEFINE_string("vocab_file", None,
-                      "The vocabulary file that the BERT model was trained on.")
-  flags.DEFINE_string("output_dir", None,
-                      "The output directory where the model checkpoints will be written.")
+  training.define_model_flags(max_seq_length=384)
   flags.DEFINE_string("train_file", None, "SQuAD json for training. E.g., train-v1.1.json")
   flags.DEFINE_string("predict_file", None,
                       "SQuAD json for predictions. E.g., dev-v1.1.json or test-v1.1.json")
-  flags.DEFINE_string("init_checkpoint", None,
-                      "Initial checkpoint (usually from a pre-trained BERT model).")
-  flags.DEFINE_bool(
-      "do_lower_case", True,
-      "Whether to lower case the input text. Should be True for uncased "
-      "models and False for cased models.")
-  flags.DEFINE_integer(
-      "max_seq_length", 384,
-      "The maximum total input sequence length after WordPiece tokenization. "
-      "Sequences longer than this will be truncated, and sequences shorter "
-      "than this will be padded.")
   flags.DEFINE_integer(
       "doc_stride", 128,
       "When splitting up a long document into chunks, how much stride to take between chunks.")
@@ -521,23 +501,12 @@ def decode_fn(seq_length, is_training):
 # ----------------------------------------------------------------------------
 # Training and prediction (spec 8.4).
 
-class SquadTask(training.Task):
-  """The batch mean of squad_loss ((start + end cross-entropy) / 2) over the GLOBAL batch,
-  as the original's single-device loss."""
+class SquadTask(training.ExampleMeanTask):
+  """The batch mean of squad_loss ((start + end cross-entropy) / 2) over the GLOBAL batch."""
 
-  train_stat_names = ("loss",)
-
-  def model_inputs(self, batch):
-    return {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
-
-  def denominators(self, batch):
-    return {"examples": tf.cast(tf.shape(batch["input_ids"])[0], tf.float32)}
-
-  def loss(self, outputs, batch, denominators):
-    per_example = modeling.squad_loss(outputs["start_logits"], outputs["end_logits"],
-                                      batch["start_positions"], batch["end_positions"])
-    loss = tf.reduce_sum(per_example) / denominators["examples"]
-    return loss, {"loss": loss}
+  def per_example_loss(self, outputs, batch):
+    return modeling.squad_loss(outputs["start_logits"], outputs["end_logits"],
+                               batch["start_positions"], batch["end_positions"])
 
   def summarize_train(self, sums, steps):
     return {"loss": sums["loss"] / steps}
@@ -560,8 +529,7 @@ def predict_results(model, record_file, seq_length, batch_size, strategy=None, u
 
   infer = training.make_inference_fn(strategy, forward, use_xla)
   results = []
-  for batch, (start_logits, end_logits) in training.infer_dataset(
-      infer, ds, batch_size, training.local_replicas(strategy)):
+  for batch, (start_logits, end_logits) in training.infer_dataset(infer, ds, batch_size):
     for unique_id, start, end in zip(batch["unique_ids"], start_logits, end_logits):
       if len(results) % 1000 == 0:
         logging.info("Processing example: %d", len(results))
@@ -856,22 +824,10 @@ def run(o, strategy=None):
                                          do_lower_case=o.do_lower_case)
   tf.io.gfile.makedirs(o.output_dir)
   keras.utils.set_random_seed(o.seed)
-  if strategy is None:
-    strategy = training.build_strategy(
-        o.distribution_strategy, use_tpu=o.use_tpu, tpu_name=o.tpu_name, tpu_zone=o.tpu_zone,
-        gcp_project=o.gcp_project, master=o.master)
-  logging.info("Strategy %s with %d replica(s)", type(strategy).__name__,
-               strategy.num_replicas_in_sync)
-  chief = training.is_chief(strategy)
-  # The chief writes the TFRecords into output_dir, as the original; the other workers of a
-  # multi-worker run write the same records into a private temporary directory.
-  record_dir = o.output_dir if chief else tempfile.mkdtemp(prefix="bert_keras_records_")
-  try:
-    return _train_predict(o, strategy, config, tokenizer, chief, record_dir, train_examples,
-                          num_train_steps, predict_examples)
-  finally:
-    if not chief:
-      shutil.rmtree(record_dir, ignore_errors=True)
+  strategy = training.strategy_for(o, strategy)
+  with training.record_directory(strategy, o.output_dir) as record_dir:
+    return _train_predict(o, strategy, config, tokenizer, training.is_chief(strategy),
+                          record_dir, train_examples, num_train_steps, predict_examples)
 
 
 def _train_predict(o, strategy, config, tokenizer, chief, record_dir, train_examples,

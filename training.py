@@ -17,8 +17,11 @@ a run gives the same weights on 1 device, on N replicas and with N accumulation
 steps for the same global batch.
 """
 
+import contextlib
 import os
+import shutil
 import socket
+import tempfile
 import time
 import types
 
@@ -75,6 +78,35 @@ def define_tpu_flags():
   flags.DEFINE_integer(
       "num_tpu_cores", 8,
       "Only used if `use_tpu` is True. Total number of TPU cores to use.")
+
+
+def define_model_flags(max_seq_length, tokenizer=True, output_dir=True,
+                       max_seq_length_help=""):
+  """The original scripts' model flags, with their help texts: bert_config_file,
+  init_checkpoint, max_seq_length (the script's default), and output_dir, vocab_file and
+  do_lower_case where the script has them."""
+  flags.DEFINE_string(
+      "bert_config_file", None,
+      "The config json file corresponding to the pre-trained BERT model. "
+      "This specifies the model architecture.")
+  if tokenizer:
+    flags.DEFINE_string("vocab_file", None,
+                        "The vocabulary file that the BERT model was trained on.")
+  if output_dir:
+    flags.DEFINE_string("output_dir", None,
+                        "The output directory where the model checkpoints will be written.")
+  flags.DEFINE_string("init_checkpoint", None,
+                      "Initial checkpoint (usually from a pre-trained BERT model).")
+  if tokenizer:
+    flags.DEFINE_bool(
+        "do_lower_case", True,
+        "Whether to lower case the input text. Should be True for uncased "
+        "models and False for cased models.")
+  flags.DEFINE_integer(
+      "max_seq_length", max_seq_length,
+      "The maximum total input sequence length after WordPiece tokenization. "
+      "Sequences longer than this will be truncated, and sequences shorter "
+      "than this will be padded." + max_seq_length_help)
 
 
 def define_fine_tuning_flags():
@@ -175,6 +207,32 @@ def build_strategy(name=None, use_tpu=False, tpu_name=None, tpu_zone=None,
       raise ValueError(f"--tpu_name={tpu_name!r}: no TPU reachable ({first})") from None
     return tf.distribute.TPUStrategy(resolver)
   raise ValueError(f"--distribution_strategy={name}: expected one of {STRATEGIES}")
+
+
+def strategy_for(o, strategy=None):
+  """The scripts' strategy: `strategy` if given, else the one the options name
+  (--distribution_strategy and the TPU flags, see build_strategy); logs it."""
+  if strategy is None:
+    strategy = build_strategy(o.distribution_strategy, use_tpu=o.use_tpu, tpu_name=o.tpu_name,
+                              tpu_zone=o.tpu_zone, gcp_project=o.gcp_project, master=o.master)
+  logging.info("Strategy %s with %d replica(s)", type(strategy).__name__,
+               strategy.num_replicas_in_sync)
+  return strategy
+
+
+@contextlib.contextmanager
+def record_directory(strategy, output_dir):
+  """Where a fine-tuning script writes its TFRecords: output_dir on the chief, as the
+  original; on the other workers of a multi-worker run a private temporary directory
+  (removed on exit), so that no process reads a file another is still writing."""
+  if is_chief(strategy):
+    yield output_dir
+    return
+  directory = tempfile.mkdtemp(prefix="bert_keras_records_")
+  try:
+    yield directory
+  finally:
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def _check_grpc_reachable(address, flag, timeout=10.0):
@@ -415,11 +473,12 @@ def make_inference_fn(strategy, forward, use_xla=False):
   """forward(batch) -> outputs, run on every replica of `strategy` at once.
 
   batch: a dict of tensors [b, ...]; outputs: a nested structure (tf.nest) of tensors
-  [b, ...]. Returns infer(arrays): `arrays` a dict of numpy arrays [B, ...] with B a multiple
-  of local_replicas(strategy); each replica of this worker gets its B / local replicas
-  consecutive rows; returns the outputs as numpy arrays [B, ...] in row order. (In a
-  multi-worker run every worker computes all B rows: the scripts' inference is per worker.) One tf.function: keep B the
-  same for every call (pad_batch) so that TPUs and XLA compile once.
+  [b, ...]. Returns infer(arrays): `arrays` a dict of numpy arrays [B, ...]; B is padded up
+  to a multiple of this worker's replica count and each replica gets its share of
+  consecutive rows; returns the outputs as numpy arrays [B, ...] in row order (the padding
+  dropped). In a multi-worker run every worker computes all B rows: the scripts' inference
+  is per worker. One tf.function: call it with the same B every time (pad_batch) so that
+  TPUs and XLA compile once.
   """
   if use_xla:
     forward = tf.function(forward, jit_compile=True)
@@ -431,10 +490,12 @@ def make_inference_fn(strategy, forward, use_xla=False):
     structure[:] = [outputs]
     return [strategy.experimental_local_results(x) for x in tf.nest.flatten(outputs)]
 
-  local = local_replicas(strategy)
+  local = _local_replicas(strategy)
 
   def infer(arrays):
-    per_replica = len(next(iter(arrays.values()))) // local
+    n = len(next(iter(arrays.values())))
+    per_replica = -(-n // local)
+    arrays, _ = pad_batch(arrays, per_replica * local)
 
     def replica_rows(context):
       start = (context.replica_id_in_sync_group % local) * per_replica
@@ -442,12 +503,12 @@ def make_inference_fn(strategy, forward, use_xla=False):
 
     flat = step(strategy.experimental_distribute_values_from_function(replica_rows))
     return tf.nest.pack_sequence_as(
-        structure[0], [np.concatenate([part.numpy() for part in parts]) for parts in flat])
+        structure[0], [np.concatenate([part.numpy() for part in parts])[:n] for parts in flat])
 
   return infer
 
 
-def local_replicas(strategy):
+def _local_replicas(strategy):
   """The number of replicas on this worker (all of them, except in a multi-worker run)."""
   try:
     return len(strategy.extended.worker_devices) or strategy.num_replicas_in_sync
@@ -465,17 +526,15 @@ def pad_batch(arrays, batch_size):
           for k, v in arrays.items()}, n
 
 
-def infer_dataset(infer, dataset, batch_size, num_replicas=1):
+def infer_dataset(infer, dataset, batch_size):
   """Runs infer (make_inference_fn) over a dataset of batches of at most batch_size (a dict
-  of tensors each). Every batch is zero-padded to batch_size rounded up to a multiple of
-  num_replicas (one shape for every step) and the padding rows are dropped from the
-  outputs. Yields (batch as numpy arrays, outputs as numpy arrays) per batch, in order."""
-  padded_size = -(-batch_size // num_replicas) * num_replicas
+  of tensors each), every batch zero-padded to batch_size (one shape for every step) and the
+  padding rows dropped from the outputs. Yields (batch as numpy arrays, outputs as numpy
+  arrays) per batch, in order."""
   for batch in dataset:
     arrays = {k: v.numpy() for k, v in batch.items()}
-    padded, n = pad_batch(arrays, padded_size)
-    outputs = infer(padded)
-    yield arrays, tf.nest.map_structure(lambda x: x[:n], outputs)
+    padded, n = pad_batch(arrays, batch_size)
+    yield arrays, tf.nest.map_structure(lambda x: x[:n], infer(padded))
 
 
 def script_main(run):
@@ -607,6 +666,28 @@ class Task:
 
   def model_inputs(self, batch):
     return batch
+
+
+class ExampleMeanTask(Task):
+  """A fine-tuning task whose loss is the mean over the GLOBAL batch of a per-example loss
+  (whatever the replica count or accumulation), as the original's single-device loss; the
+  model sees input_ids, input_mask and segment_ids. Subclasses give per_example_loss."""
+
+  train_stat_names = ("loss",)
+
+  def per_example_loss(self, outputs, batch):
+    """float32 [b]."""
+    raise NotImplementedError
+
+  def model_inputs(self, batch):
+    return {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}
+
+  def denominators(self, batch):
+    return {"examples": tf.cast(tf.shape(batch["input_ids"])[0], tf.float32)}
+
+  def loss(self, outputs, batch, denominators):
+    loss = tf.reduce_sum(self.per_example_loss(outputs, batch)) / denominators["examples"]
+    return loss, {"loss": loss}
 
 
 def _sum_dicts(a, b):

@@ -175,7 +175,7 @@ def main(_):
   results += [(name, best[name], parities[name]) for name, *_ in peers]
 
   base = results[0][1]
-  print(f"\n| tokenizer | MB/s | lines/s | x original (master) | parity with original |")
+  print("\n| tokenizer | MB/s | lines/s | x original (master) | parity with original |")
   print("|---|---:|---:|---:|---:|")
   figures = {"corpus_mb": round(megabytes, 3), "lines": len(lines), "ours": ours_path,
              "results": {}}

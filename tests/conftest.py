@@ -15,3 +15,45 @@ def shared_path(*parts):
   if not path.exists():
     pytest.skip(f"{path} not available (../shared is only beside a developer checkout)")
   return path
+
+
+def run_workers(script, env, cwd, count=2, timeout=300):
+  """Runs `python -c script` as `count` workers of a TF_CONFIG cluster on localhost (free
+  ports); returns (stdouts, stderrs) once all exited with status 0 (kills the others if one
+  fails). The RESULT lines of the stdouts: worker_results(stdouts)."""
+  import json
+  import socket
+  import subprocess
+  import sys
+  ports = []
+  for _ in range(count):
+    with socket.socket() as s:
+      s.bind(("127.0.0.1", 0))
+      ports.append(s.getsockname()[1])
+  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+  procs = []
+  for index in range(count):
+    worker_env = dict(env, TF_CONFIG=json.dumps({"cluster": cluster,
+                                                 "task": {"type": "worker", "index": index}}))
+    procs.append(subprocess.Popen([sys.executable, "-c", script], env=worker_env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  cwd=str(cwd)))
+  stdouts, stderrs = [], []
+  try:
+    for proc in procs:
+      stdout, stderr = proc.communicate(timeout=timeout)
+      assert proc.returncode == 0, stderr[-3000:]
+      stdouts.append(stdout)
+      stderrs.append(stderr)
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+  return stdouts, stderrs
+
+
+def worker_results(stdouts):
+  """The JSON objects printed after "RESULT " in the workers' outputs."""
+  import json
+  return [json.loads(line.split("RESULT ", 1)[1]) for out in stdouts
+          for line in out.splitlines() if line.startswith("RESULT ")]

@@ -7,7 +7,6 @@ Compared: embedding output, every encoder layer, sequence and pooled output, mas
 next-sentence log-probabilities and losses, all to 1e-5 in float32, with padding in the mask.
 """
 
-import re
 
 import numpy as np
 import tensorflow as tf

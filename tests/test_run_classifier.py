@@ -3,7 +3,6 @@ MRPC / CoLA files of ../shared), the classifier head's TF1 names (restored by th
 create_model graph), and the README command end to end with a tiny model.
 """
 
-import json
 import os
 import pathlib
 import subprocess
@@ -14,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import oracle
-from conftest import shared_path
+from conftest import run_workers, shared_path, worker_results
 from bert_keras import modeling
 from bert_keras import run_classifier
 from bert_keras import tokenization
@@ -382,41 +381,15 @@ def test_multi_worker_mirrored_two_processes(glue, vocab, tmp_path):
   """Two workers on localhost (TF_CONFIG), one replica each: the chief writes the TFRecords
   and result files in output_dir, the other writes its records in a private temporary
   directory (removed at the end), and both end with the same eval results."""
-  import socket
-  ports = []
-  for _ in range(2):
-    with socket.socket() as s:
-      s.bind(("127.0.0.1", 0))
-      ports.append(s.getsockname()[1])
   options = dict(task_name="MRPC", do_train=True, do_eval=True, data_dir=str(glue / "MRPC"),
                  vocab_file=vocab, bert_config_file=str(glue / "bert_config.json"),
                  max_seq_length=32, train_batch_size=16, eval_batch_size=8,
                  num_train_epochs=1.0, output_dir=str(tmp_path / "out"))
   script = _WORKER.format(options=options)
-  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
   temp = tmp_path / "tmp"   # the workers' temporary directory
   temp.mkdir()
-  procs = []
-  for index in range(2):
-    env = dict(ENV, TMPDIR=str(temp),
-               TF_CONFIG=json.dumps({"cluster": cluster,
-                                     "task": {"type": "worker", "index": index}}))
-    procs.append(subprocess.Popen([sys.executable, "-c", script], env=env, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  cwd=str(tmp_path)))
-  outputs, logs = [], []
-  try:
-    for proc in procs:
-      stdout, stderr = proc.communicate(timeout=300)
-      assert proc.returncode == 0, stderr[-3000:]
-      outputs.append(stdout)
-      logs.append(stderr)
-  finally:
-    for proc in procs:
-      if proc.poll() is None:
-        proc.kill()
-  results = [json.loads(line.split("RESULT ", 1)[1]) for out in outputs
-             for line in out.splitlines() if line.startswith("RESULT ")]
+  outputs, logs = run_workers(script, dict(ENV, TMPDIR=str(temp)), tmp_path)
+  results = worker_results(outputs)
   assert len(results) == 2 and results[0] == results[1]
   assert results[0]["global_step"] == "4"
   # Each worker wrote the records it reads (none waits on, or races, the chief's files).

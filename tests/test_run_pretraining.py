@@ -12,7 +12,6 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 
@@ -21,6 +20,7 @@ import pytest
 import tensorflow as tf
 
 import oracle
+from conftest import run_workers, worker_results
 from bert_keras import modeling
 from bert_keras import run_pretraining
 from bert_keras import training
@@ -95,12 +95,6 @@ def _assert_same_weights(a, b, atol):
   assert sorted(a) == sorted(b)
   worst = max(float(np.max(np.abs(a[n] - b[n]))) for n in a)
   assert worst <= atol, f"max weight difference {worst}"
-
-
-def _free_port():
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
 
 
 # ----------------------------------------------------------------------------
@@ -346,27 +340,8 @@ def test_multi_worker_mirrored_two_processes(data, tmp_path):
   o = vars(_options(data, tmp_path / "out", do_eval=True, train_batch_size=8,
                     eval_batch_size=8))
   script = _WORKER.format(options=o)
-  ports = [_free_port(), _free_port()]
-  cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
-  procs = []
-  for index in range(2):
-    env = dict(ENV, TF_CONFIG=json.dumps({"cluster": cluster,
-                                          "task": {"type": "worker", "index": index}}))
-    procs.append(subprocess.Popen([sys.executable, "-c", script], env=env, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  cwd=str(tmp_path)))
-  outputs = []
-  try:
-    for proc in procs:
-      stdout, stderr = proc.communicate(timeout=300)
-      assert proc.returncode == 0, stderr[-3000:]
-      outputs.append(stdout)
-  finally:
-    for proc in procs:
-      if proc.poll() is None:
-        proc.kill()
-  results = [json.loads(line.split("RESULT ", 1)[1]) for out in outputs
-             for line in out.splitlines() if line.startswith("RESULT ")]
+  outputs, _ = run_workers(script, ENV, tmp_path)
+  results = worker_results(outputs)
   assert len(results) == 2 and results[0] == results[1]
   assert results[0]["global_step"] == 6
   out = tmp_path / "out"

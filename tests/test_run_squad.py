@@ -759,7 +759,7 @@ def test_bad_input_on_the_command_line(squad_run, vocab, tmp_path):
       "neither": ([], "error: At least one of `do_train` or `do_predict` must be True."),
       "no_train_file": (["--do_train"],
                         "error: If `do_train` is True, then `train_file` must be specified."),
-      "query": ([f"--do_predict", f"--predict_file={good}", "--max_query_length=61"],
+      "query": (["--do_predict", f"--predict_file={good}", "--max_query_length=61"],
                 "error: The max_seq_length (64) must be greater than max_query_length (61) "
                 "+ 3"),
       "broken": (["--do_train", f"--train_file={tmp_path / 'broken.json'}"],

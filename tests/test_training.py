@@ -34,7 +34,7 @@ for name, devices in (("one_device", ["/cpu:0"]), ("mirrored", ["/cpu:0", "/cpu:
             "layers": [out["encoder_outputs"][0], out["sequence_output"]]}
   infer = training.make_inference_fn(strategy, forward)
   ds = tf.data.Dataset.from_tensor_slices(data).batch(5)  # 5, 5, 3 rows; 5 is odd
-  batches = list(training.infer_dataset(infer, ds, 5, strategy.num_replicas_in_sync))
+  batches = list(training.infer_dataset(infer, ds, 5))
   assert [len(b["row"]) for b, _ in batches] == [5, 5, 3]
   outs = [o for _, o in batches]
   results[name] = {"row": np.concatenate([o["row"] for o in outs]),
