@@ -296,7 +296,6 @@ def run(o, strategy=None):
   examples = read_examples(o.input_file)
 
   strategy = training.strategy_for(o, strategy)
-  training.per_replica_batch_size(o.batch_size, strategy, flag="--batch_size")
   training.set_dtype_policy(o.dtype)
   with strategy.scope():
     model = modeling.BertModel(config)
