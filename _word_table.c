@@ -648,5 +648,13 @@ PyMODINIT_FUNC PyInit__word_table(void) {
     Py_DECREF(m);
     return NULL;
   }
+#ifdef SOURCE_SHA256
+  /* setup.py compiles in the SHA-256 of this file: tokenization.py compares it with the
+     source beside it and ignores a module built from an older _word_table.c. */
+  if (PyModule_AddStringConstant(m, "SOURCE_SHA256", SOURCE_SHA256) < 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+#endif
   return m;
 }

@@ -47,10 +47,7 @@ import time
 import numpy as np
 from absl import logging
 
-try:
-  from . import tokenization
-except ImportError:  # run as a script from the clone
-  import tokenization
+from bert_keras import tokenization
 
 FLAGS = None
 

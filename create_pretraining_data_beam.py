@@ -1,5 +1,5 @@
 # coding=utf-8
-"""create_pretraining_data on Apache Beam: the same records, at corpus scale, on any runner.
+r"""create_pretraining_data on Apache Beam: the same records, at corpus scale, on any runner.
 
 The same flags as create_pretraining_data.py (the original's), the same
 TFRecord features, the same per-document instance logic (its
@@ -119,12 +119,8 @@ import uuid
 import numpy as np
 from absl import logging
 
-try:
-  from . import create_pretraining_data as cpd
-  from . import tokenization
-except ImportError:  # run as a script from the clone
-  import create_pretraining_data as cpd
-  import tokenization
+from bert_keras import create_pretraining_data as cpd
+from bert_keras import tokenization
 
 
 def _import_beam():
@@ -859,6 +855,7 @@ def define_flags():
                      "Input files are read in byte ranges of about this size (MB), in "
                      "parallel; the output does not depend on it.")
   FLAGS = flags.FLAGS
+  flags.adopt_module_key_flags(cpd)  # --help lists them too, not only --helpfull
 
 
 def parse_flags(argv):
@@ -907,29 +904,7 @@ def main(argv):
     raise SystemExit("error: %s" % e) from None
 
 
-def _import_self():
-  """This file as an importable module (bert_keras.<name> if installed from here), so that
-  Beam pickles its DoFns by module name, and worker processes can import them."""
-  here = os.path.abspath(__file__)
-  try:
-    import importlib  # pylint: disable=g-import-not-at-top
-    module = importlib.import_module("bert_keras.create_pretraining_data_beam")
-    if os.path.abspath(module.__file__) == here:
-      return module
-  except ImportError:
-    pass
-  directory = os.path.dirname(here)
-  if directory not in sys.path:
-    sys.path.insert(0, directory)
-  # DirectRunner worker processes (multi_processing) find it there too.
-  os.environ["PYTHONPATH"] = os.pathsep.join(
-      [directory] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-  import create_pretraining_data_beam as module  # pylint: disable=g-import-not-at-top
-  return module
-
-
 if __name__ == "__main__":
   from absl import app as _app  # pylint: disable=g-import-not-at-top
-  _module = _import_self()
-  _module.define_flags()
-  _app.run(_module.main, flags_parser=_module.parse_flags)
+  define_flags()
+  _app.run(main, flags_parser=parse_flags)

@@ -1,5 +1,5 @@
 # coding=utf-8
-"""Learns a WordPiece vocab from plain text, in the layout of BERT's released vocabs.
+r"""Learns a WordPiece vocab from plain text, in the layout of BERT's released vocabs.
 
   python create_vocab.py --input_file=sample_text.txt --output_file=/tmp/vocab.txt \
       --vocab_size=2000 --do_lower_case=True
@@ -24,10 +24,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-try:
-  from . import tokenization
-except ImportError:  # run as a script from the clone
-  import tokenization
+from bert_keras import tokenization
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 

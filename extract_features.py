@@ -1,5 +1,5 @@
 # coding=utf-8
-"""Per-token activations of BERT's encoder layers, as JSON Lines (the original
+r"""Per-token activations of BERT's encoder layers, as JSON Lines (the original
 extract_features.py).
 
   python extract_features.py --input_file=/tmp/input.txt --output_file=/tmp/output.jsonl \
@@ -12,6 +12,7 @@ TPUEstimator is replaced by one tf.function per batch under a tf.distribute stra
 (training.py). The output is written to <output_file>.tmp and renamed when complete.
 """
 
+from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
 import json
 import os
 import time
@@ -22,16 +23,10 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-try:
-  from . import modeling
-  from . import run_classifier
-  from . import tokenization
-  from . import training
-except ImportError:  # run as a script from the clone
-  import modeling
-  import run_classifier
-  import tokenization
-  import training
+from bert_keras import modeling
+from bert_keras import preprocessing
+from bert_keras import tokenization
+from bert_keras import training
 
 SEPARATOR = " ||| "
 
@@ -72,6 +67,7 @@ def define_flags():
   for name in ("input_file", "vocab_file", "bert_config_file", "init_checkpoint",
                "output_file"):
     flags.mark_flag_as_required(name)
+  flags.adopt_module_key_flags(training)  # --help lists them too, not only --helpfull
 
 
 # ----------------------------------------------------------------------------
@@ -142,11 +138,11 @@ def read_examples(input_file):
 
 
 def convert_single_example(ex_index, example, seq_length, tokenizer):
-  """InputExample -> InputFeatures, packed as run_classifier packs (pack_tokens); logs
+  """InputExample -> InputFeatures, packed as run_classifier packs (preprocessing.pack_tokens); logs
   the first 5 examples."""
   tokens_a = tokenizer.tokenize(example.text_a)
   tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
-  tokens, input_ids, input_mask, input_type_ids = run_classifier.pack_tokens(
+  tokens, input_ids, input_mask, input_type_ids = preprocessing.pack_tokens(
       tokens_a, tokens_b, seq_length, tokenizer)
   if ex_index < 5:
     logging.info("*** Example ***")

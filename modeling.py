@@ -29,6 +29,7 @@ while LayerNorm, softmax, the logits and the losses are float32.
   out["pooled_output"]                                    # [B, H]
 """
 
+from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
 import collections
 import copy
 import dataclasses
@@ -859,16 +860,11 @@ def pretraining_loss(outputs, features):
 # 6. Checkpoints
 # ----------------------------------------------------------------------------------------------
 
-def _is_encoder(model):
-  # Duck-typed: `modeling` imported from the clone and `bert_keras.modeling` are two modules.
-  return all(hasattr(model, a) for a in ("embeddings", "encoder_layers", "pooler"))
-
-
 def _encoder_of(model):
-  if _is_encoder(model):
+  if isinstance(model, BertModel):
     return model
   bert = getattr(model, "bert", None)
-  if bert is not None and _is_encoder(bert):
+  if isinstance(bert, BertModel):
     return bert
   raise TypeError("expected a BertModel or a model with a `bert` BertModel attribute, got %s"
                   % type(model).__name__)

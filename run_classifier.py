@@ -1,5 +1,5 @@
 # coding=utf-8
-"""BERT fine-tuning on sentence (pair) classification: GLUE MRPC, CoLA, MNLI and XNLI
+r"""BERT fine-tuning on sentence (pair) classification: GLUE MRPC, CoLA, MNLI and XNLI
 (the original run_classifier.py).
 
 Same flags, defaults, processors, features, TFRecords (train/eval/predict.tf_record),
@@ -14,6 +14,7 @@ training.py's loop and strategies (checkpoints model.ckpt-N in --output_dir, res
     --output_dir=/tmp/mrpc_output/
 """
 
+from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
 import csv
 import os
 
@@ -24,16 +25,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-try:
-  from . import modeling
-  from . import optimization
-  from . import tokenization
-  from . import training
-except ImportError:  # run as a script from the clone
-  import modeling
-  import optimization
-  import tokenization
-  import training
+from bert_keras import modeling
+from bert_keras import optimization
+from bert_keras import preprocessing
+from bert_keras import tokenization
+from bert_keras import training
 
 # Programmatic defaults = the flags' defaults (see define_flags).
 DEFAULTS = dict(
@@ -73,6 +69,7 @@ def define_flags():
   training.define_training_flags()
   for name in ("data_dir", "task_name", "vocab_file", "bert_config_file", "output_dir"):
     flags.mark_flag_as_required(name)
+  flags.adopt_module_key_flags(training)  # --help lists them too, not only --helpfull
 
 
 # ----------------------------------------------------------------------------
@@ -262,53 +259,17 @@ PROCESSORS = {"cola": ColaProcessor, "mnli": MnliProcessor, "mrpc": MrpcProcesso
 # ----------------------------------------------------------------------------
 # Features (spec 7.4).
 
-def _truncate_seq_pair(tokens_a, tokens_b, max_length):
-  """Truncates the pair in place to at most max_length tokens in total, one token at a
-  time from the end of the longer list (tokens_b on ties)."""
-  while len(tokens_a) + len(tokens_b) > max_length:
-    longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
-    longer.pop()
-
-
-def pack_tokens(tokens_a, tokens_b, max_seq_length, tokenizer):
-  """Word pieces of text a (and of text b, or None) -> (tokens, input_ids, input_mask,
-  segment_ids): tokens = [CLS] a [SEP] (segment 0) [b [SEP]] (segment 1) after truncation
-  (a pair to max_seq_length - 3 tokens from the end of the longer side, a single text to
-  its first max_seq_length - 2); the three id lists zero-padded to max_seq_length.
-  tokens_a / tokens_b may be truncated in place. Shared with extract_features.py."""
-  if tokens_b:
-    _truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)  # [CLS], [SEP], [SEP]
-  elif len(tokens_a) > max_seq_length - 2:                       # [CLS], [SEP]
-    tokens_a = tokens_a[:max_seq_length - 2]
-
-  tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
-  segment_ids = [0] * len(tokens)
-  if tokens_b:
-    tokens += tokens_b + ["[SEP]"]
-    segment_ids += [1] * (len(tokens_b) + 1)
-  input_ids = tokenizer.convert_tokens_to_ids(tokens)
-  input_mask = [1] * len(input_ids)
-  padding = max_seq_length - len(input_ids)
-  input_ids = input_ids + [0] * padding
-  input_mask = input_mask + [0] * padding
-  segment_ids = segment_ids + [0] * padding
-  assert len(input_ids) == max_seq_length
-  assert len(input_mask) == max_seq_length
-  assert len(segment_ids) == max_seq_length
-  return tokens, input_ids, input_mask, segment_ids
-
-
 def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer):
   """InputExample -> InputFeatures: [CLS] a [SEP] (segment 0) [b [SEP]] (segment 1),
-  zero-padded to max_seq_length (pack_tokens). Logs the first 5 examples."""
+  zero-padded to max_seq_length (preprocessing.pack_tokens). Logs the first 5 examples."""
   if isinstance(example, PaddingInputExample):
     return InputFeatures(input_ids=[0] * max_seq_length, input_mask=[0] * max_seq_length,
                          segment_ids=[0] * max_seq_length, label_id=0, is_real_example=False)
   label_map = {label: i for i, label in enumerate(label_list)}
   tokens_a = tokenizer.tokenize(example.text_a)
   tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
-  tokens, input_ids, input_mask, segment_ids = pack_tokens(tokens_a, tokens_b,
-                                                           max_seq_length, tokenizer)
+  tokens, input_ids, input_mask, segment_ids = preprocessing.pack_tokens(
+      tokens_a, tokens_b, max_seq_length, tokenizer)
   label_id = label_map[example.label]
   if ex_index < 5:
     logging.info("*** Example ***")

@@ -1,5 +1,5 @@
 # coding=utf-8
-"""Masked-LM and next-sentence pre-training of BERT (the original run_pretraining.py).
+r"""Masked-LM and next-sentence pre-training of BERT (the original run_pretraining.py).
 
 Same flags, defaults, input files (create_pretraining_data's TFRecords), losses and
 eval_results.txt as the original; the TPUEstimator is replaced by training.py's
@@ -14,6 +14,7 @@ checkpoints of model, optimizer and step in --output_dir and automatic resume.
     --num_warmup_steps=10 --learning_rate=2e-5
 """
 
+from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
 import os
 
 from absl import app
@@ -23,14 +24,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-try:
-  from . import modeling
-  from . import optimization
-  from . import training
-except ImportError:  # run as a script from the clone
-  import modeling
-  import optimization
-  import training
+from bert_keras import modeling
+from bert_keras import optimization
+from bert_keras import training
 
 # Programmatic defaults = the flags' defaults (see define_flags).
 DEFAULTS = dict(
@@ -74,10 +70,12 @@ def define_flags():
   flags.mark_flag_as_required("input_file")
   flags.mark_flag_as_required("bert_config_file")
   flags.mark_flag_as_required("output_dir")
+  flags.adopt_module_key_flags(training)  # --help lists them too, not only --helpfull
 
 
 # ----------------------------------------------------------------------------
 # Input (spec 5.3 / 6.2).
+
 
 def decode_fn(max_seq_length, max_predictions_per_seq):
   """Serialized tf.train.Example -> dict of int32 / float32 tensors (int64 cast to int32)."""

@@ -1,5 +1,5 @@
 # coding=utf-8
-"""BERT fine-tuning and prediction on SQuAD 1.1 and SQuAD 2.0 (the original run_squad.py).
+r"""BERT fine-tuning and prediction on SQuAD 1.1 and SQuAD 2.0 (the original run_squad.py).
 
 Same flags, defaults, examples, features (doc_stride windows), TFRecords (train.tf_record,
 eval.tf_record), span head (cls/squad/*) and loss as the original, and the same
@@ -19,6 +19,7 @@ windows, FeatureWriter); training and prediction; post-processing (write_predict
 get_final_text); run().
 """
 
+from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
 import collections
 import functools
 import json
@@ -32,16 +33,10 @@ from absl import logging
 import keras
 import tensorflow as tf
 
-try:
-  from . import modeling
-  from . import optimization
-  from . import tokenization
-  from . import training
-except ImportError:  # run as a script from the clone
-  import modeling
-  import optimization
-  import tokenization
-  import training
+from bert_keras import modeling
+from bert_keras import optimization
+from bert_keras import tokenization
+from bert_keras import training
 
 # Programmatic defaults = the flags' defaults (see define_flags).
 DEFAULTS = dict(
@@ -100,6 +95,7 @@ def define_flags():
   training.define_training_flags()
   for name in ("vocab_file", "bert_config_file", "output_dir"):
     flags.mark_flag_as_required(name)
+  flags.adopt_module_key_flags(training)  # --help lists them too, not only --helpfull
 
 
 # ----------------------------------------------------------------------------

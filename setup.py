@@ -6,7 +6,14 @@ original, and `from bert_keras import modeling` works from anywhere after
 `pip install .` (or `pip install -e .`).
 """
 
+import hashlib
+
 from setuptools import Extension, setup
+
+# The extension carries the hash of the source it was built from, so that tokenization.py can
+# tell a module built before a `git pull` changed _word_table.c (and not use it).
+with open("_word_table.c", "rb") as f:
+  _SOURCE_SHA256 = hashlib.sha256(f.read()).hexdigest()
 
 setup(
     name="bert-keras",
@@ -21,7 +28,8 @@ setup(
     package_data={"bert_keras": ["sample_text.txt"]},
     # The C hot loop of tokenization.py's batch methods (see _word_table.c). Optional: where
     # it cannot be compiled (no C compiler), tokenization.py runs the same in pure Python.
-    ext_modules=[Extension("bert_keras._word_table", ["_word_table.c"], optional=True)],
+    ext_modules=[Extension("bert_keras._word_table", ["_word_table.c"], optional=True,
+                           define_macros=[("SOURCE_SHA256", f'"{_SOURCE_SHA256}"')])],
     install_requires=[
         "tensorflow>=2.21,<2.22",
         # 2.21.0 does not import with tensorflow 2.21; 2.21.1 does.

@@ -43,6 +43,7 @@ On the books corpus this is a third of a cold pass.
 import collections
 import functools
 import gc
+import hashlib
 import itertools
 import logging
 import os
@@ -57,12 +58,27 @@ import numpy as np
 _word_table = None
 if os.environ.get("BERT_KERAS_PURE_PYTHON", "") in ("", "0"):
   try:
-    from . import _word_table
+    from bert_keras import _word_table
   except ImportError:
-    try:
-      import _word_table  # run as a script from the clone
-    except ImportError:
-      pass
+    pass
+
+
+def _stale_extension(module):
+  """True when `module` was built from another _word_table.c than the one beside this file
+  (a `git pull` changed it and `pip install -e .` has not rebuilt it yet)."""
+  source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_word_table.c")
+  if module is None or not os.path.exists(source):
+    return False  # no extension, or an installed wheel (it ships no source)
+  with open(source, "rb") as f:
+    digest = hashlib.sha256(f.read()).hexdigest()
+  return getattr(module, "SOURCE_SHA256", None) != digest
+
+
+if _stale_extension(_word_table):
+  logging.getLogger(__name__).warning(
+      "%s was built from an older _word_table.c: using the pure-Python tokenizer path "
+      "(run `pip install -e .` to rebuild it)", _word_table.__file__)
+  _word_table = None
 
 _MAX_UNICODE = sys.maxunicode + 1
 

@@ -32,6 +32,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
+from bert_keras import modeling
+
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
 
 
@@ -416,10 +418,6 @@ def warm_start(model, init_checkpoint):
   anything else (Google's TF1 checkpoints, our exports, HuggingFace weights) goes through
   modeling.load_checkpoint. Variables absent from the checkpoint (e.g. a new task head)
   keep their initial values. Raises modeling.CheckpointError (a ValueError) on a mismatch."""
-  try:
-    from . import modeling  # pylint: disable=import-outside-toplevel
-  except ImportError:  # run as a script from the clone
-    import modeling  # pylint: disable=import-outside-toplevel
   if not init_checkpoint:
     return
   path = init_checkpoint

@@ -45,8 +45,7 @@ import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-import modeling  # noqa: E402  (the repository's, run from the clone)
+from bert_keras import modeling  # noqa: E402  (pip install -e . in the clone)
 
 CONFIGS = {
     "base": dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12,

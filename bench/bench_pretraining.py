@@ -38,11 +38,10 @@ import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-import modeling  # noqa: E402  (the repository's, run from the clone)
-import optimization  # noqa: E402
-import run_pretraining  # noqa: E402
-import training  # noqa: E402
+from bert_keras import modeling  # noqa: E402  (pip install -e . in the clone)
+from bert_keras import optimization  # noqa: E402
+from bert_keras import run_pretraining  # noqa: E402
+from bert_keras import training  # noqa: E402
 
 CONFIGS = {
     "base": dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12,

@@ -154,10 +154,9 @@ def statistics(per_file):
 def seed_statistics(input_files, vocab_file, lower, dupe, max_seq, preds, workers, seeds):
   """Statistics of the instances (not written) over `seeds`: one process (the original's
   records) if workers == 1, else the --num_workers parts, each with its derived seed."""
-  sys.path.insert(0, str(REPO))
   import random
-  import create_pretraining_data as cpd
-  import tokenization
+  from bert_keras import create_pretraining_data as cpd
+  from bert_keras import tokenization
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=lower)
   params = cpd._Params(tokenizer, max_seq, 0.1, 0.15, preds, False)  # pylint: disable=protected-access
   if workers == 1:
@@ -229,9 +228,9 @@ def main():
   # Import costs (peak RSS of a process that only imports).
   tf_import = run_measured([python, "-c", "import tensorflow"], os.path.join(workdir, "tf.log"))
   ours_import = run_measured(
-      [python, "-c", "import sys; sys.path.insert(0, %r); import create_pretraining_data, "
+      [python, "-c", "from bert_keras import create_pretraining_data, "
        "tokenization; tokenization.FullTokenizer(%r).tokenize_batch(['warm up'])"
-       % (str(REPO), args.vocab_file)], os.path.join(workdir, "ours_import.log"))
+       % args.vocab_file], os.path.join(workdir, "ours_import.log"))
 
   original = _original_script()
   if not args.skip_original and original:

@@ -29,7 +29,6 @@ from absl import logging  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.join(HERE, "..", "..", "shared", "data")
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-sys.path.insert(0, os.path.join(HERE, ".."))
 
 import oracle  # noqa: E402
 
@@ -51,8 +50,8 @@ def _fields(feature):
 
 
 def main(_):
-  import run_squad  # ours, from the clone
-  import tokenization
+  from bert_keras import run_squad
+  from bert_keras import tokenization
   logging.set_verbosity(logging.WARNING)  # both log their first 20 examples at INFO
   FLAGS.version_2_with_negative = FLAGS.v2
   path = FLAGS.file

@@ -29,7 +29,6 @@ from absl import flags
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.join(HERE, "..", "..", "shared", "data")
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-sys.path.insert(0, os.path.join(HERE, ".."))
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input_file", os.path.join(SHARED, "text", "gutenberg_sentence_per_line", "*.txt"),
@@ -47,7 +46,7 @@ def _batches(lines, size):
 
 
 def main(_):
-  import tokenization  # ours, from the clone
+  from bert_keras import tokenization
   import oracle
   original = oracle.original("tokenization")
   files = sorted(f for pattern in FLAGS.input_file.split(",") for f in glob.glob(pattern))

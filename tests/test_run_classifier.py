@@ -15,6 +15,7 @@ import tensorflow as tf
 import oracle
 from conftest import run_workers, shared_path, worker_results
 from bert_keras import modeling
+from bert_keras import preprocessing
 from bert_keras import run_classifier
 from bert_keras import tokenization
 
@@ -124,7 +125,7 @@ def test_truncate_seq_pair_matches_the_original(orig):
     a, b = list(range(rng.randint(0, 20))), list(range(100, 100 + rng.randint(0, 20)))
     limit = rng.randint(0, 30)
     a2, b2 = list(a), list(b)
-    run_classifier._truncate_seq_pair(a, b, limit)
+    preprocessing.truncate_seq_pair(a, b, limit)
     orig._truncate_seq_pair(a2, b2, limit)
     assert (a, b) == (a2, b2)
 
