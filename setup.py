@@ -46,6 +46,8 @@ setup(
             "bert-tensorflow==1.0.4",
             "six",
             "safetensors>=0.4",
+            # The house-style linter that test.sh runs (pycodestyle with indent-size 2).
+            "flake8>=7",
         ],
         # create_pretraining_data_beam.py. apache-beam 2.77 needs protobuf < 7, TensorFlow
         # 2.21 >= 6.31.1: both install with protobuf 6.x. For Dataflow (gs:// paths) install
