@@ -110,7 +110,8 @@ def main(_):
     raise SystemExit(f"error: --input_file={FLAGS.input_file} matches no files")
   out_dir = os.path.dirname(FLAGS.output_file)
   if out_dir and "://" not in out_dir and not os.path.isdir(out_dir):
-    raise SystemExit(f"error: --output_file={FLAGS.output_file}: directory {out_dir} does not exist")
+    raise SystemExit(
+        f"error: --output_file={FLAGS.output_file}: directory {out_dir} does not exist")
   tokenizer = tokenization.BasicTokenizer(do_lower_case=FLAGS.do_lower_case)
   counts = count_words(input_files, tokenizer)
   if not counts:

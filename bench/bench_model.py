@@ -19,8 +19,9 @@ for each config (BERT-Base, BERT-Small L4/H512) and each peer:
                   stand-ins of tests/oracle.py)
 Every peer of a config is built (and warmed up) first, then all are timed in interleaved
 rounds, so that a slow phase of a shared machine does not fall on one peer only; each figure
-is the median over the rounds. Peers that are not installed are reported as skipped. A loss-curve check trains ours in
-float32 and mixed_bfloat16 from the same initial weights on the same batches.
+is the median over the rounds. Peers that are not installed are reported as skipped. A
+loss-curve check trains ours in float32 and mixed_bfloat16 from the same initial weights on
+the same batches.
 
 Usage:
   python bench/bench_model.py                 # full run (BERT-Base and Small), ~15-25 min

@@ -6,9 +6,10 @@ and the peers a user would pick instead: tensorflow-text's FastBertTokenizer
 and, if installed, HuggingFace `tokenizers`. Each tokenizer is built fresh for
 each timed pass (a cold word cache: what one pass over a corpus costs); the fast
 ones are timed in --repeats interleaved rounds and keep their best pass, the
-original (10 s a pass) runs before and after them; one extra row times tokenize_batch with its word cache already
-filled by a pass over the corpus (the steady state of a corpus much larger than
-its vocabulary of distinct words). Parity = share of lines whose tokens equal the original's.
+original (10 s a pass) runs before and after them; one extra row times tokenize_batch
+with its word cache already filled by a pass over the corpus (the steady state of a corpus
+much larger than its vocabulary of distinct words). Parity = share of lines whose tokens
+equal the original's.
 
   python bench/bench_tokenization.py                       # ../shared books
   python bench/bench_tokenization.py --input_file=a.txt --vocab_file=vocab.txt
@@ -31,12 +32,14 @@ SHARED = os.path.join(HERE, "..", "..", "shared", "data")
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("input_file", os.path.join(SHARED, "text", "gutenberg_sentence_per_line", "*.txt"),
+flags.DEFINE_string("input_file",
+                    os.path.join(SHARED, "text", "gutenberg_sentence_per_line", "*.txt"),
                     "Glob(s), comma-separated, of text files, one line per text.")
 flags.DEFINE_string("vocab_file", os.path.join(SHARED, "vocab", "bert-base-uncased-vocab.txt"),
                     "WordPiece vocab.")
 flags.DEFINE_bool("do_lower_case", True, "Uncased tokenization.")
-flags.DEFINE_integer("repeats", 5, "Interleaved rounds over the fast tokenizers (each keeps its best).")
+flags.DEFINE_integer("repeats", 5,
+                     "Interleaved rounds over the fast tokenizers (each keeps its best).")
 flags.DEFINE_integer("batch_lines", 4096, "Lines per call of the batch APIs.")
 flags.DEFINE_integer("max_lines", 0, "Use only the first N lines (0: all).")
 
@@ -115,8 +118,10 @@ def main(_):
       return lambda: tf_text.FastBertTokenizer(
           vocab=vocab, lower_case_nfd_strip_accents=lower, token_out_type=out_type,
           support_detokenization=False)
+
     def fast_bert_ids(t):
       return [t.tokenize(tf.constant(b)) for b in batches]
+
     def fast_bert_strings(t):
       return [[x.decode("utf-8") for x in row] for b in batches
               for row in t.tokenize(tf.constant(b)).to_list()]
@@ -135,6 +140,7 @@ def main(_):
     def make_hf():
       return BertWordPieceTokenizer(vocab_file, lowercase=lower, strip_accents=lower,
                                     clean_text=True, handle_chinese_chars=True)
+
     def hf(t):
       return [e.tokens for b in batches for e in t.encode_batch(b, add_special_tokens=False)]
     peers.append(("HF tokenizers BertWordPiece (encode_batch)", make_hf, hf, None))

@@ -61,5 +61,6 @@ def test_command_line(tmp_path):
   assert not (tmp_path / "vocab.txt.tmp").exists()
   bad = _run(f"--input_file={tmp_path / 'nothing*.txt'}", f"--output_file={tmp_path / 'v2.txt'}")
   assert bad.returncode != 0
-  assert bad.stderr.strip().splitlines()[-1] == f"error: --input_file={tmp_path / 'nothing*.txt'} matches no files"
+  assert bad.stderr.strip().splitlines()[-1] == (
+      f"error: --input_file={tmp_path / 'nothing*.txt'} matches no files")
   assert not (tmp_path / "v2.txt").exists()

@@ -1,7 +1,7 @@
 """optimization.py: the original schedule, AdamWeightDecay and LAMB.
 
 Checked against a NumPy re-statement of each update, the original's own
-optimization_test case, the spec's schedule golden values, and (differentially)
+optimization_test case, the schedule's values worked out by hand, and (differentially)
 the original create_optimizer/AdamWeightDecayOptimizer run in a TF1 graph.
 """
 
@@ -116,7 +116,8 @@ def _run_keras(optimizer, values, grad_steps):
 
 
 def test_schedule_golden_values():
-  # spec 4.1: init 1e-4, warmup 10, total 100.
+  # Linear warmup to 1e-4 over 10 steps, then linear decay to 0 at step 100 (the original's
+  # schedule: during warmup lr * step / warmup, after it lr * (1 - step / total)).
   schedule = optimization.WarmupLinearDecay(1e-4, 100, 10)
   expected = {0: 0.0, 1: 1e-5, 5: 5e-5, 9: 9e-5, 10: 9e-5, 11: 8.9e-5, 50: 5e-5,
               99: 1e-6, 100: 0.0, 250: 0.0}

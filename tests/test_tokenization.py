@@ -60,7 +60,8 @@ def _build_vocab(texts, path):
   tokens = SPECIALS + words + chars + ["##" + c for c in chars] + ["##" + w for w in words[::3]]
   seen, unique = set(), []
   for t in tokens:
-    if t not in seen and len(t.split()) == 1 and t.strip() == t and not re.search("[\ud800-\udfff]", t):
+    if (t not in seen and len(t.split()) == 1 and t.strip() == t
+        and not re.search("[\ud800-\udfff]", t)):
       seen.add(t)
       unique.append(t)
   path.write_text("".join(t + "\n" for t in unique), encoding="utf-8")
@@ -86,7 +87,8 @@ def _random_texts(n, seed):
   rng = random.Random(seed)
   pools = [
       "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
-      " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2007\u200a\u2028\u2029\u202f\u205f\u3000",
+      " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2007\u200a"
+      "\u2028\u2029\u202f\u205f\u3000",
       "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~¡§«¶·»¿‐–—―‘’“”•…‰※、。「」",
       "\x00\x01\x05\x7f\x80\x9f\u00ad\u200b\u200c\u200d\u200e\u2060\ufeff\ufffd\ufff9",
       "àáâãäåæçèéêëìíîïñòóôõöøùúûüýÿĀāĂăĄąŁłŒœŠšŸŽžǅǄǆİıŞşẞß",
@@ -116,13 +118,14 @@ def _assert_same(ours, theirs, texts):
 
 
 # ----------------------------------------------------------------------------
-# The original's own unit tests (spec section 13)
+# The original's own unit tests (its tokenization_test.py cases)
 # ----------------------------------------------------------------------------
 
 def test_original_full_tokenizer_case(tmp_path):
   vocab_file = tmp_path / "vocab.txt"
   vocab_file.write_text("\n".join(
-      ["[UNK]", "[CLS]", "[SEP]", "want", "##want", "##ed", "wa", "un", "runn", "##ing", ","]) + "\n")
+      ["[UNK]", "[CLS]", "[SEP]", "want", "##want", "##ed", "wa", "un", "runn", "##ing", ","])
+      + "\n")
   tok = tokenization.FullTokenizer(str(vocab_file))
   tokens = tok.tokenize("UNwant\u00E9d,running")
   assert tokens == ["un", "##want", "##ed", ",", "runn", "##ing"]
@@ -132,7 +135,8 @@ def test_original_full_tokenizer_case(tmp_path):
 
 
 def test_original_basic_and_wordpiece_cases():
-  assert tokenization.BasicTokenizer().tokenize("ah\u535A\u63A8zz") == ["ah", "\u535A", "\u63A8", "zz"]
+  assert tokenization.BasicTokenizer().tokenize("ah\u535A\u63A8zz") == [
+      "ah", "\u535A", "\u63A8", "zz"]
   lower = tokenization.BasicTokenizer(do_lower_case=True)
   assert lower.tokenize(" \tHeLLo!how  \n Are yoU?  ") == ["hello", "!", "how", "are", "you", "?"]
   assert lower.tokenize("H\u00E9llo") == ["hello"]
@@ -144,7 +148,8 @@ def test_original_basic_and_wordpiece_cases():
   assert wordpiece.tokenize("") == []
   assert wordpiece.tokenize("unwanted running") == ["un", "##want", "##ed", "runn", "##ing"]
   assert wordpiece.tokenize("unwantedX running") == ["[UNK]", "runn", "##ing"]
-  assert tokenization.convert_tokens_to_ids(vocab, ["un", "##want", "##ed", "runn", "##ing"]) == [7, 4, 5, 8, 9]
+  assert tokenization.convert_tokens_to_ids(
+      vocab, ["un", "##want", "##ed", "runn", "##ing"]) == [7, 4, 5, 8, 9]
   with pytest.raises(KeyError):  # quirk 21: no [UNK] fallback at this level
     tokenization.convert_tokens_to_ids(vocab, ["nope"])
 
@@ -250,7 +255,6 @@ def test_word_cache_is_bounded(small_vocab):
   assert tok.tokenize_batch(texts) == first == [tok.tokenize(t) for t in texts]
 
 
-
 def _python_only(make):
   """make() with tokenization's pure-Python caches (as without the C extension)."""
   native, tokenization._word_table = tokenization._word_table, None
@@ -279,7 +283,7 @@ def test_native_and_python_paths_agree(small_vocab, do_lower_case):
   texts = (EDGE_CASES + _random_texts(400, seed=11) + _sample_lines() + ["a\nb", "x" * 300] +
            ascii_words + [" ".join(ascii_words), "caf\xe9 " + " ".join(ascii_words)])
   original = oracle.original("tokenization").FullTokenizer(small_vocab,
-                                                             do_lower_case=do_lower_case)
+                                                           do_lower_case=do_lower_case)
   native = tokenization.FullTokenizer(small_vocab, do_lower_case=do_lower_case)
   assert native.tokenize_batch(ascii_words) == [original.tokenize(w) for w in ascii_words]
   python = _python_only(lambda: tokenization.FullTokenizer(small_vocab,
@@ -329,6 +333,7 @@ def test_native_word_table_edge_cases():
   with pytest.raises(OverflowError):
     table.map_ids("big", lambda word: (2 ** 40,))
   # A compute that uses the same table (re-entrant) gets consistent results.
+
   def nested(word):
     return tuple(x for line in table.map_lines(word + "s", compute) for x in line)
   assert table.map_lines("zz zz", nested) == [["ZZS", "#zzs", "ZZS", "#zzs"]]
@@ -343,6 +348,7 @@ def test_batches_leave_the_garbage_collector_as_they_found_it(small_vocab):
   texts = ["hello world", "café"] * 10
   seen = []
   real_map_lines = tok._cache.map_lines
+
   def spy(cleaned):  # the collector's state while the batch is being built
     seen.append(gc.isenabled())
     return real_map_lines(cleaned)
@@ -369,6 +375,7 @@ def test_batches_leave_the_garbage_collector_as_they_found_it(small_vocab):
 # Vocab files and casing checks
 # ----------------------------------------------------------------------------
 
+
 def test_load_vocab_matches_original(original, tmp_path):
   path = tmp_path / "v.txt"
   path.write_bytes(b"[PAD]\n  spaced  \n\n[UNK]\ncaf\xc3\xa9\nin\rside\nlast-no-newline")
@@ -383,14 +390,16 @@ def test_vocab_errors(tmp_path, caplog):
   vocab = tokenization.load_vocab(str(dup))
   assert vocab["hello"] == 3  # the later line wins, as in the original
   assert "line 4 duplicates line 2" in caplog.text
-  with pytest.raises(tokenization.VocabError, match=r"dup.txt: token 'hello' on line 4 duplicates line 2"):
+  with pytest.raises(tokenization.VocabError,
+                     match=r"dup.txt: token 'hello' on line 4 duplicates line 2"):
     tokenization.load_vocab(str(dup), strict=True)
   bad = tmp_path / "bad.txt"
   bad.write_bytes(b"[UNK]\nok\nbad\xff\n")
   assert "bad" in tokenization.load_vocab(str(bad))  # undecodable bytes dropped, as the original
   with pytest.raises(tokenization.VocabError, match=r"bad.txt, line 3: not valid UTF-8"):
     tokenization.load_vocab(str(bad), strict=True)
-  with pytest.raises(tokenization.VocabError, match=r"bad.txt has no \[CLS\], \[SEP\], \[MASK\] tokens"):
+  with pytest.raises(tokenization.VocabError,
+                     match=r"bad.txt has no \[CLS\], \[SEP\], \[MASK\] tokens"):
     tokenization.check_vocab(tokenization.load_vocab(str(bad)), str(bad))
 
 
@@ -414,13 +423,15 @@ def test_validate_case_matches_checkpoint(original):
       except ValueError as e:
         return str(e)
     # With the original's seven names: the original's behaviour and messages.
-    assert outcome(tokenization.validate_case_matches_checkpoint, known_models="original") == \
-        outcome(original.validate_case_matches_checkpoint), path
+    ours = outcome(tokenization.validate_case_matches_checkpoint, known_models="original")
+    assert ours == outcome(original.validate_case_matches_checkpoint), path
   # Beyond the original: the whole-word-masking and small models are checked too.
   with pytest.raises(ValueError, match="wwm_uncased_L-24_H-1024_A-16` seems to be a lowercased"):
-    tokenization.validate_case_matches_checkpoint(False, "/x/wwm_uncased_L-24_H-1024_A-16/bert_model.ckpt")
+    tokenization.validate_case_matches_checkpoint(
+        False, "/x/wwm_uncased_L-24_H-1024_A-16/bert_model.ckpt")
   with pytest.raises(ValueError, match="wwm_cased_L-24_H-1024_A-16` seems to be a cased"):
-    tokenization.validate_case_matches_checkpoint(True, "/x/wwm_cased_L-24_H-1024_A-16/bert_model.ckpt")
+    tokenization.validate_case_matches_checkpoint(
+        True, "/x/wwm_cased_L-24_H-1024_A-16/bert_model.ckpt")
   with pytest.raises(ValueError, match="uncased_L-4_H-256_A-4"):
     tokenization.validate_case_matches_checkpoint(False, "/x/uncased_L-4_H-256_A-4/bert_model.ckpt")
   tokenization.validate_case_matches_checkpoint(True, "/x/uncased_L-4_H-256_A-4/bert_model.ckpt")
