@@ -53,5 +53,7 @@ setup(
         # 2.21 >= 6.31.1: both install with protobuf 6.x. For Dataflow (gs:// paths) install
         # apache-beam[gcp] instead.
         "beam": ["apache-beam>=2.77,<3"],
+        # evaluate_squad.py --out-image-dir: the official precision-recall curves.
+        "plots": ["matplotlib>=3.7"],
     },
 )
