@@ -87,6 +87,74 @@ class VocabError(ValueError):
   """A vocab file that cannot be used: missing, undecodable or lacking a token."""
 
 
+class VocabDecodeError(VocabError, UnicodeDecodeError):
+  """A vocab line that is not UTF-8: a UnicodeDecodeError, as the original raises, whose
+  message names the file and the line."""
+
+  def __init__(self, vocab_file, line_number, error):
+    UnicodeDecodeError.__init__(self, error.encoding, error.object, error.start, error.end,
+                                error.reason)
+    self.message = (f"vocab file {vocab_file}, line {line_number}: not valid UTF-8 "
+                    f"({error.reason}); pass lenient_decoding=True to drop such bytes")
+
+  def __str__(self):
+    return self.message
+
+
+# Bumped by every change of something the tokenizers' caches depend on (a setting assigned, a
+# Vocab edited): a tokenizer that has seen the current epoch knows, with one comparison, that
+# its caches are current; otherwise it compares what its caches were built from.
+_settings_epoch = [0]
+
+
+def _settings_changed():
+  _settings_epoch[0] += 1
+
+
+class Vocab(collections.OrderedDict):
+  """token -> id, in file order (the OrderedDict the original's load_vocab returns). It counts
+  its changes (`version`), so a tokenizer whose vocab is edited in place starts its caches
+  afresh instead of serving stale tokens."""
+
+  version = 0
+
+  def _changed(self):
+    self.version += 1
+    _settings_changed()
+
+  def __setitem__(self, key, value):
+    self._changed()
+    super().__setitem__(key, value)
+
+  def __delitem__(self, key):
+    self._changed()
+    super().__delitem__(key)
+
+  def pop(self, *args):
+    self._changed()
+    return super().pop(*args)
+
+  def popitem(self, last=True):
+    self._changed()
+    return super().popitem(last)
+
+  def clear(self):
+    self._changed()
+    super().clear()
+
+  def setdefault(self, key, default=None):
+    self._changed()
+    return super().setdefault(key, default)
+
+  def update(self, *args, **kwargs):
+    self._changed()
+    super().update(*args, **kwargs)
+
+  def __ior__(self, other):
+    self.update(other)
+    return self
+
+
 # --------------------------------------------------------------------------
 # Text and vocab helpers (the original API)
 # --------------------------------------------------------------------------
@@ -113,14 +181,15 @@ def _open_binary(path):
   return open(path, "rb")
 
 
-def load_vocab(vocab_file, strict=False):
-  """Loads a vocabulary file into an OrderedDict token -> line number.
+def load_vocab(vocab_file, strict=False, lenient_decoding=False):
+  """Loads a vocabulary file into a Vocab (an OrderedDict token -> line number).
 
   As the original: every line is stripped (an empty line becomes the token ""
-  and still takes an id); a token that appears twice maps to its later line.
-  Undecodable bytes are dropped as in the original, unless `strict`, which
-  raises a VocabError naming the file and line. Duplicates are reported in the
-  log (and are an error when `strict`).
+  and still takes an id); a token that appears twice maps to its later line; a
+  line that is not UTF-8 raises a UnicodeDecodeError (a VocabDecodeError, which
+  names the file and the line). `lenient_decoding` drops the undecodable bytes
+  instead (with a warning). Duplicates are reported in the log (and are an error
+  when `strict`).
   """
   try:
     with _open_binary(vocab_file) as reader:
@@ -133,15 +202,16 @@ def load_vocab(vocab_file, strict=False):
     raise VocabError(f"cannot read vocab file {vocab_file}: {e}") from None
   except Exception as e:  # pylint: disable=broad-except  (tf.errors from gfile)
     raise VocabError(f"cannot read vocab file {vocab_file}: {e}") from None
-  vocab = collections.OrderedDict()
+  vocab = Vocab()
   first_line = {}
   for index, raw in enumerate(raw_lines):
     try:
       token = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-      if strict:
-        raise VocabError(
-            f"vocab file {vocab_file}, line {index + 1}: not valid UTF-8 ({e.reason})") from None
+      if not lenient_decoding:
+        raise VocabDecodeError(vocab_file, index + 1, e) from None
+      logging.warning("vocab file %s, line %d: not valid UTF-8 (%s); dropping those bytes",
+                      vocab_file, index + 1, e.reason)
       token = raw.decode("utf-8", "ignore")
     token = token.strip()
     if token in first_line:
@@ -364,11 +434,30 @@ class BasicTokenizer(object):
   `tokenize_word` then lower-cases, strips accents and splits on punctuation
   one whitespace token at a time, exactly as the original does. Words repeat,
   so callers cache tokenize_word.
+
+  The word cache is derived state: assigning `do_lower_case` starts it afresh, and
+  pickling or copying a tokenizer leaves it out (it is rebuilt on first use).
   """
 
   def __init__(self, do_lower_case=True):
     self.do_lower_case = do_lower_case
-    self._cache = _WordCache(lambda word: tuple(self.tokenize_word(word)))
+
+  def __setattr__(self, name, value):
+    object.__setattr__(self, name, value)
+    if name == "do_lower_case":
+      object.__setattr__(self, "_cache", None)  # its words were cased the old way
+      _settings_changed()
+
+  def __getstate__(self):
+    return dict(self.__dict__, _cache=None)
+
+  def _word_cache(self):
+    if self._cache is None:
+      self._cache = _WordCache(self._basic_tokens)
+    return self._cache
+
+  def _basic_tokens(self, word):
+    return tuple(self.tokenize_word(word))
 
   def tokenize(self, text):
     """Tokenizes a piece of text into a list of str tokens."""
@@ -379,7 +468,7 @@ class BasicTokenizer(object):
     if not texts:
       return []
     with _gc_paused(len(texts)):
-      return self._cache.map_lines(self.clean_batch(texts))
+      return self._word_cache().map_lines(self.clean_batch(texts))
 
   def clean_batch(self, texts):
     """All texts cleaned (_clean_text, _tokenize_chinese_chars) and joined by "\n".
@@ -461,16 +550,48 @@ class BasicTokenizer(object):
 
 
 class WordpieceTokenizer(object):
-  """Greedy longest-match-first WordPiece, as in the original."""
+  """Greedy longest-match-first WordPiece, as in the original.
+
+  `vocab`, `unk_token` and `max_input_chars_per_word` may be changed (the vocab also in
+  place): the tables derived from the vocab follow on the next call.
+  """
 
   def __init__(self, vocab, unk_token="[UNK]", max_input_chars_per_word=200):
     self.vocab = vocab
     self.unk_token = unk_token
     self.max_input_chars_per_word = max_input_chars_per_word
-    # Candidates longer than the longest vocab entry cannot match: skip them.
-    self._max_chars = max((len(t) for t in vocab), default=0)
-    self._suffixes = {t[2:] for t in vocab if t.startswith("##")}  # "##ing" -> "ing"
-    self._max_suffix_chars = max((len(t) for t in self._suffixes), default=0)
+    self._vocab_key = self._seen_epoch = None
+    self._refresh()
+
+  def __setattr__(self, name, value):
+    object.__setattr__(self, name, value)
+    if name in ("vocab", "unk_token", "max_input_chars_per_word"):
+      _settings_changed()
+
+  def __getstate__(self):
+    return dict(self.__dict__, _seen_epoch=None)  # (epochs are counted per process)
+
+  def settings_key(self):
+    """What the word pieces depend on: changes whenever a setting or the vocab does."""
+    vocab = self.vocab
+    return (id(vocab), len(vocab), getattr(vocab, "version", None), self.unk_token,
+            self.max_input_chars_per_word)
+
+  def _refresh(self):
+    epoch = _settings_epoch[0]
+    if self._seen_epoch == epoch:
+      return
+    vocab = self.vocab
+    key = (id(vocab), len(vocab), getattr(vocab, "version", None))
+    if key != self._vocab_key:
+      # Candidates longer than the longest vocab entry cannot match: skip them.
+      self._max_chars = max((len(t) for t in vocab), default=0)
+      self._suffixes = {t[2:] for t in vocab if t.startswith("##")}  # "##ing" -> "ing"
+      self._max_suffix_chars = max((len(t) for t in self._suffixes), default=0)
+      self._vocab_key = key
+    # Published last (threads read it without a lock); a plain dict's in-place edits bump no
+    # epoch, so such a vocab is compared on every call.
+    self._seen_epoch = epoch if isinstance(vocab, Vocab) else None
 
   def tokenize(self, text):
     """Tokenizes a piece of text (already passed through BasicTokenizer) into word pieces."""
@@ -489,6 +610,7 @@ class WordpieceTokenizer(object):
     n = len(word)
     if n > self.max_input_chars_per_word:
       return [self.unk_token]
+    self._refresh()
     vocab = self.vocab
     if word in vocab:
       return [word]
@@ -516,27 +638,76 @@ class FullTokenizer(object):
   Args:
     vocab_file: path of a vocab.txt (gs:// works).
     do_lower_case: lower-case and strip accents (uncased models).
-    strict: undecodable bytes or duplicate tokens in the vocab are errors
-      instead of being handled as the original does (dropped / later wins).
+    strict: duplicate tokens in the vocab are errors instead of the later line
+      winning, as in the original.
+    lenient_decoding: drop a vocab line's undecodable bytes instead of raising
+      (as the original does) a UnicodeDecodeError.
+
+  The settings may be changed after first use and are followed from the next call:
+  `vocab` (assigned, or edited in place; it is also the WordPiece vocab, and
+  `inv_vocab` follows it), `basic_tokenizer.do_lower_case`,
+  `wordpiece_tokenizer.unk_token` and `.max_input_chars_per_word`. A tokenizer can
+  be pickled and deep-copied (its word caches are left out and rebuilt).
   """
 
-  def __init__(self, vocab_file, do_lower_case=True, strict=False):
-    self.vocab = load_vocab(vocab_file, strict=strict)
-    self.inv_vocab = {v: k for k, v in self.vocab.items()}
+  def __init__(self, vocab_file, do_lower_case=True, strict=False, lenient_decoding=False):
+    vocab = load_vocab(vocab_file, strict=strict, lenient_decoding=lenient_decoding)
     self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
-    self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
-    # cleaned whitespace token -> its word pieces, and -> their ids.
-    self._cache = _WordCache(self._word_pieces, wordpiece=lambda: self._wordpiece_settings(False))
-    self._id_cache = _WordCache(
-        lambda word: tuple(map(self.vocab.__getitem__, self._word_pieces(word))),
-        wordpiece=lambda: self._wordpiece_settings(True))
+    self.wordpiece_tokenizer = WordpieceTokenizer(vocab=vocab)
+    self.inv_vocab = {v: k for k, v in vocab.items()}
+    self._caches_key = self._inv_vocab_key = self._seen_epoch = None
+    self._refresh()
+
+  def __setattr__(self, name, value):
+    object.__setattr__(self, name, value)
+    if name in ("basic_tokenizer", "wordpiece_tokenizer"):
+      _settings_changed()
+
+  @property
+  def vocab(self):
+    return self.wordpiece_tokenizer.vocab
+
+  @vocab.setter
+  def vocab(self, vocab):
+    self.wordpiece_tokenizer.vocab = vocab
+
+  def __getstate__(self):
+    return dict(self.__dict__, _cache=None, _id_cache=None, _caches_key=None,
+                _seen_epoch=None)
+
+  def _refresh(self):
+    """(Re)builds the word caches (cleaned whitespace token -> its word pieces, and -> their
+    ids) when anything they depend on has changed since they were built."""
+    epoch = _settings_epoch[0]
+    if self._seen_epoch == epoch:
+      return
+    wordpiece_key = self.wordpiece_tokenizer.settings_key()
+    key = (wordpiece_key, id(self.basic_tokenizer), self.basic_tokenizer.do_lower_case)
+    if key != self._caches_key:
+      self._rebuild_caches(key)
+    # Published last (threads read it without a lock); see WordpieceTokenizer._refresh.
+    self._seen_epoch = epoch if isinstance(self.vocab, Vocab) else None
+
+  def _rebuild_caches(self, key):
+    wordpiece_key = key[0]
+    if wordpiece_key[:3] != self._inv_vocab_key:
+      if self._inv_vocab_key is not None:
+        self.inv_vocab = {v: k for k, v in self.vocab.items()}
+      self._inv_vocab_key = wordpiece_key[:3]
+    self._cache = _WordCache(self._word_pieces, wordpiece=self._wordpiece_settings(False))
+    self._id_cache = _WordCache(self._word_ids, wordpiece=self._wordpiece_settings(True))
+    self._caches_key = key
+
+  def _word_ids(self, word):
+    return tuple(map(self.vocab.__getitem__, self._word_pieces(word)))
 
   def _wordpiece_settings(self, ids):
     """What the native cache needs to tokenize pure-ASCII words itself: the same steps as
-    _word_pieces (read when the cache is first used)."""
+    _word_pieces."""
     lower = self.basic_tokenizer.do_lower_case
-    return dict(vocab=self.vocab, unk_token=self.wordpiece_tokenizer.unk_token,
-                max_input_chars_per_word=self.wordpiece_tokenizer.max_input_chars_per_word,
+    wordpiece = self.wordpiece_tokenizer
+    return dict(vocab=self.vocab, unk_token=wordpiece.unk_token,
+                max_input_chars_per_word=wordpiece.max_input_chars_per_word,
                 lower=lower, ids=ids, latin1=_latin1_to_ascii() if lower else b"")
 
   def tokenize(self, text):
@@ -547,6 +718,7 @@ class FullTokenizer(object):
     """Tokenizes a list of texts; the same as [tokenize(t) for t in texts], faster."""
     if not texts:
       return []
+    self._refresh()
     with _gc_paused(len(texts)):
       return self._cache.map_lines(self.basic_tokenizer.clean_batch(texts))
 
@@ -560,6 +732,7 @@ class FullTokenizer(object):
     """
     if not texts:
       return np.zeros([0], np.int32), np.zeros([1], np.int64)
+    self._refresh()
     with _gc_paused(len(texts)):
       return self._encode_batch(texts)
 
@@ -575,7 +748,7 @@ class FullTokenizer(object):
       if self.basic_tokenizer.do_lower_case:
         word = word.lower()
       if word.isalnum():  # no punctuation: one basic token
-        if word in self.vocab:
+        if word in self.vocab and len(word) <= self.wordpiece_tokenizer.max_input_chars_per_word:
           return (word,)
         return tuple(self.wordpiece_tokenizer.tokenize_word(word))
       tokens = _ASCII_SPLIT_ON_PUNC.findall(word)
@@ -588,6 +761,7 @@ class FullTokenizer(object):
     return convert_by_vocab(self.vocab, tokens)
 
   def convert_ids_to_tokens(self, ids):
+    self._refresh()  # (inv_vocab follows the vocab)
     return convert_by_vocab(self.inv_vocab, ids)
 
 
@@ -613,9 +787,9 @@ class _gc_paused(object):
 def _WordCache(compute, limit=1 << 20, wordpiece=None):
   """word -> tuple of tokens, computed by `compute(word)` on first use; the batch methods'
   cache. Native (_word_table.c) when built, else pure Python; both start afresh past `limit`
-  words, so memory stays bounded on any corpus. `wordpiece`: None, or a function returning
-  the settings with which the native cache computes pure-ASCII words itself, in C, as
-  compute would (FullTokenizer._wordpiece_settings)."""
+  words, so memory stays bounded on any corpus. `wordpiece`: None, or the settings with which
+  the native cache computes pure-ASCII words itself, in C, as compute would
+  (FullTokenizer._wordpiece_settings)."""
   if _word_table is None:
     return _PythonWordCache(compute, limit)
   return _NativeWordCache(compute, limit, wordpiece)
@@ -661,12 +835,8 @@ class _NativeWordCache(object):
 
   def __init__(self, compute, limit, wordpiece=None):
     self._compute, self._table = compute, _word_table.WordTable(limit)
-    self._wordpiece = wordpiece  # applied at first use (so it sees the vocab as it is then)
-
-  def _ready(self):
-    settings, self._wordpiece = self._wordpiece, None
-    if settings is not None:
-      self._table.set_wordpiece(**settings())
+    if wordpiece is not None:
+      self._table.set_wordpiece(**wordpiece)
 
   @property
   def _limit(self):
@@ -680,10 +850,8 @@ class _NativeWordCache(object):
     return len(self._table)
 
   def map_lines(self, cleaned):
-    self._ready()
     return self._table.map_lines(cleaned, self._compute)
 
   def map_ids(self, cleaned):
-    self._ready()
     ids, lengths = self._table.map_ids(cleaned, self._compute)
     return np.frombuffer(ids, np.int32), np.frombuffer(lengths, np.int64)

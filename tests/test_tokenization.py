@@ -6,6 +6,7 @@ tokenizes the same text with both and requires identical output; tests that
 need ../shared skip without it.
 """
 
+import collections
 import os
 import random
 import re
@@ -382,7 +383,7 @@ def test_load_vocab_matches_original(original, tmp_path):
   assert tokenization.load_vocab(str(path)) == original.load_vocab(str(path))
 
 
-def test_vocab_errors(tmp_path, caplog):
+def test_vocab_errors(tmp_path, caplog, original):
   with pytest.raises(tokenization.VocabError, match="cannot read vocab file .*missing.txt"):
     tokenization.FullTokenizer(str(tmp_path / "missing.txt"))
   dup = tmp_path / "dup.txt"
@@ -394,13 +395,20 @@ def test_vocab_errors(tmp_path, caplog):
                      match=r"dup.txt: token 'hello' on line 4 duplicates line 2"):
     tokenization.load_vocab(str(dup), strict=True)
   bad = tmp_path / "bad.txt"
-  bad.write_bytes(b"[UNK]\nok\nbad\xff\n")
-  assert "bad" in tokenization.load_vocab(str(bad))  # undecodable bytes dropped, as the original
+  bad.write_bytes(b"[UNK]\nok\nbad\xff\n\xfe\n")
+  # A line that is not UTF-8: the original raises UnicodeDecodeError; ours too, naming the
+  # file and the line.
+  with pytest.raises(UnicodeDecodeError):
+    original.load_vocab(str(bad))
+  with pytest.raises(UnicodeDecodeError, match=r"bad.txt, line 3: not valid UTF-8"):
+    tokenization.load_vocab(str(bad))
   with pytest.raises(tokenization.VocabError, match=r"bad.txt, line 3: not valid UTF-8"):
-    tokenization.load_vocab(str(bad), strict=True)
+    tokenization.FullTokenizer(str(bad))
+  lenient = tokenization.load_vocab(str(bad), lenient_decoding=True)  # bytes dropped
+  assert list(lenient) == ["[UNK]", "ok", "bad", ""] and "line 4: not valid UTF-8" in caplog.text
   with pytest.raises(tokenization.VocabError,
                      match=r"bad.txt has no \[CLS\], \[SEP\], \[MASK\] tokens"):
-    tokenization.check_vocab(tokenization.load_vocab(str(bad)), str(bad))
+    tokenization.check_vocab(lenient, str(bad))
 
 
 def test_validate_case_matches_checkpoint(original):
@@ -558,3 +566,77 @@ def test_latin1_accented_words_match_original(original, do_lower_case):
     # only words keeping a non-ASCII character after accent stripping reach Python
     assert seen and all(not tokenization.BasicTokenizer()._run_strip_accents(w.lower()).isascii()
                         for w in seen), seen
+
+
+# ----------------------------------------------------------------------------
+# Tokenizers as Python objects: pickling, copying, settings changed after first use
+# ----------------------------------------------------------------------------
+
+def _texts():
+  return EDGE_CASES + _sample_lines()[:50] + ["Unaffable runners RUNNING héllo"]
+
+
+def test_tokenizers_pickle_and_deepcopy(small_vocab):
+  import copy
+  import pickle
+  full = tokenization.FullTokenizer(str(small_vocab), do_lower_case=True)
+  basic = tokenization.BasicTokenizer(do_lower_case=False)
+  texts = _texts()
+  expected_full, expected_basic = full.tokenize_batch(texts), basic.tokenize_batch(texts)
+  expected_ids = full.encode_batch(texts)
+  for clone in (pickle.loads(pickle.dumps(full)), copy.deepcopy(full), copy.copy(full)):
+    assert clone.tokenize_batch(texts) == expected_full
+    np.testing.assert_array_equal(clone.encode_batch(texts)[0], expected_ids[0])
+    assert clone.vocab == full.vocab
+  for clone in (pickle.loads(pickle.dumps(basic)), copy.deepcopy(basic)):
+    assert clone.tokenize_batch(texts) == expected_basic
+  # Through a process pool (the tokenizer is pickled to the workers).
+  import multiprocessing
+  with multiprocessing.get_context("spawn").Pool(1) as pool:
+    assert pool.map(full.tokenize, texts[:20]) == expected_full[:20]
+
+
+def test_settings_changed_after_first_use_are_followed(original, small_vocab):
+  """The original has no caches: the same change made to it and to ours, after both were
+  used, must give the same tokens (and ids) from then on, on the C and Python paths."""
+  texts = _texts()
+  ours = tokenization.FullTokenizer(str(small_vocab), do_lower_case=True)
+  theirs = original.FullTokenizer(str(small_vocab), do_lower_case=True)
+
+  def same():
+    assert ours.tokenize_batch(texts) == [theirs.tokenize(t) for t in texts]
+    ids, splits = ours.encode_batch(texts)
+    expected = [theirs.convert_tokens_to_ids(theirs.tokenize(t)) for t in texts]
+    assert [list(ids[a:b]) for a, b in zip(splits[:-1], splits[1:])] == expected
+
+  same()
+  for tokenizer in (ours, theirs):
+    tokenizer.basic_tokenizer.do_lower_case = False
+  same()
+  for tokenizer in (ours, theirs):  # a token added in place, then a new max length
+    tokenizer.vocab["runners"] = len(tokenizer.vocab)
+    tokenizer.wordpiece_tokenizer.max_input_chars_per_word = 5
+  same()
+  for tokenizer in (ours, theirs):
+    tokenizer.wordpiece_tokenizer.unk_token = "[SEP]"
+  same()
+  # Assigning a whole new vocab (the original's FullTokenizer keeps two references).
+  new_vocab = tokenization.load_vocab(str(small_vocab))
+  del new_vocab["##s"]
+  ours.vocab = new_vocab
+  theirs.vocab = theirs.wordpiece_tokenizer.vocab = collections.OrderedDict(new_vocab)
+  same()
+  new_vocab["zzz"] = 99999  # inv_vocab follows too
+  assert ours.convert_ids_to_tokens([99999]) == ["zzz"]
+
+
+def test_token_added_before_first_use(small_vocab, monkeypatch):
+  """The C and Python paths agree on a vocab edited before the first call (they did not)."""
+  results = []
+  for word_table in (tokenization._word_table, None):  # the C cache (if built), then Python
+    monkeypatch.setattr(tokenization, "_word_table", word_table)
+    tokenizer = tokenization.FullTokenizer(str(small_vocab), do_lower_case=True)
+    tokenizer.vocab["unaffable"] = len(tokenizer.vocab)
+    results.append(tokenizer.tokenize("Unaffable runners"))
+  assert results[0] == results[1]
+  assert results[0][0] == "unaffable"
