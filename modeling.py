@@ -293,7 +293,8 @@ class Embeddings(keras.layers.Layer):
     super().__init__(**kwargs)
     self.config = _as_config(config)
     self.layer_norm = LayerNorm(_layer_norm_epsilon(self.config), name="LayerNorm")
-    self.dropout = Dropout(self.config.hidden_dropout_prob, dtype=self.dtype_policy)
+    self.dropout = Dropout(self.config.hidden_dropout_prob, name="dropout",
+                           dtype=self.dtype_policy)
 
   def build(self, input_shape=None):
     c = self.config
@@ -352,8 +353,9 @@ class SelfAttention(keras.layers.Layer):
     dense = lambda name: Dense(c.hidden_size, initializer_range=c.initializer_range,
                                name=name, dtype=self.dtype_policy)
     self.query, self.key, self.value = dense("query"), dense("key"), dense("value")
-    self.output_dense = dense("dense")
-    self.dropout = Dropout(c.attention_probs_dropout_prob, dtype=self.dtype_policy)
+    self.output_dense = dense("attention_output")
+    self.dropout = Dropout(c.attention_probs_dropout_prob, name="attention_probs_dropout",
+                           dtype=self.dtype_policy)
 
   def build(self, input_shape=None):
     shape = (None, None, self.config.hidden_size)
@@ -391,10 +393,10 @@ class FeedForward(keras.layers.Layer):
     super().__init__(**kwargs)
     self.config = c = _as_config(config)
     self.intermediate = Dense(c.intermediate_size, activation=c.hidden_act,
-                              initializer_range=c.initializer_range, name="dense",
+                              initializer_range=c.initializer_range, name="intermediate",
                               dtype=self.dtype_policy)
     self.output_dense = Dense(c.hidden_size, initializer_range=c.initializer_range,
-                              name="dense", dtype=self.dtype_policy)
+                              name="output", dtype=self.dtype_policy)
 
   def build(self, input_shape=None):
     c = self.config
@@ -421,10 +423,12 @@ class TransformerBlock(keras.layers.Layer):
     self.config = c = _as_config(config)
     eps = _layer_norm_epsilon(c)
     self.attention = SelfAttention(c, name="attention", dtype=self.dtype_policy)
-    self.attention_dropout = Dropout(c.hidden_dropout_prob, dtype=self.dtype_policy)
+    self.attention_dropout = Dropout(c.hidden_dropout_prob, name="attention_dropout",
+                                     dtype=self.dtype_policy)
     self.attention_layer_norm = LayerNorm(eps, name="attention_LayerNorm")
     self.feed_forward = FeedForward(c, name="feed_forward", dtype=self.dtype_policy)
-    self.output_dropout = Dropout(c.hidden_dropout_prob, dtype=self.dtype_policy)
+    self.output_dropout = Dropout(c.hidden_dropout_prob, name="output_dropout",
+                                  dtype=self.dtype_policy)
     self.output_layer_norm = LayerNorm(eps, name="output_LayerNorm")
 
   def build(self, input_shape=None):
@@ -668,7 +672,7 @@ class ClassifierHead(keras.layers.Layer):
     super().__init__(**kwargs)
     self.config = _as_config(config)
     self.num_labels = int(num_labels)
-    self.dropout = Dropout(0.1, dtype=self.dtype_policy)
+    self.dropout = Dropout(0.1, name="dropout", dtype=self.dtype_policy)
 
   def build(self, input_shape=None):
     self.output_weights = self.add_weight(

@@ -295,6 +295,24 @@ def test_get_config_and_keras_file_round_trip(tmp_path, cls):
       np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
+@pytest.mark.parametrize("make", [lambda: modeling.BertPretrainer(CONFIG),
+                                  lambda: modeling.BertClassifier(CONFIG, 3),
+                                  lambda: modeling.BertSquad(CONFIG)])
+def test_sublayer_names_are_distinct_and_variable_paths_unique(make):
+  """Within each layer the sublayers have distinct names (saying what they are), so every
+  Keras variable path is unique (optimizer slots are named after them)."""
+  model = make()
+  for layer in model._flatten_layers(include_self=True, recursive=True):
+    names = [child.name for child in layer._flatten_layers(include_self=False, recursive=False)]
+    assert len(names) == len(set(names)), (layer.name, names)
+  paths = [v.path for v in model.variables]
+  assert len(paths) == len(set(paths)), paths
+  for path in ("bert/layer_1/attention/attention_output/kernel",
+               "bert/layer_1/feed_forward/intermediate/kernel",
+               "bert/layer_1/feed_forward/output/kernel", "bert/pooler/dense/bias"):
+    assert path in paths
+
+
 def test_layers_are_registered_serializable():
   for cls in (modeling.Dense, modeling.LayerNorm, modeling.Embeddings, modeling.SelfAttention,
               modeling.FeedForward, modeling.TransformerBlock, modeling.Pooler,
