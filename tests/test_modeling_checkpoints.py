@@ -102,8 +102,8 @@ def test_hf_safetensors_directory(tmp_path, prefix):
 def test_hf_old_gamma_beta_names(tmp_path):
   safetensors_numpy = pytest.importorskip("safetensors.numpy")
   source = _randomize(modeling.BertModel(CONFIG))
-  state = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias",
-                                                                   "LayerNorm.beta"): v
+  state = {k.replace("LayerNorm.weight", "LayerNorm.gamma")
+           .replace("LayerNorm.bias", "LayerNorm.beta"): v
            for k, v in _hf_state_dict(source).items()}
   path = tmp_path / "model.safetensors"
   safetensors_numpy.save_file(state, str(path))
