@@ -67,7 +67,8 @@ def tiny(tmp_path_factory):
   config = modeling.BertConfig(**CONFIG)
   (root / "bert_config.json").write_text(config.to_json_string())
   keras.utils.set_random_seed(1)
-  checkpoints.save_tf1_checkpoint(modeling.BertModel(config), str(root / "ckpt" / "bert_model.ckpt"))
+  checkpoints.save_tf1_checkpoint(modeling.BertModel(config),
+                                  str(root / "ckpt" / "bert_model.ckpt"))
   (root / "input.txt").write_bytes(INPUT)
   return types.SimpleNamespace(root=root, vocab=str(root / "vocab.txt"),
                                config=str(root / "bert_config.json"),

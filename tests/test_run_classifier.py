@@ -263,7 +263,7 @@ def glue(tmp_path_factory):
   config = modeling.BertConfig(**TINY)
   (root / "bert_config.json").write_text(config.to_json_string())
   checkpoints.save_tf1_checkpoint(modeling.BertPretrainer(config),
-                               str(root / "pretrained" / "bert_model.ckpt"))
+                                  str(root / "pretrained" / "bert_model.ckpt"))
   return root
 
 

@@ -641,7 +641,7 @@ def squad_run(tmp_path_factory, vocab, squad2_train):
   config = modeling.BertConfig(**TINY)
   (root / "bert_config.json").write_text(config.to_json_string())
   checkpoints.save_tf1_checkpoint(modeling.BertPretrainer(config),
-                               str(root / "pretrained" / "bert_model.ckpt"))
+                                  str(root / "pretrained" / "bert_model.ckpt"))
   data = json.loads(pathlib.Path(squad2_train).read_text("utf-8"))
   paragraphs = data["data"][0]["paragraphs"][:3]
   qas = [qa for p in paragraphs for qa in p["qas"]]
