@@ -23,6 +23,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import tokenization
@@ -296,10 +297,10 @@ def run(o, strategy=None):
   with strategy.scope():
     model = modeling.BertModel(config)
   try:
-    modeling.load_checkpoint(model, o.init_checkpoint)
+    checkpoints.load_checkpoint(model, o.init_checkpoint)
   except tf.errors.OpError as e:
     raise _file_error("--init_checkpoint", o.init_checkpoint, e) from None
-  except modeling.CheckpointError as e:
+  except checkpoints.CheckpointError as e:
     raise ValueError(f"--init_checkpoint: {e}") from None
   use_xla = training.default_use_xla(strategy) if o.use_xla is None else o.use_xla
   extract = make_extract_fn(model, layer_indexes, strategy, use_xla)

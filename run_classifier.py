@@ -25,6 +25,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import optimization
 from bert_keras import preprocessing
@@ -479,7 +480,7 @@ def _train_eval_predict(o, strategy, config, processor, label_list, tokenizer, c
                              use_xla=(training.default_use_xla(strategy) if o.use_xla is None
                                       else o.use_xla),
                              loss_scale=o.dtype == "float16",
-                             variable_names=modeling.tf1_variable_map(model))
+                             variable_names=checkpoints.tf1_variable_map(model))
 
   if o.do_train:
     train_file = os.path.join(record_dir, "train.tf_record")

@@ -24,6 +24,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import optimization
 from bert_keras import training
@@ -232,7 +233,7 @@ def run(o, strategy=None):
                              use_xla=(training.default_use_xla(strategy) if o.use_xla is None
                                       else o.use_xla),
                              loss_scale=o.dtype == "float16",
-                             variable_names=modeling.tf1_variable_map(model))
+                             variable_names=checkpoints.tf1_variable_map(model))
   chief = training.is_chief(strategy)
 
   def init_fn():
@@ -264,7 +265,7 @@ def run(o, strategy=None):
                   peak_flops=peak, log_fn=log)
     if chief:
       prefix = os.path.join(o.output_dir, "bert_model.ckpt")
-      modeling.save_tf1_checkpoint(model, prefix)
+      checkpoints.save_tf1_checkpoint(model, prefix)
       training.write_text_atomic(os.path.join(o.output_dir, "bert_config.json"),
                                  config.to_json_string())
       logging.info("Exported the final model with the original names to %s", prefix)

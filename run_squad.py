@@ -33,6 +33,7 @@ from absl import logging
 import keras
 import tensorflow as tf
 
+from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import optimization
 from bert_keras import tokenization
@@ -848,7 +849,7 @@ def _train_predict(o, strategy, config, tokenizer, chief, record_dir, train_exam
                              use_xla=(training.default_use_xla(strategy) if o.use_xla is None
                                       else o.use_xla),
                              loss_scale=o.dtype == "float16",
-                             variable_names=modeling.tf1_variable_map(model))
+                             variable_names=checkpoints.tf1_variable_map(model))
   results = {"train_examples": None, "predictions": None}
 
   if o.do_train:

@@ -32,7 +32,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from bert_keras import modeling
+from bert_keras import checkpoints
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
 
@@ -363,7 +363,7 @@ def per_replica_batch_size(global_batch, strategy, accumulation_steps=1, flag="b
 def named_model_variables(model, names=None):
   """{stable unique name: variable} for EVERY variable of `model`.
 
-  names: optional {name: variable} for (some of) them, e.g. modeling.tf1_variable_map
+  names: optional {name: variable} for (some of) them, e.g. checkpoints.tf1_variable_map
   (the original TF1 names); the rest (e.g. dropout seed-generator states) are named
   "other_<i>" in model.variables order. Keras paths are not used as keys: they are not
   unique (two Dense layers named "dense" in one block) and auto-numbered names
@@ -394,7 +394,7 @@ def make_checkpoint(model, optimizer, step, names=None):
 
 def restore_model_variables(path, names):
   """Warm-starts from one of OUR checkpoints: restores the variables of `names`
-  ({name: variable}, e.g. modeling.tf1_variable_map(model)) from the checkpoint's
+  ({name: variable}, e.g. checkpoints.tf1_variable_map(model)) from the checkpoint's
   `model_variables` entry; optimizer slots and step are ignored. Returns the number
   of variables restored, or None when `path` is not such a checkpoint."""
   try:
@@ -414,20 +414,20 @@ def restore_model_variables(path, names):
 def warm_start(model, init_checkpoint):
   """--init_checkpoint: loads the model's variables from `init_checkpoint` (a file prefix or
   a directory, whose newest model.ckpt-N is used). One of our training checkpoints
-  (model.ckpt-N) gives every variable of modeling.tf1_variable_map(model) it holds;
+  (model.ckpt-N) gives every variable of checkpoints.tf1_variable_map(model) it holds;
   anything else (Google's TF1 checkpoints, our exports, HuggingFace weights) goes through
-  modeling.load_checkpoint. Variables absent from the checkpoint (e.g. a new task head)
-  keep their initial values. Raises modeling.CheckpointError (a ValueError) on a mismatch."""
+  checkpoints.load_checkpoint. Variables absent from the checkpoint (e.g. a new task head)
+  keep their initial values. Raises checkpoints.CheckpointError (a ValueError) on a mismatch."""
   if not init_checkpoint:
     return
   path = init_checkpoint
   if tf.io.gfile.isdir(path):
     path = latest_checkpoint(path) or path
-  restored = restore_model_variables(path, modeling.tf1_variable_map(model))
+  restored = restore_model_variables(path, checkpoints.tf1_variable_map(model))
   if restored:
     logging.info("init_checkpoint: restored %d variables from %s", restored, path)
   else:
-    result = modeling.load_checkpoint(model, init_checkpoint)
+    result = checkpoints.load_checkpoint(model, init_checkpoint)
     logging.info("init_checkpoint: %s", result)
 
 
@@ -537,7 +537,7 @@ def infer_dataset(infer, dataset, batch_size):
 
 def script_main(run):
   """The absl main() of a run_* script: run(FLAGS), with a user's mistake (a ValueError,
-  which modeling.CheckpointError and tokenization.VocabError are) reported as one line
+  which checkpoints.CheckpointError and tokenization.VocabError are) reported as one line
   `error: ...` and exit status 1 instead of a traceback."""
 
   def main(unused_argv):

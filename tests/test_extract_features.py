@@ -19,6 +19,7 @@ import tensorflow as tf
 import oracle
 from conftest import shared_path
 from bert_keras import extract_features
+from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import tokenization
 
@@ -66,7 +67,8 @@ def tiny(tmp_path_factory):
   config = modeling.BertConfig(**CONFIG)
   (root / "bert_config.json").write_text(config.to_json_string())
   keras.utils.set_random_seed(1)
-  modeling.save_tf1_checkpoint(modeling.BertModel(config), str(root / "ckpt" / "bert_model.ckpt"))
+  checkpoints.save_tf1_checkpoint(modeling.BertModel(config),
+                                  str(root / "ckpt" / "bert_model.ckpt"))
   (root / "input.txt").write_bytes(INPUT)
   return types.SimpleNamespace(root=root, vocab=str(root / "vocab.txt"),
                                config=str(root / "bert_config.json"),
@@ -246,7 +248,7 @@ def test_output_matches_the_original_main(tiny, monkeypatch):
 
   # Every layer value, padding positions included, before rounding: ours vs theirs.
   model = modeling.BertModel(modeling.BertConfig(**CONFIG))
-  modeling.load_checkpoint(model, tiny.ckpt)
+  checkpoints.load_checkpoint(model, tiny.ckpt)
   extract = extract_features.make_extract_fn(model, [-1, 0, -2],
                                              tf.distribute.OneDeviceStrategy("/cpu:0"))
   batch = extract_features._batch_arrays(features[:3], 4, 24)
@@ -357,7 +359,7 @@ def test_bad_input_raises_one_line_errors(tiny, tmp_path):
   # Found while writing (line 5, in the second batch): the partial output is removed.
   fewer_words = modeling.BertConfig(**{**CONFIG, "vocab_size": 24})
   (tmp_path / "fewer.json").write_text(fewer_words.to_json_string())
-  modeling.save_tf1_checkpoint(modeling.BertModel(fewer_words), str(tmp_path / "fewer.ckpt"))
+  checkpoints.save_tf1_checkpoint(modeling.BertModel(fewer_words), str(tmp_path / "fewer.ckpt"))
   assert error(bert_config_file=str(tmp_path / "fewer.json"),
                init_checkpoint=str(tmp_path / "fewer.ckpt")).startswith(
       f"--input_file {tiny.input}, line 5: token id 25 >= vocab_size=24 of --bert_config_file")

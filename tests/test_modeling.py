@@ -295,6 +295,66 @@ def test_get_config_and_keras_file_round_trip(tmp_path, cls):
       np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
+@pytest.mark.parametrize("make", [lambda: modeling.BertPretrainer(CONFIG),
+                                  lambda: modeling.BertClassifier(CONFIG, 3),
+                                  lambda: modeling.BertSquad(CONFIG)])
+def test_sublayer_names_are_distinct_and_variable_paths_unique(make):
+  """Within each layer the sublayers have distinct names (saying what they are), so every
+  Keras variable path is unique (optimizer slots are named after them)."""
+  model = make()
+  for layer in model._flatten_layers(include_self=True, recursive=True):
+    names = [child.name for child in layer._flatten_layers(include_self=False, recursive=False)]
+    assert len(names) == len(set(names)), (layer.name, names)
+  paths = [v.path for v in model.variables]
+  assert len(paths) == len(set(paths)), paths
+  for path in ("bert/layer_1/attention/attention_output/kernel",
+               "bert/layer_1/feed_forward/intermediate/kernel",
+               "bert/layer_1/feed_forward/output/kernel", "bert/pooler/dense/bias"):
+    assert path in paths
+
+
+_LOAD_IN_FRESH_PROCESS = """
+import sys
+import keras
+import numpy as np
+directory = sys.argv[1]
+try:  # Keras imports only its own packages by itself: our classes are unknown until imported
+  keras.models.load_model(directory + "/bert.keras")
+  sys.exit("loaded without importing bert_keras.modeling")
+except TypeError as error:
+  assert "Could not locate class 'BertModel'" in str(error), error
+import bert_keras.modeling  # noqa: E402,F401  (registers the classes with Keras)
+features = dict(np.load(directory + "/features.npz"))
+for name, key in (("bert", "sequence_output"), ("classifier", "logits")):
+  loaded = keras.models.load_model(directory + "/%s.keras" % name)
+  assert type(loaded).__name__ == {"bert": "BertModel", "classifier": "BertClassifier"}[name]
+  np.testing.assert_allclose(loaded(features)[key], np.load(directory + "/%s.npy" % name),
+                             rtol=1e-5, atol=1e-5, err_msg=name)
+print("OK")
+"""
+
+
+def test_keras_file_loads_in_a_fresh_process(tmp_path):
+  """model.save("x.keras") of a BertModel and a BertClassifier, keras.models.load_model in a
+  new Python process: it needs `import bert_keras.modeling` first, then gives the same
+  outputs."""
+  import subprocess
+  import sys
+  config = modeling.BertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=4, intermediate_size=64,
+                               max_position_embeddings=10, type_vocab_size=2)
+  features = {k: v for k, v in _features().items() if k != "masked_lm_positions"}
+  np.savez(tmp_path / "features.npz", **features)
+  for name, model, key in (("bert", modeling.BertModel(config), "sequence_output"),
+                           ("classifier", modeling.BertClassifier(config, 3), "logits")):
+    _randomize(model)
+    model.save(str(tmp_path / ("%s.keras" % name)))
+    np.save(tmp_path / ("%s.npy" % name), model(features)[key].numpy())
+  result = subprocess.run([sys.executable, "-c", _LOAD_IN_FRESH_PROCESS, str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+  assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
+
+
 def test_layers_are_registered_serializable():
   for cls in (modeling.Dense, modeling.LayerNorm, modeling.Embeddings, modeling.SelfAttention,
               modeling.FeedForward, modeling.TransformerBlock, modeling.Pooler,

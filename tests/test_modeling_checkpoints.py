@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bert_keras import checkpoints
 from bert_keras import modeling
 
 CONFIG = modeling.BertConfig(
@@ -39,8 +40,8 @@ def _randomize(model, seed=0):
 def _hf_state_dict(model, prefix="bert."):
   """Our weights as a HuggingFace BertForPreTraining state dict ([out, in] Linear)."""
   state = {}
-  for tf1, variable in modeling.tf1_variable_map(model).items():
-    name, transpose = modeling.hf_name(tf1)
+  for tf1, variable in checkpoints.tf1_variable_map(model).items():
+    name, transpose = checkpoints.hf_name(tf1)
     if tf1.startswith("bert/"):
       name = prefix + name[len("bert."):]
     value = variable.numpy()
@@ -59,15 +60,15 @@ def _assert_same_outputs(a, b, features, atol=1e-6):
 
 
 def test_hf_names_follow_the_tf1_table():
-  assert modeling.hf_name("bert/encoder/layer_3/attention/self/query/kernel") == (
+  assert checkpoints.hf_name("bert/encoder/layer_3/attention/self/query/kernel") == (
       "bert.encoder.layer.3.attention.self.query.weight", True)
-  assert modeling.hf_name("bert/embeddings/LayerNorm/gamma") == (
+  assert checkpoints.hf_name("bert/embeddings/LayerNorm/gamma") == (
       "bert.embeddings.LayerNorm.weight", False)
-  assert modeling.hf_name("bert/embeddings/word_embeddings") == (
+  assert checkpoints.hf_name("bert/embeddings/word_embeddings") == (
       "bert.embeddings.word_embeddings.weight", False)
-  assert modeling.hf_name("cls/seq_relationship/output_weights") == (
+  assert checkpoints.hf_name("cls/seq_relationship/output_weights") == (
       "cls.seq_relationship.weight", False)
-  assert modeling.hf_name("cls/predictions/transform/LayerNorm/beta") == (
+  assert checkpoints.hf_name("cls/predictions/transform/LayerNorm/beta") == (
       "cls.predictions.transform.LayerNorm.bias", False)
 
 
@@ -85,7 +86,7 @@ def test_hf_safetensors_directory(tmp_path, prefix):
   assert config.hidden_act == "gelu_exact"       # HF "gelu" is the erf form
   config.hidden_act = "gelu"
   target = modeling.BertPretrainer(config)
-  result = modeling.load_checkpoint(target, tmp_path)
+  result = checkpoints.load_checkpoint(target, tmp_path)
   assert result.format == "huggingface"
   features = _features()
   if prefix:
@@ -101,13 +102,13 @@ def test_hf_safetensors_directory(tmp_path, prefix):
 def test_hf_old_gamma_beta_names(tmp_path):
   safetensors_numpy = pytest.importorskip("safetensors.numpy")
   source = _randomize(modeling.BertModel(CONFIG))
-  state = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias",
-                                                                   "LayerNorm.beta"): v
+  state = {k.replace("LayerNorm.weight", "LayerNorm.gamma")
+           .replace("LayerNorm.bias", "LayerNorm.beta"): v
            for k, v in _hf_state_dict(source).items()}
   path = tmp_path / "model.safetensors"
   safetensors_numpy.save_file(state, str(path))
   target = modeling.BertModel(CONFIG)
-  modeling.load_checkpoint(target, path)
+  checkpoints.load_checkpoint(target, path)
   _assert_same_outputs(source, target, _features())
 
 
@@ -116,7 +117,7 @@ def test_safetensors_reader_dtypes(tmp_path):
   arrays = {"f32": np.arange(6, dtype=np.float32).reshape(2, 3),
             "f16": np.array([1.5, -2.0], np.float16), "i64": np.array([[7]], np.int64)}
   safetensors_numpy.save_file(arrays, str(tmp_path / "x.safetensors"))
-  read = modeling.read_safetensors(str(tmp_path / "x.safetensors"))
+  read = checkpoints.read_safetensors(str(tmp_path / "x.safetensors"))
   for key, value in arrays.items():
     np.testing.assert_array_equal(read[key], value)
     assert read[key].dtype == value.dtype
@@ -132,13 +133,13 @@ def test_pytorch_bin_written_by_torch(tmp_path):
   state["extra.bf16"] = torch.tensor([1.0, -2.5], dtype=torch.bfloat16)
   state["extra.scalar"] = torch.tensor(5)
   torch.save(state, str(tmp_path / "pytorch_model.bin"))
-  read = modeling.read_pytorch_bin(str(tmp_path / "pytorch_model.bin"))
+  read = checkpoints.read_pytorch_bin(str(tmp_path / "pytorch_model.bin"))
   np.testing.assert_array_equal(read["extra.transposed"], [[0, 3], [1, 4], [2, 5]])
   np.testing.assert_array_equal(read["extra.bf16"], [1.0, -2.5])
   assert read["extra.scalar"] == 5 and read["extra.scalar"].dtype == np.int64
   (tmp_path / "config.json").write_text(json.dumps(CONFIG.to_dict()))
   target = modeling.BertPretrainer(CONFIG)
-  result = modeling.load_checkpoint(target, tmp_path)
+  result = checkpoints.load_checkpoint(target, tmp_path)
   assert result.missing == [] and "extra.bf16" in result.unused
   _assert_same_outputs(source, target, _features())
 
@@ -158,14 +159,14 @@ def test_pytorch_bin_refuses_arbitrary_objects(tmp_path):
   path = str(tmp_path / "pytorch_model.bin")
   _torch_like_zip(path, {"x": _Evil()})
   with pytest.raises(pickle.UnpicklingError, match="refusing to load"):
-    modeling.read_pytorch_bin(path)
+    checkpoints.read_pytorch_bin(path)
 
 
 def test_pytorch_bin_legacy_format_is_a_clear_error(tmp_path):
   path = tmp_path / "pytorch_model.bin"
   path.write_bytes(pickle.dumps({"a": 1}))
-  with pytest.raises(modeling.CheckpointError, match="legacy"):
-    modeling.read_pytorch_bin(str(path))
+  with pytest.raises(checkpoints.CheckpointError, match="legacy"):
+    checkpoints.read_pytorch_bin(str(path))
 
 
 @pytest.mark.parametrize("saved", ["pretrainer", "bert"])
@@ -176,11 +177,11 @@ def test_tf2_object_checkpoint(tmp_path, saved):
       str(tmp_path / "ckpt"))
   features = _features()
   encoder = modeling.BertModel(CONFIG)
-  result = modeling.load_checkpoint(encoder, str(tmp_path))   # directory: latest checkpoint
+  result = checkpoints.load_checkpoint(encoder, str(tmp_path))   # directory: latest checkpoint
   assert result.format == "tf2" and result.missing == []
   _assert_same_outputs(source.bert, encoder, features)
   pretrainer = modeling.BertPretrainer(CONFIG)
-  result = modeling.load_checkpoint(pretrainer, prefix)
+  result = checkpoints.load_checkpoint(pretrainer, prefix)
   if saved == "pretrainer":
     assert result.missing == []
     assert sorted(result.unused) == ["save_counter/.ATTRIBUTES/VARIABLE_VALUE",
@@ -195,13 +196,13 @@ def test_tf2_checkpoint_with_tf1_named_model_variables(tmp_path):
   """The layout training.make_checkpoint writes: a `model_variables` dict keyed by the TF1
   names, next to the model and the optimizer."""
   source = _randomize(modeling.BertPretrainer(CONFIG))
-  names = modeling.tf1_variable_map(source)
+  names = checkpoints.tf1_variable_map(source)
   prefix = tf.train.Checkpoint(model=source, step=tf.Variable(3, dtype=tf.int64),
                                model_variables=names).save(str(tmp_path / "model.ckpt"))
   keys = dict(tf.train.list_variables(prefix))
   assert "model_variables/bert.Sembeddings.Sword_embeddings/.ATTRIBUTES/VARIABLE_VALUE" in keys
   for target in (modeling.BertPretrainer(CONFIG), modeling.BertModel(CONFIG)):
-    result = modeling.load_checkpoint(target, prefix)
+    result = checkpoints.load_checkpoint(target, prefix)
     assert result.format == "tf2" and result.missing == []
     _assert_same_outputs(source if target.name == source.name else source.bert, target,
                          _features())
@@ -214,7 +215,7 @@ def test_tf2_checkpoint_of_a_wrapper(tmp_path):
   wrapper.pretrainer = source
   prefix = tf.train.Checkpoint(model=wrapper).save(str(tmp_path / "ckpt"))
   target = modeling.BertPretrainer(CONFIG)
-  result = modeling.load_checkpoint(target, prefix)
+  result = checkpoints.load_checkpoint(target, prefix)
   assert result.missing == [] and len(result.loaded) == len(source.weights)
   _assert_same_outputs(source, target, _features())
 
@@ -224,17 +225,17 @@ def test_tf2_checkpoint_covers_every_variable(tmp_path):
   model = modeling.BertPretrainer(CONFIG)
   prefix = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
   keys = [k for k, _ in tf.train.list_variables(prefix) if k.startswith("model/")]
-  assert len(keys) == len(model.weights) == len(modeling.tf1_variable_map(model))
+  assert len(keys) == len(model.weights) == len(checkpoints.tf1_variable_map(model))
   assert "model/bert/layer_1/feed_forward/intermediate/kernel/.ATTRIBUTES/VARIABLE_VALUE" in keys
 
 
 def test_shape_mismatch_names_variable_shapes_and_cause(tmp_path):
   model = modeling.BertModel(CONFIG)
   prefix = str(tmp_path / "bert_model.ckpt")
-  modeling.save_tf1_checkpoint(model, prefix)
+  checkpoints.save_tf1_checkpoint(model, prefix)
   wrong = modeling.BertConfig.from_dict(dict(CONFIG.to_dict(), vocab_size=60))
-  with pytest.raises(modeling.CheckpointError) as error:
-    modeling.load_checkpoint(modeling.BertModel(wrong), prefix)
+  with pytest.raises(checkpoints.CheckpointError) as error:
+    checkpoints.load_checkpoint(modeling.BertModel(wrong), prefix)
   message = str(error.value)
   assert "bert/embeddings/word_embeddings" in message
   assert "[50, 16]" in message and "[60, 16]" in message
@@ -243,10 +244,10 @@ def test_shape_mismatch_names_variable_shapes_and_cause(tmp_path):
 
 def test_missing_encoder_variable_is_an_error(tmp_path):
   prefix = str(tmp_path / "bert_model.ckpt")
-  modeling.save_tf1_checkpoint(modeling.BertModel(CONFIG), prefix)
+  checkpoints.save_tf1_checkpoint(modeling.BertModel(CONFIG), prefix)
   deeper = modeling.BertConfig.from_dict(dict(CONFIG.to_dict(), num_hidden_layers=3))
-  with pytest.raises(modeling.CheckpointError) as error:
-    modeling.load_checkpoint(modeling.BertModel(deeper), prefix)
+  with pytest.raises(checkpoints.CheckpointError) as error:
+    checkpoints.load_checkpoint(modeling.BertModel(deeper), prefix)
   message = str(error.value)
   assert "bert/encoder/layer_2/" in message and "missing" in message
   assert "bert_config.json" in message and "[16" in message
@@ -255,27 +256,27 @@ def test_missing_encoder_variable_is_an_error(tmp_path):
 def test_missing_heads_are_reported_not_fatal(tmp_path):
   prefix = str(tmp_path / "bert_model.ckpt")
   source = _randomize(modeling.BertModel(CONFIG))
-  modeling.save_tf1_checkpoint(source, prefix)
+  checkpoints.save_tf1_checkpoint(source, prefix)
   target = modeling.BertPretrainer(CONFIG)
-  result = modeling.load_checkpoint(target, prefix + ".index")
+  result = checkpoints.load_checkpoint(target, prefix + ".index")
   assert sorted(result.missing) == sorted(
-      n for n in modeling.tf1_variable_map(target) if n.startswith("cls/"))
+      n for n in checkpoints.tf1_variable_map(target) if n.startswith("cls/"))
   _assert_same_outputs(source, target.bert, _features())
 
 
 def test_not_a_checkpoint(tmp_path):
-  with pytest.raises(modeling.CheckpointError, match="no checkpoint found"):
-    modeling.load_checkpoint(modeling.BertModel(CONFIG), tmp_path)
-  with pytest.raises(modeling.CheckpointError, match="not a checkpoint"):
-    modeling.load_checkpoint(modeling.BertModel(CONFIG), tmp_path / "nothing.ckpt")
+  with pytest.raises(checkpoints.CheckpointError, match="no checkpoint found"):
+    checkpoints.load_checkpoint(modeling.BertModel(CONFIG), tmp_path)
+  with pytest.raises(checkpoints.CheckpointError, match="not a checkpoint"):
+    checkpoints.load_checkpoint(modeling.BertModel(CONFIG), tmp_path / "nothing.ckpt")
   with pytest.raises(TypeError, match="BertModel"):
-    modeling.tf1_variable_map(tf.Module())
+    checkpoints.tf1_variable_map(tf.Module())
 
 
 def test_save_tf1_checkpoint_is_float32_under_mixed_precision(tmp_path):
   model = modeling.BertPretrainer(CONFIG, dtype="mixed_bfloat16")
   prefix = str(tmp_path / "m.ckpt")
-  modeling.save_tf1_checkpoint(model, prefix)
+  checkpoints.save_tf1_checkpoint(model, prefix)
   reader = tf.train.load_checkpoint(prefix)
   dtypes = set(reader.get_variable_to_dtype_map().values())
   assert dtypes == {tf.float32}
@@ -338,16 +339,16 @@ def test_all_minilm_l6_v2_real_weights():
   config = modeling.BertConfig.from_json_file(str(path / "config.json"))
   assert config.hidden_act == "gelu_exact" and config.num_hidden_layers == 6
   model = modeling.BertModel(config)
-  result = modeling.load_checkpoint(model, path)
+  result = checkpoints.load_checkpoint(model, path)
   assert result.unused == ["embeddings.position_ids"]
-  assert len(result.loaded) == len(modeling.tf1_variable_map(model)) == 5 + 16 * 6 + 2
+  assert len(result.loaded) == len(checkpoints.tf1_variable_map(model)) == 5 + 16 * 6 + 2
   # "[CLS] the quick brown fox jumps over the lazy dog [SEP] [PAD] [PAD]" and a shorter one.
   ids = np.array([[101, 1996, 4248, 2829, 4419, 14523, 2058, 1996, 13971, 3899, 102, 0, 0],
                   [101, 7592, 2088, 102, 0, 0, 0, 0, 0, 0, 0, 0, 0]], np.int32)
   mask = (ids != 0).astype(np.int32)
   segments = np.zeros_like(ids)
   ours = model({"input_ids": ids, "input_mask": mask, "segment_ids": segments})
-  weights = {k: v.astype(np.float64) for k, v in modeling.read_safetensors(
+  weights = {k: v.astype(np.float64) for k, v in checkpoints.read_safetensors(
       str(path / "model.safetensors")).items()}
   hf_config = json.loads((path / "config.json").read_text())
   reference = _numpy_bert(weights, hf_config, ids, mask.astype(np.float64), segments)
@@ -379,7 +380,7 @@ def test_hf_fine_tuned_heads(tmp_path, task):
   expected = encoder(features)
   if task == "question_answering":
     model = modeling.BertSquad(CONFIG)
-    result = modeling.load_checkpoint(model, tmp_path)
+    result = checkpoints.load_checkpoint(model, tmp_path)
     assert sorted(result.missing) == ["bert/pooler/dense/bias", "bert/pooler/dense/kernel"]
     logits = expected["sequence_output"].numpy() @ weight.T + bias   # [B, S, 2]
     out = model(features)
@@ -388,17 +389,17 @@ def test_hf_fine_tuned_heads(tmp_path, task):
     np.testing.assert_allclose(out["sequence_output"], expected["sequence_output"], atol=1e-6)
   else:
     model = modeling.BertClassifier(CONFIG, num_labels=3)
-    result = modeling.load_checkpoint(model, tmp_path)
+    result = checkpoints.load_checkpoint(model, tmp_path)
     assert result.missing == []
     logits = expected["pooled_output"].numpy() @ weight.T + bias     # [B, 3]
     np.testing.assert_allclose(model(features)["logits"], logits, atol=1e-5)
   assert result.unused == ["bert.embeddings.position_ids"]
   # Without the pooler a BertModel still loads (pooled_output then stays initialised) ...
   if task == "question_answering":
-    assert "bert/pooler/dense/kernel" in modeling.load_checkpoint(
+    assert "bert/pooler/dense/kernel" in checkpoints.load_checkpoint(
         modeling.BertModel(CONFIG), tmp_path).missing
   # ... but any other missing encoder variable is an error naming it.
   del state["bert.encoder.layer.1.output.dense.weight"]
   safetensors_numpy.save_file(state, str(tmp_path / "model.safetensors"))
-  with pytest.raises(modeling.CheckpointError, match=r"layer\.1\.output\.dense\.weight"):
-    modeling.load_checkpoint(modeling.BertModel(CONFIG), tmp_path)
+  with pytest.raises(checkpoints.CheckpointError, match=r"layer\.1\.output\.dense\.weight"):
+    checkpoints.load_checkpoint(modeling.BertModel(CONFIG), tmp_path)

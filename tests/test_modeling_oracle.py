@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 import oracle
+from bert_keras import checkpoints
 from bert_keras import modeling
 
 TOL = 1e-5
@@ -117,9 +118,9 @@ def test_original_checkpoint_loads_and_matches(tmp_path):
   prefix = str(tmp_path / "bert_model.ckpt")
   theirs = _run_original(features, save=prefix, extra_variables=True)
   model = modeling.BertPretrainer(CONFIG)
-  result = modeling.load_checkpoint(model, str(tmp_path))   # the directory works too
+  result = checkpoints.load_checkpoint(model, str(tmp_path))   # the directory works too
   assert result.format == "tf1"
-  assert sorted(result.loaded) == sorted(modeling.tf1_variable_map(model))
+  assert sorted(result.loaded) == sorted(checkpoints.tf1_variable_map(model))
   assert result.unused == ["bert/embeddings/word_embeddings/adam_m", "global_step"]
   assert result.missing == []
   _assert_same(_run_ours(model, features), theirs)
@@ -130,7 +131,7 @@ def test_encoder_only_model_ignores_heads(tmp_path):
   prefix = str(tmp_path / "bert_model.ckpt")
   theirs = _run_original(features, save=prefix)
   model = modeling.BertModel(CONFIG)
-  result = modeling.load_checkpoint(model, prefix)
+  result = checkpoints.load_checkpoint(model, prefix)
   assert all(name.startswith("cls/") for name in result.unused) and len(result.unused) == 7
   out = model(features)
   np.testing.assert_allclose(out["sequence_output"], theirs["sequence_output"], atol=TOL)
@@ -146,7 +147,7 @@ def test_our_tf1_checkpoint_restores_in_the_original(tmp_path):
     variable.assign(rng.normal(0, 0.2, variable.shape).astype(np.float32) +
                     (1.0 if variable.path.endswith("gamma") else 0.0))
   prefix = str(tmp_path / "out" / "model.ckpt")
-  names = modeling.save_tf1_checkpoint(model, prefix)
+  names = checkpoints.save_tf1_checkpoint(model, prefix)
   assert sorted(dict(tf.train.list_variables(prefix))) == sorted(names)
   theirs = _run_original(features, restore=prefix)
   _assert_same(_run_ours(model, features), theirs)

@@ -207,11 +207,12 @@ def test_unknown_optimizer():
 def test_bert_variable_paths_select_the_original_decay_set():
   """Keras paths of modeling.BertPretrainer's variables give the same decay/no-decay
   split as the original's TF1 names (every LayerNorm beta/gamma and bias excluded)."""
+  from bert_keras import checkpoints
   from bert_keras import modeling
   config = modeling.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
                                num_attention_heads=2, intermediate_size=32)
   model = modeling.BertPretrainer(config)
-  tf1_names = {id(v): name for name, v in modeling.tf1_variable_map(model).items()}
+  tf1_names = {id(v): name for name, v in checkpoints.tf1_variable_map(model).items()}
   assert len(tf1_names) == len(model.trainable_variables)
   for opt in (optimization.create_optimizer(1e-3, 10, 1),
               optimization.create_optimizer(1e-3, 10, 1, optimizer_type="lamb")):

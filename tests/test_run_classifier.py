@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import oracle
 from conftest import run_workers, shared_path, worker_results
+from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import run_classifier
@@ -178,7 +179,7 @@ def test_classifier_tf1_names_restore_in_the_original_graph(tmp_path):
   config = _tiny_config()
   model = modeling.BertClassifier(config, 3)
   prefix = str(tmp_path / "clf" / "model.ckpt")
-  written = modeling.save_tf1_checkpoint(model, prefix)
+  written = checkpoints.save_tf1_checkpoint(model, prefix)
   assert "output_weights" in written and "output_bias" in written
   rng = np.random.RandomState(0)
   ids = rng.randint(1, 100, (4, 12)).astype(np.int32)
@@ -235,10 +236,10 @@ def test_classifier_config_round_trip_and_head():
 def test_pretraining_checkpoint_initialises_the_encoder_only(tmp_path):
   config = _tiny_config()
   pretrainer = modeling.BertPretrainer(config)
-  modeling.save_tf1_checkpoint(pretrainer, str(tmp_path / "bert_model.ckpt"))
+  checkpoints.save_tf1_checkpoint(pretrainer, str(tmp_path / "bert_model.ckpt"))
   model = modeling.BertClassifier(config, 2)
   head = model.classifier.output_weights.numpy()
-  result = modeling.load_checkpoint(model, str(tmp_path / "bert_model.ckpt"))
+  result = checkpoints.load_checkpoint(model, str(tmp_path / "bert_model.ckpt"))
   assert sorted(result.missing) == ["output_bias", "output_weights"]
   np.testing.assert_array_equal(model.bert.embedding_table.numpy(),
                                 pretrainer.bert.embedding_table.numpy())
@@ -261,8 +262,8 @@ def glue(tmp_path_factory):
     (data / name).write_text("".join(lines), encoding="utf-8", newline="")
   config = modeling.BertConfig(**TINY)
   (root / "bert_config.json").write_text(config.to_json_string())
-  modeling.save_tf1_checkpoint(modeling.BertPretrainer(config),
-                               str(root / "pretrained" / "bert_model.ckpt"))
+  checkpoints.save_tf1_checkpoint(modeling.BertPretrainer(config),
+                                  str(root / "pretrained" / "bert_model.ckpt"))
   return root
 
 
@@ -298,7 +299,7 @@ def test_readme_command_end_to_end(glue, vocab, tmp_path):
   assert results["global_step"] == "4"
   # The metrics restated in NumPy from the trained model run on eval.tf_record.
   model = modeling.BertClassifier(modeling.BertConfig(**TINY), 2)
-  modeling.load_checkpoint(model, str(out))
+  checkpoints.load_checkpoint(model, str(out))
   records = _decode_all(out / "eval.tf_record", 32)
   assert len(records) == 32
   logits = model({k: np.array([r[k] for r in records]) for k in

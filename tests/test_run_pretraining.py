@@ -21,6 +21,7 @@ import tensorflow as tf
 
 import oracle
 from conftest import run_workers, worker_results
+from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import run_pretraining
 from bert_keras import training
@@ -71,7 +72,7 @@ def data(tmp_path_factory):
                                              attention_probs_dropout_prob=dropout)))
   # A TF1-named initial checkpoint (as Google's bert_model.ckpt).
   model = modeling.BertPretrainer(modeling.BertConfig.from_dict(config))
-  modeling.save_tf1_checkpoint(model, str(root / "init" / "bert_model.ckpt"))
+  checkpoints.save_tf1_checkpoint(model, str(root / "init" / "bert_model.ckpt"))
   return root
 
 
@@ -182,7 +183,7 @@ def test_gradient_accumulation_equals_large_batch(data, tmp_path):
   # --init_checkpoint accepts one of our TF2 training checkpoints (model only).
   model = modeling.BertPretrainer(modeling.BertConfig.from_json_file(
       str(data / "config_nodropout.json")))
-  names = modeling.tf1_variable_map(model)
+  names = checkpoints.tf1_variable_map(model)
   assert training.restore_model_variables(str(tmp_path / "big" / "model.ckpt-6"), names) == \
       len(names)
   _assert_same_weights(_weights(tmp_path / "big" / "bert_model.ckpt"),

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 import oracle
 from conftest import shared_path
+from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import run_squad
 from bert_keras import tokenization
@@ -530,7 +531,7 @@ def test_span_head_against_the_original_graph(tmp_path):
   with tf.init_scope():
     model.squad.output_bias.assign([0.3, -0.2])
   ours_prefix = str(tmp_path / "ours" / "model.ckpt")
-  written = modeling.save_tf1_checkpoint(model, ours_prefix)
+  written = checkpoints.save_tf1_checkpoint(model, ours_prefix)
   assert written[-2:] == ["cls/squad/output_weights", "cls/squad/output_bias"]
   outputs = model({"input_ids": ids, "input_mask": mask, "segment_ids": segments})
   ours = (outputs["start_logits"].numpy(), outputs["end_logits"].numpy())
@@ -555,7 +556,7 @@ def test_span_head_against_the_original_graph(tmp_path):
   np.testing.assert_allclose(restored[1], ours[1], atol=1e-5)
   assert np.abs(ours[0] - ours[1]).max() > 1e-2   # two different rows of output_weights
   other = modeling.BertSquad(config)
-  result = modeling.load_checkpoint(other, theirs_prefix)
+  result = checkpoints.load_checkpoint(other, theirs_prefix)
   assert not result.missing and "cls/squad/output_bias" in result.loaded
   outputs = other({"input_ids": ids, "input_mask": mask, "segment_ids": segments})
   np.testing.assert_allclose(outputs["start_logits"].numpy(), fresh[0], atol=1e-5)
@@ -573,7 +574,7 @@ def test_loss_matches_the_original_model_fn(tmp_path, monkeypatch):
                         initializer_range=0.2)
   model = modeling.BertSquad(config)
   prefix = str(tmp_path / "model.ckpt")
-  modeling.save_tf1_checkpoint(model, prefix)
+  checkpoints.save_tf1_checkpoint(model, prefix)
   ids, mask, segments = _inputs()
   starts, ends = np.array([3, 0, 11], np.int32), np.array([4, 0, 7], np.int32)
   outputs = model({"input_ids": ids, "input_mask": mask, "segment_ids": segments},
@@ -611,7 +612,7 @@ def test_squad_model_config_round_trip_and_head():
   w = model.squad.output_weights.numpy()
   assert w.shape == (2, 32) and np.abs(w).max() <= 0.04 + 1e-6 and 0.005 < w.std() < 0.03
   assert not model.squad.output_bias.numpy().any()
-  names = list(modeling.tf1_variable_map(model))
+  names = list(checkpoints.tf1_variable_map(model))
   assert names[-2:] == ["cls/squad/output_weights", "cls/squad/output_bias"]
   assert not any(n.startswith("output_") for n in names)
   # No dropout in the head: with the encoder's dropout off, training changes nothing.
@@ -639,8 +640,8 @@ def squad_run(tmp_path_factory, vocab, squad2_train):
   root = tmp_path_factory.mktemp("squad_run")
   config = modeling.BertConfig(**TINY)
   (root / "bert_config.json").write_text(config.to_json_string())
-  modeling.save_tf1_checkpoint(modeling.BertPretrainer(config),
-                               str(root / "pretrained" / "bert_model.ckpt"))
+  checkpoints.save_tf1_checkpoint(modeling.BertPretrainer(config),
+                                  str(root / "pretrained" / "bert_model.ckpt"))
   data = json.loads(pathlib.Path(squad2_train).read_text("utf-8"))
   paragraphs = data["data"][0]["paragraphs"][:3]
   qas = [qa for p in paragraphs for qa in p["qas"]]
@@ -704,7 +705,7 @@ def test_train_and_predict_end_to_end(orig, tokenizers, squad_run, vocab, tmp_pa
   # The same files from the original's features and write_predictions, on the logits of the
   # trained checkpoint.
   model = modeling.BertSquad(modeling.BertConfig(**TINY))
-  modeling.load_checkpoint(model, str(out))
+  checkpoints.load_checkpoint(model, str(out))
   results = run_squad.predict_results(model, str(out / "eval.tf_record"), 64, 5)
   with original_flags(version_2_with_negative=True):
     examples = orig.read_squad_examples(str(fixture), False)

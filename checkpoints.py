@@ -1,0 +1,519 @@
+"""Checkpoint file formats of BERT models: the TF1 name table, readers and writers.
+
+Read top to bottom:
+  1. the name tables              tf1_variable_map (our variables under the original's TF1
+                                  names), hf_name (TF1 name -> HuggingFace state-dict name)
+  2. load_checkpoint              TF1 checkpoints (Google's released ones, run_pretraining's),
+                                  HuggingFace weights and our TF2 object checkpoints; LoadResult,
+                                  CheckpointError
+  3. save_tf1_checkpoint          writes the original's TF1 names, readable by the original code
+  4. HuggingFace weight files     read_safetensors, read_pytorch_bin (no pickled code runs)
+
+Every function takes a modeling.BertModel or a model holding one as `bert` (BertPretrainer,
+BertClassifier, BertSquad); the models themselves live in modeling.py.
+
+  model = modeling.BertModel(modeling.BertConfig.from_json_file("bert_config.json"))
+  checkpoints.load_checkpoint(model, "uncased_L-12_H-768_A-12/bert_model.ckpt")
+  checkpoints.save_tf1_checkpoint(model, "/tmp/exported/bert_model.ckpt")
+"""
+
+from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
+import collections
+import dataclasses
+import io
+import json
+import os
+import pickle
+import re
+import struct
+import zipfile
+
+import keras
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+from bert_keras import modeling
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. Name tables
+# ----------------------------------------------------------------------------------------------
+
+def _encoder_of(model):
+  if isinstance(model, modeling.BertModel):
+    return model
+  bert = getattr(model, "bert", None)
+  if isinstance(bert, modeling.BertModel):
+    return bert
+  raise TypeError("expected a BertModel or a model with a `bert` BertModel attribute, got %s"
+                  % type(model).__name__)
+
+
+def tf1_variable_map(model):
+  """{TF1 checkpoint name: keras variable}, the one name table.
+
+  For a BertModel, the bert/* names; for a BertPretrainer (or any model with a `bert`
+  attribute and optional `masked_lm` / `next_sentence` heads) also the cls/* names; for a
+  BertClassifier (a `classifier` head) also the root-scope output_weights / output_bias; for
+  a BertSquad (a `squad` head) also cls/squad/output_weights [2, H] / cls/squad/output_bias.
+  Kernels are [in, out] on both sides; cls/seq_relationship/output_weights is [2, H] on both.
+  """
+  bert = _encoder_of(model)
+  names = collections.OrderedDict()
+  emb = bert.embeddings
+  names["bert/embeddings/word_embeddings"] = emb.word_embeddings
+  names["bert/embeddings/token_type_embeddings"] = emb.token_type_embeddings
+  names["bert/embeddings/position_embeddings"] = emb.position_embeddings
+  _add_layer_norm(names, "bert/embeddings/LayerNorm", emb.layer_norm)
+  for i, block in enumerate(bert.encoder_layers):
+    prefix = "bert/encoder/layer_%d/" % i
+    attention = block.attention
+    _add_dense(names, prefix + "attention/self/query", attention.query)
+    _add_dense(names, prefix + "attention/self/key", attention.key)
+    _add_dense(names, prefix + "attention/self/value", attention.value)
+    _add_dense(names, prefix + "attention/output/dense", attention.output_dense)
+    _add_layer_norm(names, prefix + "attention/output/LayerNorm", block.attention_layer_norm)
+    _add_dense(names, prefix + "intermediate/dense", block.feed_forward.intermediate)
+    _add_dense(names, prefix + "output/dense", block.feed_forward.output_dense)
+    _add_layer_norm(names, prefix + "output/LayerNorm", block.output_layer_norm)
+  _add_dense(names, "bert/pooler/dense", bert.pooler.dense)
+  mlm = getattr(model, "masked_lm", None)
+  if mlm is not None:
+    _add_dense(names, "cls/predictions/transform/dense", mlm.transform)
+    _add_layer_norm(names, "cls/predictions/transform/LayerNorm", mlm.layer_norm)
+    names["cls/predictions/output_bias"] = mlm.output_bias
+  nsp = getattr(model, "next_sentence", None)
+  if nsp is not None:
+    names["cls/seq_relationship/output_weights"] = nsp.output_weights
+    names["cls/seq_relationship/output_bias"] = nsp.output_bias
+  head = getattr(model, "classifier", None)
+  if head is not None:  # run_classifier's root-scope variables
+    names["output_weights"] = head.output_weights
+    names["output_bias"] = head.output_bias
+  squad = getattr(model, "squad", None)
+  if squad is not None:  # run_squad's span head
+    names["cls/squad/output_weights"] = squad.output_weights
+    names["cls/squad/output_bias"] = squad.output_bias
+  return names
+
+
+def _add_dense(names, scope, layer):
+  names[scope + "/kernel"] = layer.kernel
+  names[scope + "/bias"] = layer.bias
+
+
+def _add_layer_norm(names, scope, layer):
+  names[scope + "/beta"] = layer.beta
+  names[scope + "/gamma"] = layer.gamma
+
+
+def hf_name(tf1_name):
+  """TF1 name -> (HuggingFace BertForPreTraining state-dict name, transpose?).
+
+  HF Linear weights are [out, in], so */kernel is transposed; LayerNorm gamma/beta are
+  weight/bias; the MLM output bias is cls.predictions.bias; cls/seq_relationship/
+  output_weights is already [2, H] (= HF [out, in]), not transposed, and so are the
+  fine-tuning heads: run_classifier's output_weights = HF classifier.weight, run_squad's
+  cls/squad/output_weights = HF qa_outputs.weight.
+  """
+  special = {"cls/predictions/output_bias": "cls.predictions.bias",
+             "cls/seq_relationship/output_weights": "cls.seq_relationship.weight",
+             "cls/seq_relationship/output_bias": "cls.seq_relationship.bias",
+             # BertForSequenceClassification / BertForQuestionAnswering heads: Linear
+             # [out, in] weights, the same layout as output_weights [num_labels or 2, H].
+             "output_weights": "classifier.weight",
+             "output_bias": "classifier.bias",
+             "cls/squad/output_weights": "qa_outputs.weight",
+             "cls/squad/output_bias": "qa_outputs.bias"}
+  if tf1_name in special:
+    return special[tf1_name], False
+  name = re.sub(r"layer_(\d+)", r"layer.\1", tf1_name)
+  name = re.sub(r"_embeddings$", "_embeddings/weight", name)
+  transpose = name.endswith("/kernel")
+  name = re.sub(r"/(kernel|gamma)$", "/weight", name)
+  name = re.sub(r"/beta$", "/bias", name)
+  return name.replace("/", "."), transpose
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Loading
+# ----------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class LoadResult:
+  """What load_checkpoint did. `loaded`: our variables' TF1 names that got values; `unused`:
+  checkpoint entries not used (optimizer slots, global_step, heads the model lacks);
+  `missing`: head variables absent from the checkpoint (left at their initial values)."""
+  path: str
+  format: str                                   # "tf1", "huggingface" or "tf2"
+  loaded: list = dataclasses.field(default_factory=list)
+  unused: list = dataclasses.field(default_factory=list)
+  missing: list = dataclasses.field(default_factory=list)
+
+  def __str__(self):
+    return ("loaded %d variables from %s checkpoint %s; %d checkpoint entries unused%s; "
+            "%d model variables not in the checkpoint%s" % (
+                len(self.loaded), self.format, self.path, len(self.unused),
+                _preview(self.unused), len(self.missing), _preview(self.missing)))
+
+
+def _preview(names, n=5):
+  if not names:
+    return ""
+  more = ", ..." if len(names) > n else ""
+  return " (" + ", ".join(names[:n]) + more + ")"
+
+
+class CheckpointError(ValueError):
+  """A checkpoint does not fit the model (names the variable, shapes and the likely cause)."""
+
+
+def load_checkpoint(model, path):
+  """Loads weights into a BertModel or a model holding one (BertPretrainer, BertClassifier,
+  BertSquad); returns a LoadResult.
+
+  `path` may be:
+    * a TF1 checkpoint prefix (Google's released `.../bert_model.ckpt`, a run_pretraining
+      `model.ckpt-N`; gs:// works), or the directory holding it: the names of tf1_variable_map;
+      global_step, adam_m/adam_v and heads the model lacks are ignored (LoadResult.unused);
+    * a HuggingFace directory with config.json and model.safetensors or pytorch_model.bin
+      (read without unpickling arbitrary objects), or such a file itself; HF names, [out, in]
+      Linear weights, with or without the "bert." prefix;
+    * a TF2 object-based checkpoint written by our training: training.make_checkpoint's
+      `model_variables` (TF1 names), or plainly
+      `tf.train.Checkpoint(model=model, optimizer=..., step=...).save(...)`; only the model
+      variables are read (optimizer slots and step are reported unused). A BertModel can
+      load from a BertPretrainer checkpoint and the other way around (heads then stay
+      initialised).
+  A missing encoder variable (the pooler excepted: HF question-answering weights have none;
+  it is then reported in LoadResult.missing and logged) or any shape mismatch raises
+  CheckpointError naming the variable, both shapes and the likely cause (a bert_config.json
+  that does not match). HF fine-tuned heads load too: BertForSequenceClassification's
+  classifier.* into BertClassifier, BertForQuestionAnswering's qa_outputs.* into BertSquad.
+  """
+  path = os.fspath(path)
+  kind, resolved = _resolve_checkpoint(path)
+  if kind == "huggingface":
+    state = _read_hf_weights(resolved)
+    result = _assign_from_hf(model, state, resolved)
+  else:
+    reader = tf.train.load_checkpoint(resolved)
+    shapes = reader.get_variable_to_shape_map()
+    if "_CHECKPOINTABLE_OBJECT_GRAPH" in shapes:
+      result = _restore_tf2(model, resolved, reader, shapes)
+    else:
+      values = {name: (lambda n=name: reader.get_tensor(n)) for name in shapes}
+      result = _assign(model, values, {k: tuple(v) for k, v in shapes.items()}, resolved,
+                       "tf1", lambda name: (name, False))
+  logging.info("%s", result)
+  return result
+
+
+def _resolve_checkpoint(path):
+  """-> ("huggingface", file) or ("tf", checkpoint prefix)."""
+  gfile = tf.io.gfile
+  if gfile.isdir(path):
+    for name in ("model.safetensors", "pytorch_model.bin"):
+      if gfile.exists(os.path.join(path, name)):
+        return "huggingface", os.path.join(path, name)
+    if gfile.exists(os.path.join(path, "bert_model.ckpt.index")):
+      return "tf", os.path.join(path, "bert_model.ckpt")
+    latest = tf.train.latest_checkpoint(path)
+    if latest:
+      return "tf", latest
+    indexes = gfile.glob(os.path.join(path, "*.index"))
+    if len(indexes) == 1:
+      return "tf", indexes[0][:-len(".index")]
+    raise CheckpointError(
+        "%s: no checkpoint found (expected bert_model.ckpt.index, a `checkpoint` file, "
+        "model.safetensors or pytorch_model.bin)%s" % (
+            path, "; several *.index files, give the prefix" if indexes else ""))
+  if path.endswith((".safetensors", ".bin")) and gfile.exists(path):
+    return "huggingface", path
+  if path.endswith(".index"):
+    path = path[:-len(".index")]
+  if not gfile.exists(path + ".index"):
+    raise CheckpointError("%s: not a checkpoint (no %s.index)" % (path, path))
+  return "tf", path
+
+
+def _shape_error(name, ckpt_shape, model_shape, config):
+  return CheckpointError(
+      "%s: checkpoint shape %s != model shape %s. The model was probably built from a "
+      "bert_config.json that does not match the checkpoint (vocab_size=%s, hidden_size=%s, "
+      "intermediate_size=%s, max_position_embeddings=%s, type_vocab_size=%s)." % (
+          name, list(ckpt_shape), list(model_shape), config.vocab_size, config.hidden_size,
+          config.intermediate_size, config.max_position_embeddings, config.type_vocab_size))
+
+
+def _assign(model, values, shapes, path, fmt, checkpoint_name):
+  """Assigns values[checkpoint_name(tf1)] to every model variable of tf1_variable_map."""
+  config = _encoder_of(model).config
+  result = LoadResult(path=path, format=fmt)
+  used = set()
+  assignments = []
+  for tf1, variable in tf1_variable_map(model).items():
+    ckpt, transpose = checkpoint_name(tf1)
+    if ckpt is None or ckpt not in values:
+      if tf1.startswith("bert/pooler/"):
+        # HF BertForQuestionAnswering / BertForTokenClassification weights have no pooler.
+        logging.warning("%s is not in checkpoint %s: the pooler keeps its initial values "
+                        "(pooled_output is then not the checkpoint's)", ckpt or tf1, path)
+      elif tf1.startswith("bert/"):
+        raise CheckpointError(
+            "%s (model shape %s) is missing from checkpoint %s. The model was probably built "
+            "from a bert_config.json that does not match the checkpoint (num_hidden_layers=%d)"
+            ", or this is not a BERT checkpoint." % (
+                ckpt or tf1, list(variable.shape), path, config.num_hidden_layers))
+      result.missing.append(tf1)
+      continue
+    shape = tuple(shapes[ckpt])
+    if transpose:
+      shape = shape[::-1]
+    if shape != tuple(variable.shape):
+      raise _shape_error(ckpt, shapes[ckpt], variable.shape, config)
+    assignments.append((variable, ckpt, transpose))
+    used.add(ckpt)
+    result.loaded.append(tf1)
+  for variable, ckpt, transpose in assignments:
+    value = np.asarray(values[ckpt]())
+    variable.assign(np.ascontiguousarray(value.T if transpose else value)
+                    .astype(variable.dtype))
+  result.unused = sorted(set(shapes) - used)
+  return result
+
+
+def _assign_from_hf(model, state, path):
+  prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
+  # Older HF checkpoints name LayerNorm parameters gamma/beta.
+  state = {re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight",
+                  re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k)): v
+           for k, v in state.items()}
+
+  def checkpoint_name(tf1):
+    name, transpose = hf_name(tf1)
+    if tf1.startswith("bert/"):
+      name = prefix + name[len("bert."):]
+    return name, transpose
+
+  shapes = {k: tuple(v.shape) for k, v in state.items()}
+  values = {k: (lambda v=v: v) for k, v in state.items()}
+  return _assign(model, values, shapes, path, "huggingface", checkpoint_name)
+
+
+def _restore_tf2(model, path, reader, shapes):
+  """Loads the model variables of a TF2 object-based checkpoint (tf.train.Checkpoint).
+
+  Two layouts are read:
+    * a `model_variables` dict keyed by the TF1 names, as training.make_checkpoint writes
+      ("model_variables/bert.Sembeddings.Sword_embeddings/.ATTRIBUTES/VARIABLE_VALUE");
+    * the object graph of the model itself, tf.train.Checkpoint(model=model, ...)
+      ("model/bert/embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE"), found wherever
+      it sits: a BertModel reads the `bert` subtree of a BertPretrainer (or of a wrapper
+      holding one), and a BertPretrainer reads a BertModel checkpoint (heads then stay
+      initialised).
+  """
+  by_name = {}
+  for key in shapes:
+    match = re.match(r"model_variables/(.+)/\.ATTRIBUTES/VARIABLE_VALUE$", key)
+    if match:
+      by_name[re.sub(r"\.(.)", lambda m: "/" if m.group(1) == "S" else m.group(1),
+                     match.group(1))] = key
+  if by_name:
+    names = {tf1: by_name.get(tf1) for tf1 in tf1_variable_map(model)}
+  else:
+    names = _object_graph_names(model, shapes, path)
+  values = {name: (lambda n=name: reader.get_tensor(n)) for name in shapes}
+  result = _assign(model, values, {k: tuple(v) for k, v in shapes.items()}, path, "tf2",
+                   lambda tf1: (names[tf1], False))
+  result.unused = [k for k in result.unused if k != "_CHECKPOINTABLE_OBJECT_GRAPH"]
+  return result
+
+
+def _object_graph_names(model, shapes, path):
+  """{TF1 name: TF2 checkpoint key} by locating our encoder's object paths in the keys."""
+  anchor = "embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE"
+  found = sorted((k for k in shapes if k.endswith("/" + anchor) and "OPTIMIZER_SLOT" not in k),
+                 key=len)
+  if not found:
+    raise CheckpointError("%s: a TF2 checkpoint without BERT embeddings (expected a key "
+                          "ending in %s)" % (path, anchor))
+  bert_prefix = found[0][:-len(anchor)]                 # e.g. "model/" or "model/bert/"
+  bert = _encoder_of(model)
+  key_of = {id(v): k for k, v in _object_keys(bert, bert_prefix).items()}
+  if model is not bert and bert_prefix.endswith("bert/"):
+    heads_prefix = bert_prefix[:-len("bert/")]
+    for key, variable in _object_keys(model, heads_prefix).items():
+      key_of.setdefault(id(variable), key)
+  return {tf1: key_of.get(id(variable)) for tf1, variable in tf1_variable_map(model).items()}
+
+
+def _object_keys(root, prefix):
+  """{TF2 checkpoint key: keras variable} for the objects under `root`, breadth first as
+  tf.train.Checkpoint names them."""
+  keys, seen, queue = {}, {id(root)}, [(root, prefix)]
+  while queue:
+    obj, path = queue.pop(0)
+    children = obj._trackable_children(save_type="checkpoint")  # pylint: disable=protected-access
+    for name, child in children.items():
+      if id(child) in seen:
+        continue
+      seen.add(id(child))
+      if isinstance(child, (keras.Variable, tf.Variable)):
+        keys[path + name + "/.ATTRIBUTES/VARIABLE_VALUE"] = child
+      else:
+        queue.append((child, path + name + "/"))
+  return keys
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. Saving
+# ----------------------------------------------------------------------------------------------
+
+def save_tf1_checkpoint(model, prefix):
+  """Writes `prefix.index` and `prefix.data-00000-of-00001` with the original TF1 variable
+  names (bert/*, plus the heads' names of tf1_variable_map: cls/* for a BertPretrainer or a
+  BertSquad, output_weights/output_bias for a BertClassifier), float32: the original code,
+  tf1 Savers, tf.train.init_from_checkpoint and the converters written for Google's
+  checkpoints read it.
+  Written under a temporary prefix, then renamed. Returns the list of names written."""
+  names = tf1_variable_map(model)
+  prefix = os.fspath(prefix)
+  directory = os.path.dirname(prefix)
+  if directory:
+    tf.io.gfile.makedirs(directory)
+  tmp = "%s.tmp-%d" % (prefix, os.getpid())
+  tf.raw_ops.SaveV2(prefix=tmp, tensor_names=list(names),
+                    shape_and_slices=[""] * len(names),
+                    tensors=[tf.cast(v.value, tf.float32) for v in names.values()])
+  for suffix in (".data-00000-of-00001", ".index"):
+    tf.io.gfile.rename(tmp + suffix, prefix + suffix, overwrite=True)
+  return list(names)
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. HuggingFace weight files
+# ----------------------------------------------------------------------------------------------
+
+_SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
+                       "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8,
+                       "U8": np.uint8, "BOOL": np.bool_}
+
+
+def _read_hf_weights(path):
+  if path.endswith(".safetensors"):
+    return read_safetensors(path)
+  return read_pytorch_bin(path)
+
+
+def _bf16_to_f32(raw):
+  return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def read_safetensors(path):
+  """{name: np.ndarray} from a .safetensors file (8-byte header length, JSON header, data)."""
+  with tf.io.gfile.GFile(path, "rb") as f:
+    data = f.read()
+  (header_len,) = struct.unpack("<Q", data[:8])
+  header = json.loads(data[8:8 + header_len])
+  body = memoryview(data)[8 + header_len:]
+  tensors = {}
+  for name, info in header.items():
+    if name == "__metadata__":
+      continue
+    start, end = info["data_offsets"]
+    raw = body[start:end]
+    if info["dtype"] == "BF16":
+      array = _bf16_to_f32(raw)
+    elif info["dtype"] in _SAFETENSORS_DTYPES:
+      array = np.frombuffer(raw, _SAFETENSORS_DTYPES[info["dtype"]])
+    else:
+      raise CheckpointError("%s: tensor %s has unsupported dtype %s"
+                            % (path, name, info["dtype"]))
+    tensors[name] = array.reshape(info["shape"])
+  return tensors
+
+
+# pytorch_model.bin (torch.save's zip format) is a pickle whose tensors are rebuilt by a few
+# torch functions from storages kept as raw files in the zip. The unpickler below resolves
+# only those names, to NumPy stand-ins; any other global is refused, so no arbitrary code runs.
+_TORCH_STORAGES = {"FloatStorage": np.float32, "DoubleStorage": np.float64,
+                   "HalfStorage": np.float16, "BFloat16Storage": "bfloat16",
+                   "LongStorage": np.int64, "IntStorage": np.int32, "ShortStorage": np.int16,
+                   "CharStorage": np.int8, "ByteStorage": np.uint8, "BoolStorage": np.bool_}
+_TORCH_DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16,
+                 "bfloat16": "bfloat16", "int64": np.int64, "int32": np.int32,
+                 "int16": np.int16, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}
+
+
+def _rebuild_tensor(storage, offset, size, stride, *unused):
+  if not size:
+    return storage[offset:offset + 1].reshape(()).copy()
+  itemsize = storage.itemsize
+  return np.lib.stride_tricks.as_strided(
+      storage[offset:], shape=tuple(size), strides=tuple(s * itemsize for s in stride)).copy()
+
+
+def _rebuild_parameter(data, *unused):
+  return data
+
+
+class _StorageType(object):
+  def __init__(self, dtype):
+    self.dtype = dtype
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+  """Unpickles a torch state dict into NumPy arrays, refusing every other global."""
+
+  def __init__(self, file, archive, root):
+    super().__init__(file)
+    self._archive, self._root = archive, root
+
+  def find_class(self, module, name):
+    if module == "torch._utils" and name in ("_rebuild_tensor_v2", "_rebuild_tensor"):
+      return _rebuild_tensor
+    if module == "torch._utils" and name == "_rebuild_parameter":
+      return _rebuild_parameter
+    if module == "collections" and name == "OrderedDict":
+      return collections.OrderedDict
+    if module == "torch" and name in _TORCH_STORAGES:
+      return _StorageType(_TORCH_STORAGES[name])
+    if module == "torch" and name in _TORCH_DTYPES:
+      return _TORCH_DTYPES[name]
+    if module == "torch" and name == "UntypedStorage":
+      return _StorageType(None)
+    raise pickle.UnpicklingError("refusing to load %s.%s from a pytorch_model.bin (only "
+                                 "tensors are allowed)" % (module, name))
+
+  def persistent_load(self, pid):
+    # ("storage", storage type, key, location, numel)
+    if not (isinstance(pid, tuple) and pid and pid[0] == "storage"):
+      raise pickle.UnpicklingError("unexpected persistent id %r" % (pid,))
+    storage_type, key = pid[1], pid[2]
+    dtype = storage_type.dtype if isinstance(storage_type, _StorageType) else storage_type
+    raw = self._archive.read("%s/data/%s" % (self._root, key))
+    if dtype == "bfloat16":
+      return _bf16_to_f32(raw)
+    if dtype is None:
+      dtype = np.uint8
+    return np.frombuffer(raw, dtype)
+
+
+def read_pytorch_bin(path):
+  """{name: np.ndarray} from a torch.save zip file, without executing pickled code."""
+  with tf.io.gfile.GFile(path, "rb") as f:
+    data = f.read()
+  if not zipfile.is_zipfile(io.BytesIO(data)):
+    raise CheckpointError("%s: legacy (non-zip) torch format is not supported; re-save it "
+                          "with a recent torch or convert it to model.safetensors" % path)
+  with zipfile.ZipFile(io.BytesIO(data)) as archive:
+    pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
+    if len(pickles) != 1:
+      raise CheckpointError("%s: expected one data.pkl in the archive" % path)
+    root = pickles[0][:-len("/data.pkl")]
+    state = _RestrictedUnpickler(io.BytesIO(archive.read(pickles[0])), archive, root).load()
+  if not isinstance(state, dict):
+    raise CheckpointError("%s: expected a state dict, got %s" % (path, type(state).__name__))
+  return {k: np.asarray(v) for k, v in state.items() if isinstance(v, np.ndarray)}
