@@ -22,6 +22,7 @@ import collections
 import dataclasses
 import io
 import json
+import math
 import os
 import pickle
 import re
@@ -411,28 +412,62 @@ def _bf16_to_f32(raw):
   return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+_MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit on the JSON header
+
+
 def read_safetensors(path):
-  """{name: np.ndarray} from a .safetensors file (8-byte header length, JSON header, data)."""
+  """{name: np.ndarray} from a .safetensors file (8-byte header length, JSON header, data).
+
+  The header is checked before any tensor is made: every tensor's byte range lies inside the
+  file's data and holds exactly its shape's elements of its dtype; CheckpointError otherwise.
+  """
   with tf.io.gfile.GFile(path, "rb") as f:
     data = f.read()
+  if len(data) < 8:
+    raise CheckpointError("%s: not a safetensors file (%d bytes)" % (path, len(data)))
   (header_len,) = struct.unpack("<Q", data[:8])
-  header = json.loads(data[8:8 + header_len])
+  if header_len > min(len(data) - 8, _MAX_HEADER_BYTES):
+    raise CheckpointError("%s: header length %d exceeds the file" % (path, header_len))
+  try:
+    header = json.loads(data[8:8 + header_len])
+  except ValueError as e:
+    raise CheckpointError("%s: unreadable safetensors header: %s" % (path, e)) from None
+  if not isinstance(header, dict):
+    raise CheckpointError("%s: the safetensors header is not a JSON object" % path)
   body = memoryview(data)[8 + header_len:]
   tensors = {}
   for name, info in header.items():
-    if name == "__metadata__":
-      continue
-    start, end = info["data_offsets"]
-    raw = body[start:end]
-    if info["dtype"] == "BF16":
-      array = _bf16_to_f32(raw)
-    elif info["dtype"] in _SAFETENSORS_DTYPES:
-      array = np.frombuffer(raw, _SAFETENSORS_DTYPES[info["dtype"]])
-    else:
-      raise CheckpointError("%s: tensor %s has unsupported dtype %s"
-                            % (path, name, info["dtype"]))
-    tensors[name] = array.reshape(info["shape"])
+    if name != "__metadata__":
+      tensors[name] = _safetensors_array(path, name, info, body)
   return tensors
+
+
+def _safetensors_array(path, name, info, body):
+  def bad(what):
+    return CheckpointError("%s: tensor %s: %s" % (path, name, what))
+  if not isinstance(info, dict):
+    raise bad("its header entry is not an object")
+  dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+  if dtype != "BF16" and dtype not in _SAFETENSORS_DTYPES:
+    raise bad("unsupported dtype %r" % (dtype,))
+  if not (isinstance(shape, list) and all(_is_count(d) for d in shape)):
+    raise bad("shape %r is not a list of non-negative integers" % (shape,))
+  if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_count, offsets))
+          and offsets[0] <= offsets[1] <= len(body)):
+    raise bad("data_offsets %r are not a range inside the file's %d data bytes"
+              % (offsets, len(body)))
+  itemsize = 2 if dtype == "BF16" else np.dtype(_SAFETENSORS_DTYPES[dtype]).itemsize
+  if offsets[1] - offsets[0] != math.prod(shape) * itemsize:
+    raise bad("shape %s of %s needs %d bytes, its data_offsets span %d"
+              % (shape, dtype, math.prod(shape) * itemsize, offsets[1] - offsets[0]))
+  raw = body[offsets[0]:offsets[1]]
+  if dtype == "BF16":
+    return _bf16_to_f32(raw).reshape(shape)
+  return np.frombuffer(raw, _SAFETENSORS_DTYPES[dtype]).reshape(shape)
+
+
+def _is_count(value):
+  return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 # pytorch_model.bin (torch.save's zip format) is a pickle whose tensors are rebuilt by a few
@@ -447,16 +482,44 @@ _TORCH_DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.flo
                  "int16": np.int16, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}
 
 
+class _TensorSpec(collections.namedtuple("_TensorSpec", "storage offset size stride")):
+  """What torch._utils._rebuild_tensor_v2 receives: made into an array only after unpickling,
+  when its name is known and its extent has been checked against its storage."""
+
+
 def _rebuild_tensor(storage, offset, size, stride, *unused):
-  if not size:
-    return storage[offset:offset + 1].reshape(()).copy()
-  itemsize = storage.itemsize
-  return np.lib.stride_tricks.as_strided(
-      storage[offset:], shape=tuple(size), strides=tuple(s * itemsize for s in stride)).copy()
+  return _TensorSpec(storage, offset, size, stride)
 
 
 def _rebuild_parameter(data, *unused):
   return data
+
+
+def _tensor_from_spec(path, name, spec):
+  """The array a _TensorSpec describes; CheckpointError naming the tensor if its offset,
+  sizes or strides are not integers of a view inside its storage (a crafted file could
+  otherwise read process memory past the storage, or allocate without limit)."""
+  def bad(what):
+    return CheckpointError("%s: tensor %s: %s" % (path, name, what))
+  storage, offset = spec.storage, spec.offset
+  size, stride = tuple(spec.size or ()), tuple(spec.stride or ())
+  if not isinstance(storage, np.ndarray) or storage.ndim != 1:
+    raise bad("its storage is not a storage of the archive")
+  if not (_is_count(offset) and all(map(_is_count, size)) and all(map(_is_count, stride))):
+    raise bad("offset %r, size %r, stride %r are not non-negative integers"
+              % (spec.offset, spec.size, spec.stride))
+  if len(size) != len(stride):
+    raise bad("size %s and stride %s differ in rank" % (size, stride))
+  count = math.prod(size)
+  last = offset + sum((n - 1) * step for n, step in zip(size, stride))
+  if count and (last >= len(storage) or count > len(storage)):
+    raise bad("size %s with stride %s at offset %d needs elements past its storage of %d"
+              % (size, stride, offset, len(storage)))
+  if count == 0:
+    return np.zeros(size, storage.dtype)
+  itemsize = storage.itemsize
+  return np.lib.stride_tricks.as_strided(
+      storage[offset:], shape=size, strides=tuple(n * itemsize for n in stride)).copy()
 
 
 class _StorageType(object):
@@ -464,12 +527,21 @@ class _StorageType(object):
     self.dtype = dtype
 
 
-class _RestrictedUnpickler(pickle.Unpickler):
-  """Unpickles a torch state dict into NumPy arrays, refusing every other global."""
+class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
+  """A pytorch_model.bin that asks for something other than tensors, or whose storages are
+  not what they claim."""
 
-  def __init__(self, file, archive, root):
+
+class _RestrictedUnpickler(pickle.Unpickler):
+  """Unpickles a torch state dict into _TensorSpecs over NumPy storages, refusing every other
+  global."""
+
+  def __init__(self, file, archive, root, path):
     super().__init__(file)
-    self._archive, self._root = archive, root
+    self._archive, self._root, self._path = archive, root, path
+
+  def _refuse(self, what):
+    return UnsafeCheckpointError("%s: %s" % (self._path, what))
 
   def find_class(self, module, name):
     if module == "torch._utils" and name in ("_rebuild_tensor_v2", "_rebuild_tensor"):
@@ -484,21 +556,32 @@ class _RestrictedUnpickler(pickle.Unpickler):
       return _TORCH_DTYPES[name]
     if module == "torch" and name == "UntypedStorage":
       return _StorageType(None)
-    raise pickle.UnpicklingError("refusing to load %s.%s from a pytorch_model.bin (only "
-                                 "tensors are allowed)" % (module, name))
+    raise self._refuse("refusing to load %s.%s from a pytorch_model.bin (only tensors are "
+                       "allowed)" % (module, name))
 
   def persistent_load(self, pid):
     # ("storage", storage type, key, location, numel)
     if not (isinstance(pid, tuple) and pid and pid[0] == "storage"):
-      raise pickle.UnpicklingError("unexpected persistent id %r" % (pid,))
+      raise self._refuse("unexpected persistent id %r" % (pid,))
     storage_type, key = pid[1], pid[2]
     dtype = storage_type.dtype if isinstance(storage_type, _StorageType) else storage_type
-    raw = self._archive.read("%s/data/%s" % (self._root, key))
+    if dtype not in _TORCH_STORAGES.values() and dtype is not None:
+      raise self._refuse("storage %r has an unknown type" % (key,))
+    try:
+      info = self._archive.getinfo("%s/data/%s" % (self._root, key))
+    except (KeyError, TypeError):
+      raise self._refuse("storage %r is not in the archive" % (key,)) from None
+    if info.file_size > 64 * info.compress_size + (1 << 20):
+      raise self._refuse("storage %r expands %d bytes to %d: refused"
+                         % (key, info.compress_size, info.file_size))
+    raw = self._archive.read(info)
+    itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype or np.uint8).itemsize
+    if len(raw) % itemsize:
+      raise self._refuse("storage %r: %d bytes is not a whole number of %d-byte elements"
+                         % (key, len(raw), itemsize))
     if dtype == "bfloat16":
       return _bf16_to_f32(raw)
-    if dtype is None:
-      dtype = np.uint8
-    return np.frombuffer(raw, dtype)
+    return np.frombuffer(raw, dtype or np.uint8)
 
 
 def read_pytorch_bin(path):
@@ -508,12 +591,20 @@ def read_pytorch_bin(path):
   if not zipfile.is_zipfile(io.BytesIO(data)):
     raise CheckpointError("%s: legacy (non-zip) torch format is not supported; re-save it "
                           "with a recent torch or convert it to model.safetensors" % path)
-  with zipfile.ZipFile(io.BytesIO(data)) as archive:
-    pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
-    if len(pickles) != 1:
-      raise CheckpointError("%s: expected one data.pkl in the archive" % path)
-    root = pickles[0][:-len("/data.pkl")]
-    state = _RestrictedUnpickler(io.BytesIO(archive.read(pickles[0])), archive, root).load()
+  try:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+      pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
+      if len(pickles) != 1:
+        raise CheckpointError("%s: expected one data.pkl in the archive" % path)
+      root = pickles[0][:-len("/data.pkl")]
+      state = _RestrictedUnpickler(io.BytesIO(archive.read(pickles[0])), archive, root,
+                                   path).load()
+  except CheckpointError:
+    raise
+  except Exception as e:  # pylint: disable=broad-except  (a damaged archive or pickle)
+    raise CheckpointError("%s: unreadable torch archive: %s: %s"
+                          % (path, type(e).__name__, e)) from None
   if not isinstance(state, dict):
     raise CheckpointError("%s: expected a state dict, got %s" % (path, type(state).__name__))
-  return {k: np.asarray(v) for k, v in state.items() if isinstance(v, np.ndarray)}
+  return {name: _tensor_from_spec(path, name, value) for name, value in state.items()
+          if isinstance(value, _TensorSpec)}

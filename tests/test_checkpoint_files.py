@@ -1,0 +1,169 @@
+"""Untrusted weight files: crafted pytorch_model.bin and model.safetensors files are refused
+with a CheckpointError naming the file and the tensor, before any read past a buffer or any
+allocation on the file's word; well-formed ones (views, scalars, bf16) read exactly.
+
+The pytorch_model.bin files are written without torch: stand-in `torch` / `torch._utils`
+modules give the pickle the same global names torch.save writes."""
+
+import collections
+import json
+import pickle
+import struct
+import sys
+import types
+import zipfile
+
+import numpy as np
+import pytest
+
+from bert_keras import checkpoints
+
+
+class _Storage:
+  def __init__(self, key, array):
+    self.key, self.array = key, array
+
+
+class _Tensor:
+  def __init__(self, storage, offset, size, stride):
+    self.args = (storage, offset, tuple(size), tuple(stride), False, collections.OrderedDict())
+
+
+@pytest.fixture
+def write_bin(monkeypatch, tmp_path):
+  """write_bin({name: _Tensor}) -> path of a torch.save-style zip (archive/data.pkl + storages)."""
+  torch = types.ModuleType("torch")
+  utils = types.ModuleType("torch._utils")
+
+  def _rebuild_tensor_v2(*args):
+    raise AssertionError("never called here")
+  _rebuild_tensor_v2.__module__ = "torch._utils"
+  _rebuild_tensor_v2.__qualname__ = "_rebuild_tensor_v2"
+  utils._rebuild_tensor_v2 = _rebuild_tensor_v2
+  storage_types = {}
+  for name in ("FloatStorage", "LongStorage", "BFloat16Storage"):
+    storage_types[name] = type(name, (), {"__module__": "torch"})
+    setattr(torch, name, storage_types[name])
+  monkeypatch.setitem(sys.modules, "torch", torch)
+  monkeypatch.setitem(sys.modules, "torch._utils", utils)
+  _Tensor.__reduce__ = lambda self: (_rebuild_tensor_v2, self.args)
+
+  def write(state, storage_type="FloatStorage", raw=None):
+    storages = {}
+
+    class Pickler(pickle.Pickler):
+      def persistent_id(self, obj):
+        if isinstance(obj, _Storage):
+          storages[obj.key] = obj.array
+          return ("storage", storage_types[storage_type], obj.key, "cpu", obj.array.size)
+        return None
+    path = tmp_path / "pytorch_model.bin"
+    import io
+    buffer = io.BytesIO()
+    Pickler(buffer, protocol=2).dump(collections.OrderedDict(state))
+    with zipfile.ZipFile(path, "w") as archive:
+      archive.writestr("archive/data.pkl", buffer.getvalue())
+      for key, array in storages.items():
+        archive.writestr("archive/data/%s" % key, raw if raw is not None else array.tobytes())
+    return str(path)
+  return write
+
+
+def test_well_formed_bin_reads_views_and_scalars(write_bin):
+  storage = _Storage("0", np.arange(6, dtype=np.float32))
+  path = write_bin({"matrix": _Tensor(storage, 0, [2, 3], [3, 1]),
+                    "transposed": _Tensor(storage, 0, [3, 2], [1, 3]),
+                    "row": _Tensor(storage, 3, [3], [1]),
+                    "scalar": _Tensor(storage, 5, [], []),
+                    "empty": _Tensor(storage, 0, [0, 4], [4, 1])})
+  read = checkpoints.read_pytorch_bin(path)
+  np.testing.assert_array_equal(read["matrix"], [[0, 1, 2], [3, 4, 5]])
+  np.testing.assert_array_equal(read["transposed"], [[0, 3], [1, 4], [2, 5]])
+  np.testing.assert_array_equal(read["row"], [3, 4, 5])
+  assert read["scalar"].shape == () and read["scalar"] == 5
+  assert read["empty"].shape == (0, 4)
+
+
+@pytest.mark.parametrize("offset, size, stride, what", [
+    (0, [1000], [1], "past its storage"),           # 1,000 floats claimed over 4
+    (0, [100000000], [1], "past its storage"),      # 1e8: would segfault as_strided
+    (3, [2], [1], "past its storage"),              # offset + extent one past the end
+    (0, [2, 2], [2, 1], None),                      # exactly the storage: fine
+    (0, [10**6, 10**6], [0, 0], "past its storage"),  # broadcast to 1e12 elements
+    (0, [2], [-1], "non-negative integers"),        # a negative stride reads before it
+    (-1, [2], [1], "non-negative integers"),
+    (0, [2.5], [1], "non-negative integers"),
+    (0, [2, 2], [1], "differ in rank"),
+    (2**70, [1], [1], "past its storage"),          # overflowing values
+])
+def test_crafted_extents_are_refused(write_bin, offset, size, stride, what):
+  storage = _Storage("0", np.arange(4, dtype=np.float32))
+  path = write_bin({"bert.embeddings.word_embeddings.weight":
+                    _Tensor(storage, offset, size, stride)})
+  if what is None:
+    assert checkpoints.read_pytorch_bin(path)[
+        "bert.embeddings.word_embeddings.weight"].shape == (2, 2)
+    return
+  with pytest.raises(checkpoints.CheckpointError,
+                     match=r"pytorch_model.bin: tensor bert.embeddings.word_embeddings.weight: .*"
+                           + what):
+    checkpoints.read_pytorch_bin(path)
+
+
+def test_crafted_storages_are_refused(write_bin):
+  storage = _Storage("0", np.arange(4, dtype=np.float32))
+  # 7 bytes are not a whole number of floats.
+  path = write_bin({"w": _Tensor(storage, 0, [1], [1])}, raw=b"\0" * 7)
+  with pytest.raises(checkpoints.CheckpointError, match="not a whole number of 4-byte"):
+    checkpoints.read_pytorch_bin(path)
+
+
+def test_refused_globals_are_checkpoint_errors(tmp_path):
+  class Evil:
+    def __reduce__(self):
+      import os
+      return (os.system, ("echo pwned > /dev/null",))
+  path = tmp_path / "pytorch_model.bin"
+  with zipfile.ZipFile(path, "w") as archive:
+    archive.writestr("archive/data.pkl", pickle.dumps({"x": Evil()}, protocol=2))
+  with pytest.raises(checkpoints.CheckpointError, match="refusing to load posix.system"):
+    checkpoints.read_pytorch_bin(str(path))
+  with zipfile.ZipFile(path, "w") as archive:
+    archive.writestr("archive/data.pkl", b"\x80\x02}q\x00(X\x01")  # cut short
+  with pytest.raises(checkpoints.CheckpointError, match="unreadable torch archive"):
+    checkpoints.read_pytorch_bin(str(path))
+
+
+def _safetensors(path, header, body):
+  raw = json.dumps(header).encode()
+  path.write_bytes(struct.pack("<Q", len(raw)) + raw + body)
+  return str(path)
+
+
+@pytest.mark.parametrize("entry, what", [
+    ({"dtype": "F32", "shape": [1000], "data_offsets": [0, 4000]}, "not a range inside"),
+    ({"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 8]}, "needs 16 bytes"),
+    ({"dtype": "F32", "shape": [4], "data_offsets": [8, 4]}, "not a range inside"),
+    ({"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]}, "non-negative integers"),
+    ({"dtype": "F32", "shape": [10**9, 10**9], "data_offsets": [0, 16]}, "needs"),
+    ({"dtype": "X99", "shape": [4], "data_offsets": [0, 16]}, "unsupported dtype"),
+    ({"dtype": "F32", "shape": [4]}, "data_offsets None"),
+])
+def test_crafted_safetensors_headers_are_refused(tmp_path, entry, what):
+  path = _safetensors(tmp_path / "model.safetensors", {"w": entry}, b"\0" * 16)
+  with pytest.raises(checkpoints.CheckpointError, match="model.safetensors: tensor w: .*" + what):
+    checkpoints.read_safetensors(path)
+
+
+def test_crafted_safetensors_header_lengths(tmp_path):
+  path = tmp_path / "model.safetensors"
+  path.write_bytes(struct.pack("<Q", 10**12) + b"{}")
+  with pytest.raises(checkpoints.CheckpointError, match="header length .* exceeds the file"):
+    checkpoints.read_safetensors(str(path))
+  path.write_bytes(b"\x01\x02")
+  with pytest.raises(checkpoints.CheckpointError, match="not a safetensors file"):
+    checkpoints.read_safetensors(str(path))
+  ok = _safetensors(tmp_path / "ok.safetensors",
+                    {"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}},
+                    np.arange(4, dtype=np.float32).tobytes())
+  np.testing.assert_array_equal(checkpoints.read_safetensors(ok)["w"], [[0, 1], [2, 3]])
