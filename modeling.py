@@ -32,6 +32,7 @@ while LayerNorm, softmax, the logits and the losses are float32.
 from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
 import copy
 import json
+import os
 import math
 
 import keras
@@ -100,12 +101,58 @@ class BertConfig(object):
   @classmethod
   def from_json_file(cls, json_file):
     """Reads a bert_config.json (local or gs://); a HuggingFace config.json is recognised by
-    its "model_type"/"architectures" keys and read with from_hf_dict."""
-    with tf.io.gfile.GFile(json_file, "r") as reader:
-      json_object = json.loads(reader.read())
-    if _is_hf_config(json_object):
-      return cls.from_hf_dict(json_object)
-    return cls.from_dict(json_object)
+    its "model_type"/"architectures" keys and read with from_hf_dict. The config is
+    validated; any problem is a ValueError whose message starts with the file's name."""
+    try:
+      with tf.io.gfile.GFile(json_file, "r") as reader:
+        json_object = json.loads(reader.read())
+    except tf.errors.OpError as e:
+      raise ValueError("%s: cannot read it: %s" % (json_file, e.message)) from None
+    except UnicodeDecodeError as e:
+      raise ValueError("%s: not UTF-8 text (%s)" % (json_file, e.reason)) from None
+    except ValueError as e:
+      raise ValueError("%s: not valid JSON: %s" % (json_file, e)) from None
+    if not isinstance(json_object, dict):
+      raise ValueError("%s: not a JSON object of config fields" % json_file)
+    config = (cls.from_hf_dict if _is_hf_config(json_object) else cls.from_dict)(json_object)
+    try:
+      config.validate()
+    except ValueError as e:
+      raise ValueError("%s: %s" % (json_file, e)) from None
+    return config
+
+  def validate(self):
+    """Raises ValueError naming the first field that no BertModel can be built from, or a
+    model whose float32 weights alone would not fit in this machine's memory."""
+    for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                 "intermediate_size", "max_position_embeddings", "type_vocab_size"):
+      value = getattr(self, name, None)
+      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError("%s must be a positive integer, got %r" % (name, value))
+    if self.hidden_size % self.num_attention_heads:
+      raise ValueError("The hidden size (%d) is not a multiple of the number of attention "
+                       "heads (%d)" % (self.hidden_size, self.num_attention_heads))
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+      value = getattr(self, name, None)
+      if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
+        raise ValueError("%s must be a number in [0, 1), got %r" % (name, value))
+    if not isinstance(self.initializer_range, (int, float)) or self.initializer_range < 0:
+      raise ValueError("initializer_range must be a non-negative number, got %r"
+                       % (self.initializer_range,))
+    get_activation(self.hidden_act)
+    gigabytes, available = 4 * self.num_parameters() / 1e9, _memory_bytes() / 1e9
+    if gigabytes > available:
+      raise ValueError("these sizes make a model of %.3g parameters (%.3g GB of float32 "
+                       "weights), more than this machine's %.1f GB of memory"
+                       % (self.num_parameters(), gigabytes, available))
+
+  def num_parameters(self):
+    """The encoder's parameter count (embeddings, L blocks, pooler), computed in Python."""
+    hidden, inner = self.hidden_size, self.intermediate_size
+    embeddings = (self.vocab_size + self.max_position_embeddings + self.type_vocab_size
+                  + 2) * hidden
+    block = 4 * (hidden + 1) * hidden + (hidden + 1) * inner + (inner + 1) * hidden + 4 * hidden
+    return embeddings + self.num_hidden_layers * block + (hidden + 1) * hidden
 
   def to_dict(self):
     return copy.deepcopy(self.__dict__)
@@ -118,6 +165,14 @@ class BertConfig(object):
 
   def __eq__(self, other):
     return isinstance(other, BertConfig) and self.to_dict() == other.to_dict()
+
+
+def _memory_bytes():
+  """This machine's physical memory (bytes); 1 TB where it cannot be read."""
+  try:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  except (ValueError, OSError, AttributeError):
+    return 1 << 40
 
 
 def _is_hf_config(json_object):
@@ -571,6 +626,7 @@ class BertModel(keras.Model):
     kwargs.setdefault("name", "bert")
     super().__init__(**kwargs)
     self.config = c = _as_config(config)
+    c.validate()  # before any weight is allocated
     self.embeddings = Embeddings(c, name="embeddings", dtype=self.dtype_policy)
     # One attribute per block (not a list): TF2 object checkpoints do not follow Keras 3's
     # tracked lists, so tf.train.Checkpoint(model=...) would silently miss the blocks.

@@ -459,3 +459,49 @@ def test_dropout_masks_differ_between_replicas():
   result = subprocess.run([sys.executable, "-c", _REPLICA_DROPOUT], capture_output=True,
                           text=True, timeout=300)
   assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
+
+
+# ----------------------------------------------------------------------------
+# Config validation: a bad or absurd config is a one-line ValueError naming the file and
+# field, before any weight is allocated.
+
+@pytest.mark.parametrize("change, message", [
+    ({"hidden_size": 64.5}, "hidden_size must be a positive integer, got 64.5"),
+    ({"num_hidden_layers": 1e6}, "num_hidden_layers must be a positive integer"),
+    ({"num_attention_heads": 3}, r"The hidden size \(64\) is not a multiple of the number"),
+    ({"vocab_size": 0}, "vocab_size must be a positive integer"),
+    ({"hidden_dropout_prob": 1.5}, r"hidden_dropout_prob must be a number in \[0, 1\)"),
+    ({"hidden_act": "swishy"}, "Unsupported activation: swishy"),
+    ({"hidden_size": 10**9, "num_attention_heads": 1},
+     "these sizes make a model of 9e.18 parameters"),
+    ({"num_hidden_layers": 10**6}, "these sizes make a model of .* more than this"),
+])
+def test_config_file_validation(tmp_path, change, message):
+  config = dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=128, max_position_embeddings=64, type_vocab_size=2)
+  path = tmp_path / "bert_config.json"
+  path.write_text(json.dumps(dict(config, **change)))
+  with pytest.raises(ValueError, match=str(path) + ": " + message):
+    modeling.BertConfig.from_json_file(str(path))
+  with pytest.raises(ValueError, match=message):  # built from a dict: BertModel checks
+    modeling.BertModel(modeling.BertConfig.from_dict(dict(config, **change)))
+
+
+def test_config_file_errors_name_the_file(tmp_path):
+  path = tmp_path / "bert_config.json"
+  path.write_text('{"vocab_size": 100,')
+  with pytest.raises(ValueError, match=str(path) + ": not valid JSON"):
+    modeling.BertConfig.from_json_file(str(path))
+  path.write_bytes(b'{"vocab_size": "\xff"}')
+  with pytest.raises(ValueError, match=str(path) + ": not UTF-8"):
+    modeling.BertConfig.from_json_file(str(path))
+  with pytest.raises(ValueError, match="missing.json: cannot read it"):
+    modeling.BertConfig.from_json_file(str(tmp_path / "missing.json"))
+
+
+def test_num_parameters_counts_the_built_model():
+  config = modeling.BertConfig(vocab_size=97, hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, intermediate_size=48,
+                               max_position_embeddings=40, type_vocab_size=3)
+  model = modeling.BertModel(config)
+  assert config.num_parameters() == sum(int(np.prod(v.shape)) for v in model.weights)
