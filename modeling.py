@@ -303,8 +303,7 @@ class Embeddings(keras.layers.Layer):
     super().__init__(**kwargs)
     self.config = _as_config(config)
     self.layer_norm = LayerNorm(_layer_norm_epsilon(self.config), name="LayerNorm")
-    self.dropout = Dropout(self.config.hidden_dropout_prob,
-                                          dtype=self.dtype_policy)
+    self.dropout = Dropout(self.config.hidden_dropout_prob, dtype=self.dtype_policy)
 
   def build(self, input_shape=None):
     c = self.config
@@ -364,8 +363,7 @@ class SelfAttention(keras.layers.Layer):
                                name=name, dtype=self.dtype_policy)
     self.query, self.key, self.value = dense("query"), dense("key"), dense("value")
     self.output_dense = dense("dense")
-    self.dropout = Dropout(c.attention_probs_dropout_prob,
-                                          dtype=self.dtype_policy)
+    self.dropout = Dropout(c.attention_probs_dropout_prob, dtype=self.dtype_policy)
 
   def build(self, input_shape=None):
     shape = (None, None, self.config.hidden_size)
@@ -433,12 +431,10 @@ class TransformerBlock(keras.layers.Layer):
     self.config = c = _as_config(config)
     eps = _layer_norm_epsilon(c)
     self.attention = SelfAttention(c, name="attention", dtype=self.dtype_policy)
-    self.attention_dropout = Dropout(c.hidden_dropout_prob,
-                                                  dtype=self.dtype_policy)
+    self.attention_dropout = Dropout(c.hidden_dropout_prob, dtype=self.dtype_policy)
     self.attention_layer_norm = LayerNorm(eps, name="attention_LayerNorm")
     self.feed_forward = FeedForward(c, name="feed_forward", dtype=self.dtype_policy)
-    self.output_dropout = Dropout(c.hidden_dropout_prob,
-                                               dtype=self.dtype_policy)
+    self.output_dropout = Dropout(c.hidden_dropout_prob, dtype=self.dtype_policy)
     self.output_layer_norm = LayerNorm(eps, name="output_LayerNorm")
 
   def build(self, input_shape=None):
@@ -807,22 +803,40 @@ class BertSquad(keras.Model):
 # 5. Losses (float32)
 # ----------------------------------------------------------------------------------------------
 
-def masked_lm_loss(logits, label_ids, label_weights):
-  """sum(w * -log p(label)) / (sum(w) + 1e-5), as run_pretraining.
+def masked_lm_per_position_loss(logits, label_ids):
+  """-log p(label) at each masked position: logits [B, P, V], label_ids int [B, P] ->
+  float32 [B, P]."""
+  return tf.nn.sparse_softmax_cross_entropy_with_logits(
+      labels=tf.cast(label_ids, tf.int32), logits=tf.cast(logits, tf.float32))
+
+
+def next_sentence_per_example_loss(logits, labels):
+  """-log p(label) per example: logits [B, 2], labels int [B] or [B, 1] (0 = is next) ->
+  float32 [B]."""
+  return tf.nn.sparse_softmax_cross_entropy_with_logits(
+      labels=tf.reshape(tf.cast(labels, tf.int32), [-1]), logits=tf.cast(logits, tf.float32))
+
+
+def masked_lm_loss(logits, label_ids, label_weights, weight_sum=None):
+  """sum(w * -log p(label)) / (weight_sum + 1e-5), as run_pretraining; weight_sum defaults
+  to sum(w) of this batch (a distributed loop passes the sum over the global batch).
 
   logits [B, P, V], label_ids int [B, P], label_weights float [B, P] -> scalar float32.
   """
-  log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-  per_example = -tf.gather(log_probs, tf.cast(label_ids, tf.int32), batch_dims=2)
   weights = tf.cast(label_weights, tf.float32)
-  return tf.reduce_sum(weights * per_example) / (tf.reduce_sum(weights) + 1e-5)
+  if weight_sum is None:
+    weight_sum = tf.reduce_sum(weights)
+  return (tf.reduce_sum(weights * masked_lm_per_position_loss(logits, label_ids)) /
+          (weight_sum + 1e-5))
 
 
-def next_sentence_loss(logits, labels):
-  """Mean -log p(label) over the batch. logits [B, 2], labels int [B] or [B, 1] (0 = is next)."""
-  log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-  labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
-  return -tf.reduce_mean(tf.gather(log_probs, labels, batch_dims=1))
+def next_sentence_loss(logits, labels, num_examples=None):
+  """The sum of -log p(label) over the batch / num_examples (default: this batch's size, i.e.
+  the batch mean). logits [B, 2], labels int [B] or [B, 1] (0 = is next) -> scalar float32."""
+  per_example = next_sentence_per_example_loss(logits, labels)
+  if num_examples is None:
+    num_examples = tf.cast(tf.shape(per_example)[0], tf.float32)
+  return tf.reduce_sum(per_example) / num_examples
 
 
 def classifier_loss(logits, label_ids):
@@ -847,13 +861,16 @@ def squad_loss(start_logits, end_logits, start_positions, end_positions):
   return (nll(start_logits, start_positions) + nll(end_logits, end_positions)) / 2.0
 
 
-def pretraining_loss(outputs, features):
-  """masked_lm_loss + next_sentence_loss from BertPretrainer outputs and the run_pretraining
-  features (masked_lm_ids, masked_lm_weights, next_sentence_labels)."""
+def pretraining_loss(outputs, features, masked_lm_weight_sum=None, num_examples=None):
+  """masked_lm_loss + next_sentence_loss from BertPretrainer outputs (masked_lm_logits
+  [B, P, V], next_sentence_logits [B, 2]) and the run_pretraining features (masked_lm_ids,
+  masked_lm_weights [B, P], next_sentence_labels [B, 1]) -> scalar float32. The
+  denominators default to this batch's own; run_pretraining's loop passes the global
+  batch's sum of masked_lm_weights and number of examples."""
   return (masked_lm_loss(outputs["masked_lm_logits"], features["masked_lm_ids"],
-                         features["masked_lm_weights"])
+                         features["masked_lm_weights"], masked_lm_weight_sum)
           + next_sentence_loss(outputs["next_sentence_logits"],
-                               features["next_sentence_labels"]))
+                               features["next_sentence_labels"], num_examples))
 
 
 # ----------------------------------------------------------------------------------------------

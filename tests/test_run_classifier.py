@@ -369,9 +369,9 @@ def test_flags_match_the_original():
 _WORKER = """
 import json
 from absl import logging
-from bert_keras import run_classifier, training
+from bert_keras import distribution, run_classifier
 logging.set_verbosity(logging.INFO)
-strategy = training.build_strategy("multi_worker_mirrored")
+strategy = distribution.build_strategy("multi_worker_mirrored")
 assert strategy.num_replicas_in_sync == 2
 results = run_classifier.run(run_classifier.options(**{options!r}), strategy)
 print("RESULT", json.dumps({{k: str(v) for k, v in results["eval"].items()}}), flush=True)

@@ -21,9 +21,12 @@ import tensorflow as tf
 
 import oracle
 from conftest import run_workers, worker_results
+from bert_keras import cli
+from bert_keras import distribution
+from bert_keras import input_pipeline
 from bert_keras import modeling
 from bert_keras import run_pretraining
-from bert_keras import training
+from bert_keras import training_checkpoints
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SEQ, PRED, VOCAB = 32, 5, 100
@@ -152,7 +155,7 @@ def test_losses_and_metrics_match_spec_formulas():
 
 
 def test_eval_results_format():
-  text = training.format_results({"loss": np.float32(0.0979674), "global_step": np.int64(20),
+  text = cli.format_results({"loss": np.float32(0.0979674), "global_step": np.int64(20),
                                   "masked_lm_accuracy": np.float32(0.985479)})
   assert text == "global_step = 20\nloss = 0.0979674\nmasked_lm_accuracy = 0.985479\n"
 
@@ -160,12 +163,12 @@ def test_eval_results_format():
 def test_input_pipeline_is_seekable(data):
   """The training input order is a pure function of the seed: skipping the records
   consumed by k steps gives exactly the batches an uninterrupted iterator gives next."""
-  files = training.expand_input_files(str(data / "part-*.tfrecord"))
+  files = input_pipeline.expand_input_files(str(data / "part-*.tfrecord"))
   decode = run_pretraining.decode_fn(SEQ, PRED)
   full = [b["input_ids"].numpy() for b in
-          training.training_dataset(files, decode, 4, seed=3).take(30)]
+          input_pipeline.training_dataset(files, decode, 4, seed=3).take(30)]
   resumed = [b["input_ids"].numpy() for b in
-             training.training_dataset(files, decode, 4, seed=3, skip_records=4 * 17).take(13)]
+             input_pipeline.training_dataset(files, decode, 4, seed=3, skip_records=4 * 17).take(13)]
   for a, b in zip(full[17:], resumed):
     np.testing.assert_array_equal(a, b)
   assert full[0].shape == (4, SEQ) and full[0].dtype == np.int32
@@ -183,11 +186,11 @@ def test_gradient_accumulation_equals_large_batch(data, tmp_path):
   model = modeling.BertPretrainer(modeling.BertConfig.from_json_file(
       str(data / "config_nodropout.json")))
   names = modeling.tf1_variable_map(model)
-  assert training.restore_model_variables(str(tmp_path / "big" / "model.ckpt-6"), names) == \
+  assert training_checkpoints.restore_model_variables(str(tmp_path / "big" / "model.ckpt-6"), names) == \
       len(names)
   _assert_same_weights(_weights(tmp_path / "big" / "bert_model.ckpt"),
                        {n: v.numpy() for n, v in names.items()}, atol=0)
-  assert training.restore_model_variables(str(data / "init" / "bert_model.ckpt"), names) is None
+  assert training_checkpoints.restore_model_variables(str(data / "init" / "bert_model.ckpt"), names) is None
 
 
 def test_xla_mixed_precision_and_lamb_run(data, tmp_path):
@@ -207,7 +210,7 @@ def test_xla_mixed_precision_and_lamb_run(data, tmp_path):
         assert results["global_step"] == 2
         assert all(np.isfinite(float(v)) for v in results.values())
   finally:
-    training.set_dtype_policy("float32")
+    distribution.set_dtype_policy("float32")
 
 
 def test_bad_flags_raise_one_line_errors(data, tmp_path):
@@ -284,12 +287,12 @@ _MIRRORED = """
 import sys, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from bert_keras import run_pretraining, training
+from bert_keras import distribution, run_pretraining
 runs = {{"one_device": (["/cpu:0"], 1), "mirrored": (["/cpu:0", "/cpu:1"], 1),
         "mirrored_accum": (["/cpu:0", "/cpu:1"], 2)}}
 for name, (devices, accum) in runs.items():
   kind = "one_device" if len(devices) == 1 else "mirrored"
-  strategy = training.build_strategy(kind, devices=devices)
+  strategy = distribution.build_strategy(kind, devices=devices)
   assert strategy.num_replicas_in_sync == len(devices)
   o = run_pretraining.options(**{options!r}, output_dir={out!r} + "/" + name,
                               gradient_accumulation_steps=accum)
@@ -314,15 +317,15 @@ def test_mirrored_two_replicas_equals_one_device(data, tmp_path):
 
 _WORKER = """
 import hashlib, json, sys, numpy as np
-from bert_keras import run_pretraining, training
+from bert_keras import distribution, run_pretraining, training
 models = []
-build = run_pretraining.build_model_and_optimizer
+build = training.build_trainer
 def capture(*args):
-  model, optimizer = build(*args)
-  models.append(model)
-  return model, optimizer
-run_pretraining.build_model_and_optimizer = capture
-strategy = training.build_strategy("multi_worker_mirrored")
+  trainer = build(*args)
+  models.append(trainer.model)
+  return trainer
+training.build_trainer = capture
+strategy = distribution.build_strategy("multi_worker_mirrored")
 assert strategy.num_replicas_in_sync == 2
 o = run_pretraining.options(**{options!r})
 results = run_pretraining.run(o, strategy)
@@ -398,8 +401,8 @@ def test_sigkill_and_restart_resumes_exactly(data, tmp_path):
 def test_xla_is_on_by_default_only_where_it_helps():
   # --use_xla unset (None) means: on for GPU/TPU devices, off on CPU.
   assert run_pretraining.DEFAULTS["use_xla"] is None
-  assert not training.default_use_xla(tf.distribute.OneDeviceStrategy("/cpu:0"))
+  assert not distribution.default_use_xla(tf.distribute.OneDeviceStrategy("/cpu:0"))
 
   class FakeExtended:
     worker_devices = ("/job:localhost/replica:0/task:0/device:GPU:0",)
-  assert training.default_use_xla(type("FakeStrategy", (), {"extended": FakeExtended})())
+  assert distribution.default_use_xla(type("FakeStrategy", (), {"extended": FakeExtended})())

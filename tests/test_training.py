@@ -10,7 +10,7 @@ _SCRIPT = """
 import numpy as np, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from bert_keras import modeling, training
+from bert_keras import distribution, inference, modeling
 config = modeling.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
                              num_attention_heads=2, intermediate_size=24,
                              max_position_embeddings=12)
@@ -22,7 +22,7 @@ data = {"input_ids": rng.randint(0, 50, [n, s]).astype(np.int32),
         "row": np.arange(n, dtype=np.int32)}
 results, weights = {}, None
 for name, devices in (("one_device", ["/cpu:0"]), ("mirrored", ["/cpu:0", "/cpu:1"])):
-  strategy = training.build_strategy(name, devices=devices)
+  strategy = distribution.build_strategy(name, devices=devices)
   with strategy.scope():
     model = modeling.BertModel(config)
   if weights is None:
@@ -32,9 +32,9 @@ for name, devices in (("one_device", ["/cpu:0"]), ("mirrored", ["/cpu:0", "/cpu:
     out = model(batch, training=False)
     return {"row": batch["row"], "pooled": out["pooled_output"],
             "layers": [out["encoder_outputs"][0], out["sequence_output"]]}
-  infer = training.make_inference_fn(strategy, forward)
+  infer = inference.make_inference_fn(strategy, forward)
   ds = tf.data.Dataset.from_tensor_slices(data).batch(5)  # 5, 5, 3 rows; 5 is odd
-  batches = list(training.infer_dataset(infer, ds, 5))
+  batches = list(inference.infer_dataset(infer, ds, 5))
   assert [len(b["row"]) for b, _ in batches] == [5, 5, 3]
   outs = [o for _, o in batches]
   results[name] = {"row": np.concatenate([o["row"] for o in outs]),
