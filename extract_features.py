@@ -73,7 +73,7 @@ def define_flags():
 
 
 # ----------------------------------------------------------------------------
-# Examples and features (spec 9.2).
+# Examples and features.
 
 # Errors of file systems (local, gs://) that mean "this path cannot be used".
 _FILE_ERRORS = (tf.errors.NotFoundError, tf.errors.PermissionDeniedError,

@@ -77,7 +77,7 @@ def define_flags():
 
 
 # ----------------------------------------------------------------------------
-# Examples and processors (spec 7.2 / 7.3).
+# Examples and processors.
 
 class InputExample(object):
   """A single training/test example: guid, text_a, optional text_b (pair tasks) and the
@@ -261,7 +261,7 @@ PROCESSORS = {"cola": ColaProcessor, "mnli": MnliProcessor, "mrpc": MrpcProcesso
 
 
 # ----------------------------------------------------------------------------
-# Features (spec 7.4).
+# Features.
 
 def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer):
   """InputExample -> InputFeatures: [CLS] a [SEP] (segment 0) [b [SEP]] (segment 1),
@@ -324,7 +324,7 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
 def decode_fn(seq_length):
   """Serialized tf.train.Example -> dict of int32 tensors (label_ids, is_real_example
   scalars), as the original's file_based_input_fn_builder."""
-  spec = {
+  feature_types = {
       "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
@@ -333,14 +333,14 @@ def decode_fn(seq_length):
   }
 
   def decode(record):
-    example = tf.io.parse_single_example(record, spec)
+    example = tf.io.parse_single_example(record, feature_types)
     return {k: tf.cast(v, tf.int32) for k, v in example.items()}
 
   return decode
 
 
 # ----------------------------------------------------------------------------
-# Training loss (spec 7.5).
+# Training loss.
 
 class ClassifierTask(training.ExampleMeanTask):
   """The batch mean of classifier_loss over the GLOBAL batch."""

@@ -76,12 +76,12 @@ def define_flags():
 
 
 # ----------------------------------------------------------------------------
-# Input (spec 5.3 / 6.2).
+# Input.
 
 
 def decode_fn(max_seq_length, max_predictions_per_seq):
   """Serialized tf.train.Example -> dict of int32 / float32 tensors (int64 cast to int32)."""
-  spec = {
+  feature_types = {
       "input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
@@ -92,14 +92,14 @@ def decode_fn(max_seq_length, max_predictions_per_seq):
   }
 
   def decode(record):
-    example = tf.io.parse_single_example(record, spec)
+    example = tf.io.parse_single_example(record, feature_types)
     return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()}
 
   return decode
 
 
 # ----------------------------------------------------------------------------
-# Losses and metrics (spec 6.3).
+# Losses and metrics.
 
 class PretrainingTask(training.Task):
   """modeling.pretraining_loss (MLM loss sum(w * loss) / (sum(w) + 1e-5) plus the mean NSP

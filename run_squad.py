@@ -103,7 +103,7 @@ def define_flags():
 
 
 # ----------------------------------------------------------------------------
-# Reading the SQuAD JSON (spec 8.2).
+# Reading the SQuAD JSON.
 
 class SquadExample(object):
   """One question on one paragraph. doc_tokens: the paragraph split on SQuAD whitespace;
@@ -243,7 +243,7 @@ def _read_question(qa, doc_tokens, char_to_word_offset, is_training, version_2_w
 
 
 # ----------------------------------------------------------------------------
-# Features (spec 8.3).
+# Features.
 
 class InputFeatures(object):
   """One window of one example: tokens [CLS] query [SEP] doc-window [SEP]; input_ids,
@@ -481,25 +481,25 @@ def decode_fn(seq_length, is_training):
   """Serialized tf.train.Example -> dict of int32 tensors: unique_ids (scalar), input_ids,
   input_mask, segment_ids [S] and, when training, start_positions / end_positions (scalars);
   is_impossible is written but not read, as the original."""
-  spec = {
+  feature_types = {
       "unique_ids": tf.io.FixedLenFeature([], tf.int64),
       "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
   }
   if is_training:
-    spec["start_positions"] = tf.io.FixedLenFeature([], tf.int64)
-    spec["end_positions"] = tf.io.FixedLenFeature([], tf.int64)
+    feature_types["start_positions"] = tf.io.FixedLenFeature([], tf.int64)
+    feature_types["end_positions"] = tf.io.FixedLenFeature([], tf.int64)
 
   def decode(record):
-    example = tf.io.parse_single_example(record, spec)
+    example = tf.io.parse_single_example(record, feature_types)
     return {k: tf.cast(v, tf.int32) for k, v in example.items()}
 
   return decode
 
 
 # ----------------------------------------------------------------------------
-# Training and prediction (spec 8.4).
+# Training and prediction.
 
 class SquadTask(training.ExampleMeanTask):
   """The batch mean of squad_loss ((start + end cross-entropy) / 2) over the GLOBAL batch."""
@@ -537,7 +537,7 @@ def predict_results(model, record_file, seq_length, batch_size, strategy=None, u
 
 
 # ----------------------------------------------------------------------------
-# Post-processing (spec 8.5).
+# Post-processing.
 
 _Prelim = collections.namedtuple(
     "PrelimPrediction", ["feature_index", "start_index", "end_index", "start_logit",

@@ -387,5 +387,5 @@ def test_cli_writes_and_logs(tmp_path):
   count, _ = _run(sorted(files), str(api / "x"), vocab, dupe_factor=2, max_seq_length=48,
                   num_shards=2)
   assert written == count > 0
-  assert [(out / n).read_bytes() for n in _outputs(out, "x-")] == \
-      [(api / n).read_bytes() for n in _outputs(api, "x-")]
+  assert ([(out / n).read_bytes() for n in _outputs(out, "x-")] ==
+          [(api / n).read_bytes() for n in _outputs(api, "x-")])
