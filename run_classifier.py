@@ -459,17 +459,18 @@ def _train_eval_predict(options, strategy, config, processor, label_list, tokeni
   num_warmup_steps = None
   if options.do_train:
     train_examples = processor.get_train_examples(options.data_dir)
-    num_train_steps = int(len(train_examples) / options.train_batch_size * options.num_train_epochs)
+    num_train_steps = int(len(train_examples) / options.train_batch_size *
+                          options.num_train_epochs)
     num_warmup_steps = int(num_train_steps * options.warmup_proportion)
     if num_train_steps < 1:
       raise ValueError(
-          f"--num_train_epochs={options.num_train_epochs}: {len(train_examples)} training examples "
-          f"/ --train_batch_size={options.train_batch_size} x epochs gives 0 training steps")
+          f"--num_train_epochs={options.num_train_epochs}: {len(train_examples)} training "
+          f"examples / --train_batch_size={options.train_batch_size} x epochs gives 0 "
+          "training steps")
 
   trainer = training.build_trainer(
       options, strategy, lambda: modeling.BertClassifier(config, len(label_list)),
       ClassifierTask(), num_train_steps or 1, num_warmup_steps or 0)
-  model = trainer.model
 
   if options.do_train:
     train_file = os.path.join(record_dir, "train.tf_record")
@@ -484,51 +485,63 @@ def _train_eval_predict(options, strategy, config, processor, label_list, tokeni
   else:
     training_checkpoints.restore_for_inference(trainer, options.output_dir,
                                                options.init_checkpoint)
-  global_step = int(trainer.global_step.numpy())
   results = {"eval": None, "predict": None}
-
   if options.do_eval:
-    eval_examples = processor.get_dev_examples(options.data_dir)
-    num_actual = len(eval_examples)
-    eval_file = os.path.join(record_dir, "eval.tf_record")
-    file_based_convert_examples_to_features(eval_examples, label_list, options.max_seq_length,
-                                            tokenizer, eval_file)
-    logging.info("***** Running evaluation *****")
-    logging.info("  Num examples = %d (%d actual, %d padding)", len(eval_examples),
-                 num_actual, len(eval_examples) - num_actual)
-    logging.info("  Batch size = %d", options.eval_batch_size)
-    logits, labels, real, sizes = predict_logits(model, eval_file, options.max_seq_length,
-                                                 options.eval_batch_size, strategy, trainer.use_xla)
-    metrics = eval_metrics(logits, labels, real, sizes, global_step)
-    logging.info("***** Eval results *****")
-    for key in sorted(metrics):
-      logging.info("  %s = %s", key, str(metrics[key]))
-    if chief:
-      cli.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
-                            cli.format_results(metrics))
-    results["eval"] = metrics
-
+    results["eval"] = _evaluate(options, trainer, processor, label_list, tokenizer, chief,
+                                record_dir)
   if options.do_predict:
-    predict_examples = processor.get_test_examples(options.data_dir)
-    num_actual = len(predict_examples)
-    predict_file = os.path.join(record_dir, "predict.tf_record")
-    file_based_convert_examples_to_features(predict_examples, label_list,
-                                            options.max_seq_length, tokenizer, predict_file)
-    logging.info("***** Running prediction*****")
-    logging.info("  Num examples = %d (%d actual, %d padding)", len(predict_examples),
-                 num_actual, len(predict_examples) - num_actual)
-    logging.info("  Batch size = %d", options.predict_batch_size)
-    logits, _, real, _ = predict_logits(model, predict_file, options.max_seq_length,
-                                        options.predict_batch_size, strategy, trainer.use_xla)
-    probabilities = softmax(logits)[real.astype(bool)]
-    lines = ["\t".join(str(p) for p in row) + "\n" for row in probabilities]
-    assert len(lines) == num_actual
-    logging.info("***** Predict results *****")
-    if chief:
-      cli.write_text_atomic(os.path.join(options.output_dir, "test_results.tsv"),
-                            "".join(lines))
-    results["predict"] = probabilities
+    results["predict"] = _predict(options, trainer, processor, label_list, tokenizer, chief,
+                                  record_dir)
   return results
+
+
+def _evaluate(options, trainer, processor, label_list, tokenizer, chief, record_dir):
+  """--do_eval: the dev set through eval.tf_record; logs the original's eval results, writes
+  them to eval_results.txt (chief) and returns them."""
+  eval_examples = processor.get_dev_examples(options.data_dir)
+  num_actual = len(eval_examples)
+  eval_file = os.path.join(record_dir, "eval.tf_record")
+  file_based_convert_examples_to_features(eval_examples, label_list, options.max_seq_length,
+                                          tokenizer, eval_file)
+  logging.info("***** Running evaluation *****")
+  logging.info("  Num examples = %d (%d actual, %d padding)", len(eval_examples),
+               num_actual, len(eval_examples) - num_actual)
+  logging.info("  Batch size = %d", options.eval_batch_size)
+  logits, labels, real, sizes = predict_logits(trainer.model, eval_file, options.max_seq_length,
+                                               options.eval_batch_size, trainer.strategy,
+                                               trainer.use_xla)
+  metrics = eval_metrics(logits, labels, real, sizes, int(trainer.global_step.numpy()))
+  logging.info("***** Eval results *****")
+  for key in sorted(metrics):
+    logging.info("  %s = %s", key, str(metrics[key]))
+  if chief:
+    cli.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
+                          cli.format_results(metrics))
+  return metrics
+
+
+def _predict(options, trainer, processor, label_list, tokenizer, chief, record_dir):
+  """--do_predict: the test set through predict.tf_record; writes the class probabilities of
+  each real example to test_results.tsv (chief) and returns them (float32 [N, labels])."""
+  predict_examples = processor.get_test_examples(options.data_dir)
+  num_actual = len(predict_examples)
+  predict_file = os.path.join(record_dir, "predict.tf_record")
+  file_based_convert_examples_to_features(predict_examples, label_list,
+                                          options.max_seq_length, tokenizer, predict_file)
+  logging.info("***** Running prediction*****")
+  logging.info("  Num examples = %d (%d actual, %d padding)", len(predict_examples),
+               num_actual, len(predict_examples) - num_actual)
+  logging.info("  Batch size = %d", options.predict_batch_size)
+  logits, _, real, _ = predict_logits(trainer.model, predict_file, options.max_seq_length,
+                                      options.predict_batch_size, trainer.strategy,
+                                      trainer.use_xla)
+  probabilities = softmax(logits)[real.astype(bool)]
+  lines = ["\t".join(str(p) for p in row) + "\n" for row in probabilities]
+  assert len(lines) == num_actual
+  logging.info("***** Predict results *****")
+  if chief:
+    cli.write_text_atomic(os.path.join(options.output_dir, "test_results.tsv"), "".join(lines))
+  return probabilities
 
 
 main = cli.script_main(run)

@@ -227,6 +227,8 @@ class Trainer:
     TensorBoard scalars and passed to log_fn(step, stats) if given, and a checkpoint is
     saved at the save_checkpoints_steps multiples and at the end. Returns the final step.
     """
+    if log_every_steps < 0:
+      raise ValueError(f"--log_every_steps={log_every_steps}: must be >= 0")
     chief = distribution.is_chief(self.strategy)
     directory = distribution.worker_dir(self.strategy, output_dir)
     tf.io.gfile.makedirs(directory)
@@ -332,7 +334,7 @@ def steps_to_run(step, num_train_steps, steps_per_loop, log_every_steps,
   save_checkpoints_steps (0: no such boundary), whichever comes first."""
   end = min(num_train_steps, step + steps_per_loop)
   for every in (log_every_steps, save_checkpoints_steps):
-    if every:
+    if every > 0:
       end = min(end, (step // every + 1) * every)
   return end - step
 
