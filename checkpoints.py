@@ -181,7 +181,7 @@ def load_checkpoint(model, path):
     * a HuggingFace directory with config.json and model.safetensors or pytorch_model.bin
       (read without unpickling arbitrary objects), or such a file itself; HF names, [out, in]
       Linear weights, with or without the "bert." prefix;
-    * a TF2 object-based checkpoint written by our training: training.make_checkpoint's
+    * a TF2 object-based checkpoint written by our training: training_checkpoints.make_checkpoint's
       `model_variables` (TF1 names), or plainly
       `tf.train.Checkpoint(model=model, optimizer=..., step=...).save(...)`; only the model
       variables are read (optimizer slots and step are reported unused). A BertModel can
@@ -307,7 +307,8 @@ def _restore_tf2(model, path, reader, shapes):
   """Loads the model variables of a TF2 object-based checkpoint (tf.train.Checkpoint).
 
   Two layouts are read:
-    * a `model_variables` dict keyed by the TF1 names, as training.make_checkpoint writes
+    * a `model_variables` dict keyed by the TF1 names, as training_checkpoints.make_checkpoint
+      writes
       ("model_variables/bert.Sembeddings.Sword_embeddings/.ATTRIBUTES/VARIABLE_VALUE");
     * the object graph of the model itself, tf.train.Checkpoint(model=model, ...)
       ("model/bert/embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE"), found wherever

@@ -43,6 +43,9 @@ def define_flags():
   flags.DEFINE_integer("max_unique_chars", 1000,
                        "Largest alphabet; words with rarer characters are not counted.")
   flags.DEFINE_integer("max_token_length", 50, "Longest word counted.")
+  flags.DEFINE_bool("lenient_decoding", False,
+                    "Drop bytes that are not UTF-8 instead of stopping with an error that "
+                    "names the file and line.")
   flags.mark_flags_as_required(["input_file", "output_file"])
 
 
@@ -56,14 +59,28 @@ def expand_input_files(patterns):
   return files
 
 
-def count_words(input_files, tokenizer, chunk_lines=20000):
-  """Counts the basic tokens (words and punctuation) of every line of the files."""
+def decode_text(raw, path, lenient_decoding=False):
+  """UTF-8 bytes -> str; ValueError naming the file and line of the first invalid byte, unless
+  lenient_decoding (those bytes are then dropped)."""
+  try:
+    return raw.decode("utf-8")
+  except UnicodeDecodeError as e:
+    if lenient_decoding:
+      return raw.decode("utf-8", "ignore")
+    line = raw.count(b"\n", 0, e.start) + 1
+    raise ValueError(f"--input_file {path}, line {line}: not valid UTF-8 ({e.reason}); pass "
+                     "--lenient_decoding to drop such bytes") from None
+
+
+def count_words(input_files, tokenizer, chunk_lines=20000, lenient_decoding=False):
+  """Counts the basic tokens (words and punctuation) of every line of the files (UTF-8:
+  see decode_text)."""
   import tensorflow as tf
   counts = collections.Counter()
   start, lines_read, megabytes = time.time(), 0, 0.0
   for path in input_files:
     with tf.io.gfile.GFile(path, "rb") as f:
-      lines = f.read().decode("utf-8", "ignore").split("\n")
+      lines = decode_text(f.read(), path, lenient_decoding).split("\n")
     megabytes += sum(map(len, lines)) / 1e6
     for i in range(0, len(lines), chunk_lines):
       for words in tokenizer.tokenize_batch(lines[i:i + chunk_lines]):
@@ -113,7 +130,10 @@ def main(_):
     raise SystemExit(
         f"error: --output_file={FLAGS.output_file}: directory {out_dir} does not exist")
   tokenizer = tokenization.BasicTokenizer(do_lower_case=FLAGS.do_lower_case)
-  counts = count_words(input_files, tokenizer)
+  try:
+    counts = count_words(input_files, tokenizer, lenient_decoding=FLAGS.lenient_decoding)
+  except ValueError as e:
+    raise SystemExit(f"error: {e}") from None
   if not counts:
     raise SystemExit(f"error: --input_file={FLAGS.input_file} holds no text")
   logging.info("%d distinct words, %d in all", len(counts), sum(counts.values()))

@@ -24,10 +24,12 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import checkpoints
+from bert_keras import cli
+from bert_keras import distribution
+from bert_keras import inference
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import tokenization
-from bert_keras import training
 
 SEPARATOR = " ||| "
 
@@ -36,12 +38,12 @@ DEFAULTS = dict(
     input_file=None, output_file=None, layers="-1,-2,-3,-4", bert_config_file=None,
     max_seq_length=128, init_checkpoint=None, vocab_file=None, do_lower_case=True,
     batch_size=32, use_one_hot_embeddings=False, distribution_strategy=None,
-    dtype="float32", use_xla=None, **training.TPU_DEFAULTS)
+    dtype="float32", use_xla=None, **cli.TPU_DEFAULTS)
 
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
-  return training.make_options(DEFAULTS, overrides)
+  return cli.make_options(DEFAULTS, overrides)
 
 
 def define_flags():
@@ -51,9 +53,9 @@ def define_flags():
   flags.DEFINE_string("output_file", None, "JSON Lines output, one line per input line.")
   flags.DEFINE_string("layers", "-1,-2,-3,-4",
                       "Comma-separated encoder layer indexes (-1 = last layer).")
-  training.define_model_flags(max_seq_length=128, output_dir=False)
+  cli.define_model_flags(max_seq_length=128, output_dir=False)
   flags.DEFINE_integer("batch_size", 32, "Batch size for predictions.")
-  training.define_tpu_flags()
+  cli.define_tpu_flags()
   flags.DEFINE_bool("use_one_hot_embeddings", False,
                     "Accepted for the original's command lines; the embedding lookup is "
                     "the same either way here.")
@@ -68,11 +70,11 @@ def define_flags():
   for name in ("input_file", "vocab_file", "bert_config_file", "init_checkpoint",
                "output_file"):
     flags.mark_flag_as_required(name)
-  flags.adopt_module_key_flags(training)  # --help lists them too, not only --helpfull
+  flags.adopt_module_key_flags(cli)  # --help lists them too, not only --helpfull
 
 
 # ----------------------------------------------------------------------------
-# Examples and features (spec 9.2).
+# Examples and features.
 
 # Errors of file systems (local, gs://) that mean "this path cannot be used".
 _FILE_ERRORS = (tf.errors.NotFoundError, tf.errors.PermissionDeniedError,
@@ -187,7 +189,7 @@ def make_extract_fn(model, layer_indexes, strategy, use_xla=False):
   """-> extract(arrays) for a padded batch of numpy int32 arrays: unique_ids [B],
   input_ids, input_mask, input_type_ids [B, S] (B divisible by the replica count). Runs
   `model` (a BertModel) once on the batch, split over the strategy's replicas
-  (training.make_inference_fn), and returns (unique_ids [B], [float32 [B, S, H] for each of
+  (inference.make_inference_fn), and returns (unique_ids [B], [float32 [B, S, H] for each of
   layer_indexes]) as numpy. Only the requested layers leave the tf.function (the pooler and
   later layers are pruned from its graph)."""
 
@@ -197,7 +199,7 @@ def make_extract_fn(model, layer_indexes, strategy, use_xla=False):
     layers = outputs["encoder_outputs"]
     return batch["unique_ids"], [tf.cast(layers[i], tf.float32) for i in layer_indexes]
 
-  return training.make_inference_fn(strategy, forward, use_xla)
+  return inference.make_inference_fn(strategy, forward, use_xla)
 
 
 def round6(values):
@@ -252,81 +254,73 @@ def _check_ids(features, config, input_file):
 
 # ----------------------------------------------------------------------------
 
-def _load_config(path):
-  try:
-    return modeling.BertConfig.from_json_file(path)
-  except tf.errors.OpError as e:
-    raise _file_error("--bert_config_file", path, e) from None
-  except ValueError as e:
-    raise ValueError(f"--bert_config_file {path}: not a JSON config ({e})") from None
+def run(options, strategy=None):
+  """Writes options.output_file as the original main() does; returns the number of lines.
 
-
-def run(o, strategy=None):
-  """Writes o.output_file as the original main() does; returns the number of lines.
-
-  o: options(...) or the parsed FLAGS. strategy: a tf.distribute strategy (built from
-  the options when None).
+  options: a namespace from options(...), or the parsed FLAGS. strategy: a tf.distribute
+  strategy (built from the options when None).
   """
   for name in ("input_file", "output_file", "bert_config_file", "init_checkpoint",
                "vocab_file"):
-    if not getattr(o, name):
+    if not getattr(options, name):
       raise ValueError(f"--{name} is required")
-  config = _load_config(o.bert_config_file)
-  layer_indexes = parse_layers(o.layers, config.num_hidden_layers)
-  if o.max_seq_length < 3:
-    raise ValueError(f"--max_seq_length={o.max_seq_length}: must be >= 3 ([CLS] a [SEP] b "
+  config = cli.load_bert_config(options.bert_config_file)
+  layer_indexes = parse_layers(options.layers, config.num_hidden_layers)
+  if options.max_seq_length < 3:
+    raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3 ([CLS] a [SEP] b "
                      "[SEP])")
-  if o.max_seq_length > config.max_position_embeddings:
+  if options.max_seq_length > config.max_position_embeddings:
     raise ValueError(
-        f"--max_seq_length={o.max_seq_length}: cannot use sequence length "
-        f"{o.max_seq_length} because the BERT model was only trained up to sequence length "
+        f"--max_seq_length={options.max_seq_length}: cannot use sequence length "
+        f"{options.max_seq_length} because the BERT model was only trained up to sequence length "
         f"{config.max_position_embeddings} (max_position_embeddings of --bert_config_file)")
-  if o.batch_size < 1:
-    raise ValueError(f"--batch_size={o.batch_size}: must be >= 1")
-  if not tf.io.gfile.exists(o.vocab_file):
-    raise ValueError(f"--vocab_file {o.vocab_file}: no such file")
-  tokenizer = tokenization.FullTokenizer(vocab_file=o.vocab_file,
-                                         do_lower_case=o.do_lower_case)
-  tokenization.check_vocab(tokenizer.vocab, o.vocab_file, required=("[UNK]", "[CLS]", "[SEP]"))
-  if tf.io.gfile.isdir(o.output_file):
-    raise ValueError(f"--output_file {o.output_file}: is a directory")
-  examples = read_examples(o.input_file)
+  if options.batch_size < 1:
+    raise ValueError(f"--batch_size={options.batch_size}: must be >= 1")
+  if not tf.io.gfile.exists(options.vocab_file):
+    raise ValueError(f"--vocab_file {options.vocab_file}: no such file")
+  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
+                                         do_lower_case=options.do_lower_case)
+  tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
+                           required=("[UNK]", "[CLS]", "[SEP]"))
+  if tf.io.gfile.isdir(options.output_file):
+    raise ValueError(f"--output_file {options.output_file}: is a directory")
+  examples = read_examples(options.input_file)
 
-  strategy = training.strategy_for(o, strategy)
-  training.set_dtype_policy(o.dtype)
+  strategy = distribution.strategy_for(options, strategy)
+  distribution.set_dtype_policy(options.dtype)
   with strategy.scope():
     model = modeling.BertModel(config)
   try:
-    checkpoints.load_checkpoint(model, o.init_checkpoint)
+    checkpoints.load_checkpoint(model, options.init_checkpoint)
   except tf.errors.OpError as e:
-    raise _file_error("--init_checkpoint", o.init_checkpoint, e) from None
+    raise _file_error("--init_checkpoint", options.init_checkpoint, e) from None
   except checkpoints.CheckpointError as e:
     raise ValueError(f"--init_checkpoint: {e}") from None
-  use_xla = training.default_use_xla(strategy) if o.use_xla is None else o.use_xla
+  use_xla = distribution.default_use_xla(strategy) if options.use_xla is None else options.use_xla
   extract = make_extract_fn(model, layer_indexes, strategy, use_xla)
-  return _write(o, examples, tokenizer, config, layer_indexes, extract)
+  return _write(options, examples, tokenizer, config, layer_indexes, extract)
 
 
-def _write(o, examples, tokenizer, config, layer_indexes, extract):
-  """Converts, runs and writes the examples batch by batch to o.output_file + ".tmp",
-  renamed to o.output_file at the end (removed on any error)."""
-  directory = os.path.dirname(o.output_file)
+def _write(options, examples, tokenizer, config, layer_indexes, extract):
+  """Converts, runs and writes the examples batch by batch to options.output_file + ".tmp",
+  renamed to options.output_file at the end (removed on any error)."""
+  directory = os.path.dirname(options.output_file)
   try:
     if directory:
       tf.io.gfile.makedirs(directory)
   except tf.errors.OpError as e:
     raise _file_error("--output_file", directory, e) from None
-  tmp = o.output_file + ".tmp"
+  tmp = options.output_file + ".tmp"
   started = last_log = time.monotonic()
   try:
     with tf.io.gfile.GFile(tmp, "w") as writer:
       writer.write("")  # fail now, not after the first batch, if it cannot be written
-      for start in range(0, len(examples), o.batch_size):
-        features = [convert_single_example(i, examples[i], o.max_seq_length, tokenizer)
-                    for i in range(start, min(start + o.batch_size, len(examples)))]
-        _check_ids(features, config, o.input_file)
-        unique_ids, layers = extract(_batch_arrays(features, o.batch_size,
-                                                   o.max_seq_length))
+      for start in range(0, len(examples), options.batch_size):
+        features = [convert_single_example(i, examples[i], options.max_seq_length, tokenizer)
+                    for i in range(start, min(start + options.batch_size, len(examples)))]
+        _check_ids(features, config, options.input_file)
+        unique_ids, layers = extract(_batch_arrays(features, options.batch_size,
+                                                   options.max_seq_length))
         assert unique_ids[:len(features)].tolist() == [f.unique_id for f in features]
         for row, feature in enumerate(features):
           writer.write(json_line(feature, [layer[row] for layer in layers], layer_indexes))
@@ -336,18 +330,18 @@ def _write(o, examples, tokenizer, config, layer_indexes, extract):
           logging.info("%d of %d lines written, %.1f lines/s, ETA %.0f s", done,
                        len(examples), rate, (len(examples) - done) / rate)
           last_log = now
-    tf.io.gfile.rename(tmp, o.output_file, overwrite=True)
+    tf.io.gfile.rename(tmp, options.output_file, overwrite=True)
   except BaseException as e:
     if tf.io.gfile.exists(tmp):
       tf.io.gfile.remove(tmp)
     if isinstance(e, _FILE_ERRORS):
-      raise _file_error("--output_file", o.output_file, e) from None
+      raise _file_error("--output_file", options.output_file, e) from None
     raise
-  logging.info("Wrote %d lines to %s", len(examples), o.output_file)
+  logging.info("Wrote %d lines to %s", len(examples), options.output_file)
   return len(examples)
 
 
-main = training.script_main(run)
+main = cli.script_main(run)
 
 
 if __name__ == "__main__":

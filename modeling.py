@@ -106,6 +106,8 @@ class BertConfig(object):
     try:
       with tf.io.gfile.GFile(json_file, "r") as reader:
         json_object = json.loads(reader.read())
+    except tf.errors.NotFoundError:
+      raise ValueError("%s: no such file" % json_file) from None
     except tf.errors.OpError as e:
       raise ValueError("%s: cannot read it: %s" % (json_file, e.message)) from None
     except UnicodeDecodeError as e:
@@ -854,22 +856,40 @@ class BertSquad(keras.Model):
 # 5. Losses (float32)
 # ----------------------------------------------------------------------------------------------
 
-def masked_lm_loss(logits, label_ids, label_weights):
-  """sum(w * -log p(label)) / (sum(w) + 1e-5), as run_pretraining.
+def masked_lm_per_position_loss(logits, label_ids):
+  """-log p(label) at each masked position: logits [B, P, V], label_ids int [B, P] ->
+  float32 [B, P]."""
+  return tf.nn.sparse_softmax_cross_entropy_with_logits(
+      labels=tf.cast(label_ids, tf.int32), logits=tf.cast(logits, tf.float32))
+
+
+def next_sentence_per_example_loss(logits, labels):
+  """-log p(label) per example: logits [B, 2], labels int [B] or [B, 1] (0 = is next) ->
+  float32 [B]."""
+  return tf.nn.sparse_softmax_cross_entropy_with_logits(
+      labels=tf.reshape(tf.cast(labels, tf.int32), [-1]), logits=tf.cast(logits, tf.float32))
+
+
+def masked_lm_loss(logits, label_ids, label_weights, weight_sum=None):
+  """sum(w * -log p(label)) / (weight_sum + 1e-5), as run_pretraining; weight_sum defaults
+  to sum(w) of this batch (a distributed loop passes the sum over the global batch).
 
   logits [B, P, V], label_ids int [B, P], label_weights float [B, P] -> scalar float32.
   """
-  log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-  per_example = -tf.gather(log_probs, tf.cast(label_ids, tf.int32), batch_dims=2)
   weights = tf.cast(label_weights, tf.float32)
-  return tf.reduce_sum(weights * per_example) / (tf.reduce_sum(weights) + 1e-5)
+  if weight_sum is None:
+    weight_sum = tf.reduce_sum(weights)
+  return (tf.reduce_sum(weights * masked_lm_per_position_loss(logits, label_ids)) /
+          (weight_sum + 1e-5))
 
 
-def next_sentence_loss(logits, labels):
-  """Mean -log p(label) over the batch. logits [B, 2], labels int [B] or [B, 1] (0 = is next)."""
-  log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-  labels = tf.reshape(tf.cast(labels, tf.int32), [-1])
-  return -tf.reduce_mean(tf.gather(log_probs, labels, batch_dims=1))
+def next_sentence_loss(logits, labels, num_examples=None):
+  """The sum of -log p(label) over the batch / num_examples (default: this batch's size, i.e.
+  the batch mean). logits [B, 2], labels int [B] or [B, 1] (0 = is next) -> scalar float32."""
+  per_example = next_sentence_per_example_loss(logits, labels)
+  if num_examples is None:
+    num_examples = tf.cast(tf.shape(per_example)[0], tf.float32)
+  return tf.reduce_sum(per_example) / num_examples
 
 
 def classifier_loss(logits, label_ids):
@@ -894,10 +914,13 @@ def squad_loss(start_logits, end_logits, start_positions, end_positions):
   return (nll(start_logits, start_positions) + nll(end_logits, end_positions)) / 2.0
 
 
-def pretraining_loss(outputs, features):
-  """masked_lm_loss + next_sentence_loss from BertPretrainer outputs and the run_pretraining
-  features (masked_lm_ids, masked_lm_weights, next_sentence_labels)."""
+def pretraining_loss(outputs, features, masked_lm_weight_sum=None, num_examples=None):
+  """masked_lm_loss + next_sentence_loss from BertPretrainer outputs (masked_lm_logits
+  [B, P, V], next_sentence_logits [B, 2]) and the run_pretraining features (masked_lm_ids,
+  masked_lm_weights [B, P], next_sentence_labels [B, 1]) -> scalar float32. The
+  denominators default to this batch's own; run_pretraining's loop passes the global
+  batch's sum of masked_lm_weights and number of examples."""
   return (masked_lm_loss(outputs["masked_lm_logits"], features["masked_lm_ids"],
-                         features["masked_lm_weights"])
+                         features["masked_lm_weights"], masked_lm_weight_sum)
           + next_sentence_loss(outputs["next_sentence_logits"],
-                               features["next_sentence_labels"]))
+                               features["next_sentence_labels"], num_examples))

@@ -25,12 +25,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras import checkpoints
+from bert_keras import cli
+from bert_keras import distribution
+from bert_keras import inference
+from bert_keras import input_pipeline
 from bert_keras import modeling
-from bert_keras import optimization
 from bert_keras import preprocessing
 from bert_keras import tokenization
 from bert_keras import training
+from bert_keras import training_checkpoints
 
 # Programmatic defaults = the flags' defaults (see define_flags).
 DEFAULTS = dict(
@@ -40,12 +43,12 @@ DEFAULTS = dict(
     predict_batch_size=8, learning_rate=5e-5, num_train_epochs=3.0, warmup_proportion=0.1,
     save_checkpoints_steps=1000, iterations_per_loop=1000,
     tpu_job_name=None,
-    **training.TPU_DEFAULTS, **training.TRAINING_DEFAULTS)
+    **cli.TPU_DEFAULTS, **cli.TRAINING_DEFAULTS)
 
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
-  return training.make_options(DEFAULTS, overrides)
+  return cli.make_options(DEFAULTS, overrides)
 
 
 def define_flags():
@@ -53,7 +56,7 @@ def define_flags():
   flags.DEFINE_string(
       "data_dir", None,
       "The input data dir. Should contain the .tsv files (or other data files) for the task.")
-  training.define_model_flags(max_seq_length=128)
+  cli.define_model_flags(max_seq_length=128)
   flags.DEFINE_string("task_name", None, "The name of the task to train.")
   flags.DEFINE_bool("do_train", False, "Whether to run training.")
   flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
@@ -62,19 +65,19 @@ def define_flags():
   flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
   flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
   flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.")
-  training.define_fine_tuning_flags()
-  training.define_tpu_flags()
+  cli.define_fine_tuning_flags()
+  cli.define_tpu_flags()
   # bert-tensorflow 1.0.4's extra TPU flag: accepted (TPUStrategy finds the TPU workers).
   flags.DEFINE_string("tpu_job_name", None,
                       "Name of TPU worker, if anything other than 'tpu_worker'")
-  training.define_training_flags()
+  cli.define_training_flags()
   for name in ("data_dir", "task_name", "vocab_file", "bert_config_file", "output_dir"):
     flags.mark_flag_as_required(name)
-  flags.adopt_module_key_flags(training)  # --help lists them too, not only --helpfull
+  flags.adopt_module_key_flags(cli)  # --help lists them too, not only --helpfull
 
 
 # ----------------------------------------------------------------------------
-# Examples and processors (spec 7.2 / 7.3).
+# Examples and processors.
 
 class InputExample(object):
   """A single training/test example: guid, text_a, optional text_b (pair tasks) and the
@@ -258,7 +261,7 @@ PROCESSORS = {"cola": ColaProcessor, "mnli": MnliProcessor, "mrpc": MrpcProcesso
 
 
 # ----------------------------------------------------------------------------
-# Features (spec 7.4).
+# Features.
 
 def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer):
   """InputExample -> InputFeatures: [CLS] a [SEP] (segment 0) [b [SEP]] (segment 1),
@@ -307,11 +310,11 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
       feature = convert_single_example(ex_index, example, label_list, max_seq_length,
                                        tokenizer)
       features = {
-          "input_ids": training.int64_feature(feature.input_ids),
-          "input_mask": training.int64_feature(feature.input_mask),
-          "segment_ids": training.int64_feature(feature.segment_ids),
-          "label_ids": training.int64_feature([feature.label_id]),
-          "is_real_example": training.int64_feature([int(feature.is_real_example)]),
+          "input_ids": input_pipeline.int64_feature(feature.input_ids),
+          "input_mask": input_pipeline.int64_feature(feature.input_mask),
+          "segment_ids": input_pipeline.int64_feature(feature.segment_ids),
+          "label_ids": input_pipeline.int64_feature([feature.label_id]),
+          "is_real_example": input_pipeline.int64_feature([int(feature.is_real_example)]),
       }
       writer.write(tf.train.Example(
           features=tf.train.Features(feature=features)).SerializeToString())
@@ -321,7 +324,7 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
 def decode_fn(seq_length):
   """Serialized tf.train.Example -> dict of int32 tensors (label_ids, is_real_example
   scalars), as the original's file_based_input_fn_builder."""
-  spec = {
+  feature_types = {
       "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
@@ -330,23 +333,20 @@ def decode_fn(seq_length):
   }
 
   def decode(record):
-    example = tf.io.parse_single_example(record, spec)
+    example = tf.io.parse_single_example(record, feature_types)
     return {k: tf.cast(v, tf.int32) for k, v in example.items()}
 
   return decode
 
 
 # ----------------------------------------------------------------------------
-# Training loss (spec 7.5).
+# Training loss.
 
 class ClassifierTask(training.ExampleMeanTask):
   """The batch mean of classifier_loss over the GLOBAL batch."""
 
   def per_example_loss(self, outputs, batch):
     return modeling.classifier_loss(outputs["logits"], batch["label_ids"])
-
-  def summarize_train(self, sums, steps):
-    return {"loss": sums["loss"] / steps}
 
 
 def predict_logits(model, record_file, seq_length, batch_size, strategy=None, use_xla=False):
@@ -356,11 +356,11 @@ def predict_logits(model, record_file, seq_length, batch_size, strategy=None, us
   int [N], is_real_example int [N], batch boundaries list)."""
   strategy = strategy or tf.distribute.get_strategy()
   ds = tf.data.TFRecordDataset(record_file).map(decode_fn(seq_length)).batch(batch_size)
-  infer = training.make_inference_fn(
+  infer = inference.make_inference_fn(
       strategy, lambda batch: model(ClassifierTask().model_inputs(batch),
                                     training=False)["logits"], use_xla)
   logits, labels, real, sizes = [], [], [], []
-  for batch, batch_logits in training.infer_dataset(infer, ds, batch_size):
+  for batch, batch_logits in inference.infer_dataset(infer, ds, batch_size):
     logits.append(batch_logits)
     labels.append(batch["label_ids"])
     real.append(batch["is_real_example"])
@@ -404,144 +404,147 @@ def softmax(logits):
 
 # ----------------------------------------------------------------------------
 
-def _validate(o):
+def _validate(options):
   for name in ("data_dir", "task_name", "vocab_file", "bert_config_file", "output_dir"):
-    if not getattr(o, name):
+    if not getattr(options, name):
       raise ValueError(f"--{name} is required")
-  tokenization.validate_case_matches_checkpoint(o.do_lower_case, o.init_checkpoint)
-  if not o.do_train and not o.do_eval and not o.do_predict:
+  tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
+  if not options.do_train and not options.do_eval and not options.do_predict:
     raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
   for name in ("bert_config_file", "vocab_file"):
-    if not tf.io.gfile.exists(getattr(o, name)):
-      raise ValueError(f"--{name} {getattr(o, name)}: no such file")
+    if not tf.io.gfile.exists(getattr(options, name)):
+      raise ValueError(f"--{name} {getattr(options, name)}: no such file")
   for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
                "iterations_per_loop", "gradient_accumulation_steps", "max_seq_length"):
-    if getattr(o, name) < 1:
-      raise ValueError(f"--{name}={getattr(o, name)}: must be >= 1")
-  if o.max_seq_length < 3:
-    raise ValueError(f"--max_seq_length={o.max_seq_length}: must be >= 3 ([CLS] a [SEP] b "
+    if getattr(options, name) < 1:
+      raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
+  if options.max_seq_length < 3:
+    raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3 ([CLS] a [SEP] b "
                      "[SEP])")
 
 
-def run(o, strategy=None):
+def run(options, strategy=None):
   """Trains, evaluates and/or predicts as the original main(); returns a dict with the
   eval results ("eval", or None) and the predicted probabilities ("predict", or None).
 
-  o: options(...) or the parsed FLAGS. strategy: a tf.distribute strategy (built from
-  the options when None).
+  options: a namespace from options(...), or the parsed FLAGS. strategy: a tf.distribute
+  strategy (built from the options when None).
   """
-  _validate(o)
-  config = modeling.BertConfig.from_json_file(o.bert_config_file)
-  if o.max_seq_length > config.max_position_embeddings:
+  _validate(options)
+  config = cli.load_bert_config(options.bert_config_file)
+  if options.max_seq_length > config.max_position_embeddings:
     raise ValueError(
         "Cannot use sequence length %d because the BERT model was only trained up to "
-        "sequence length %d" % (o.max_seq_length, config.max_position_embeddings))
-  tf.io.gfile.makedirs(o.output_dir)
-  task_name = o.task_name.lower()
+        "sequence length %d" % (options.max_seq_length, config.max_position_embeddings))
+  tf.io.gfile.makedirs(options.output_dir)
+  task_name = options.task_name.lower()
   if task_name not in PROCESSORS:
     raise ValueError("Task not found: %s" % task_name)
   processor = PROCESSORS[task_name]()
   label_list = processor.get_labels()
-  tokenizer = tokenization.FullTokenizer(vocab_file=o.vocab_file,
-                                         do_lower_case=o.do_lower_case)
-  keras.utils.set_random_seed(o.seed)
-  strategy = training.strategy_for(o, strategy)
-  with training.record_directory(strategy, o.output_dir) as record_dir:
-    return _train_eval_predict(o, strategy, config, processor, label_list, tokenizer,
-                               training.is_chief(strategy), record_dir)
+  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
+                                         do_lower_case=options.do_lower_case)
+  keras.utils.set_random_seed(options.seed)
+  strategy = distribution.strategy_for(options, strategy)
+  with distribution.record_directory(strategy, options.output_dir) as record_dir:
+    return _train_eval_predict(options, strategy, config, processor, label_list, tokenizer,
+                               distribution.is_chief(strategy), record_dir)
 
 
-def _train_eval_predict(o, strategy, config, processor, label_list, tokenizer, chief,
+def _train_eval_predict(options, strategy, config, processor, label_list, tokenizer, chief,
                         record_dir):
   """run() after the checks: train, eval and predict as the flags ask."""
   train_examples = None
   num_train_steps = None
   num_warmup_steps = None
-  if o.do_train:
-    train_examples = processor.get_train_examples(o.data_dir)
-    num_train_steps = int(len(train_examples) / o.train_batch_size * o.num_train_epochs)
-    num_warmup_steps = int(num_train_steps * o.warmup_proportion)
+  if options.do_train:
+    train_examples = processor.get_train_examples(options.data_dir)
+    num_train_steps = int(len(train_examples) / options.train_batch_size *
+                          options.num_train_epochs)
+    num_warmup_steps = int(num_train_steps * options.warmup_proportion)
     if num_train_steps < 1:
       raise ValueError(
-          f"--num_train_epochs={o.num_train_epochs}: {len(train_examples)} training examples "
-          f"/ --train_batch_size={o.train_batch_size} x epochs gives 0 training steps")
+          f"--num_train_epochs={options.num_train_epochs}: {len(train_examples)} training "
+          f"examples / --train_batch_size={options.train_batch_size} x epochs gives 0 "
+          "training steps")
 
-  training.set_dtype_policy(o.dtype)
-  with strategy.scope():
-    model = modeling.BertClassifier(config, len(label_list))
-    optimizer = optimization.create_optimizer(
-        o.learning_rate, num_train_steps or 1, num_warmup_steps or 0,
-        optimizer_type=o.optimizer)
-    if o.dtype == "float16":
-      optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-  task = ClassifierTask()
-  trainer = training.Trainer(strategy, model, optimizer, task,
-                             accumulation_steps=o.gradient_accumulation_steps,
-                             use_xla=(training.default_use_xla(strategy) if o.use_xla is None
-                                      else o.use_xla),
-                             loss_scale=o.dtype == "float16",
-                             variable_names=checkpoints.tf1_variable_map(model))
+  trainer = training.build_trainer(
+      options, strategy, lambda: modeling.BertClassifier(config, len(label_list)),
+      ClassifierTask(), num_train_steps or 1, num_warmup_steps or 0)
 
-  if o.do_train:
+  if options.do_train:
     train_file = os.path.join(record_dir, "train.tf_record")
-    file_based_convert_examples_to_features(train_examples, label_list, o.max_seq_length, tokenizer,
-                                            train_file)
+    file_based_convert_examples_to_features(train_examples, label_list, options.max_seq_length,
+                                            tokenizer, train_file)
     logging.info("***** Running training *****")
     logging.info("  Num examples = %d", len(train_examples))
-    logging.info("  Batch size = %d", o.train_batch_size)
+    logging.info("  Batch size = %d", options.train_batch_size)
     logging.info("  Num steps = %d", num_train_steps)
-    training.fine_tune(trainer, model, o, train_file, decode_fn(o.max_seq_length),
+    training.fine_tune(trainer, options, train_file, decode_fn(options.max_seq_length),
                        num_train_steps)
   else:
-    training.restore_for_inference(trainer, model, o.output_dir, o.init_checkpoint)
-  global_step = int(trainer.global_step.numpy())
+    training_checkpoints.restore_for_inference(trainer, options.output_dir,
+                                               options.init_checkpoint)
   results = {"eval": None, "predict": None}
-
-  if o.do_eval:
-    eval_examples = processor.get_dev_examples(o.data_dir)
-    num_actual = len(eval_examples)
-    eval_file = os.path.join(record_dir, "eval.tf_record")
-    file_based_convert_examples_to_features(eval_examples, label_list, o.max_seq_length, tokenizer,
-                                            eval_file)
-    logging.info("***** Running evaluation *****")
-    logging.info("  Num examples = %d (%d actual, %d padding)", len(eval_examples),
-                 num_actual, len(eval_examples) - num_actual)
-    logging.info("  Batch size = %d", o.eval_batch_size)
-    logits, labels, real, sizes = predict_logits(model, eval_file, o.max_seq_length,
-                                                 o.eval_batch_size, strategy, trainer.use_xla)
-    metrics = eval_metrics(logits, labels, real, sizes, global_step)
-    logging.info("***** Eval results *****")
-    for key in sorted(metrics):
-      logging.info("  %s = %s", key, str(metrics[key]))
-    if chief:
-      training.write_text_atomic(os.path.join(o.output_dir, "eval_results.txt"),
-                                 training.format_results(metrics))
-    results["eval"] = metrics
-
-  if o.do_predict:
-    predict_examples = processor.get_test_examples(o.data_dir)
-    num_actual = len(predict_examples)
-    predict_file = os.path.join(record_dir, "predict.tf_record")
-    file_based_convert_examples_to_features(predict_examples, label_list, o.max_seq_length, tokenizer,
-                                            predict_file)
-    logging.info("***** Running prediction*****")
-    logging.info("  Num examples = %d (%d actual, %d padding)", len(predict_examples),
-                 num_actual, len(predict_examples) - num_actual)
-    logging.info("  Batch size = %d", o.predict_batch_size)
-    logits, _, real, _ = predict_logits(model, predict_file, o.max_seq_length,
-                                        o.predict_batch_size, strategy, trainer.use_xla)
-    probabilities = softmax(logits)[real.astype(bool)]
-    lines = ["\t".join(str(p) for p in row) + "\n" for row in probabilities]
-    assert len(lines) == num_actual
-    logging.info("***** Predict results *****")
-    if chief:
-      training.write_text_atomic(os.path.join(o.output_dir, "test_results.tsv"),
-                                 "".join(lines))
-    results["predict"] = probabilities
+  if options.do_eval:
+    results["eval"] = _evaluate(options, trainer, processor, label_list, tokenizer, chief,
+                                record_dir)
+  if options.do_predict:
+    results["predict"] = _predict(options, trainer, processor, label_list, tokenizer, chief,
+                                  record_dir)
   return results
 
 
-main = training.script_main(run)
+def _evaluate(options, trainer, processor, label_list, tokenizer, chief, record_dir):
+  """--do_eval: the dev set through eval.tf_record; logs the original's eval results, writes
+  them to eval_results.txt (chief) and returns them."""
+  eval_examples = processor.get_dev_examples(options.data_dir)
+  num_actual = len(eval_examples)
+  eval_file = os.path.join(record_dir, "eval.tf_record")
+  file_based_convert_examples_to_features(eval_examples, label_list, options.max_seq_length,
+                                          tokenizer, eval_file)
+  logging.info("***** Running evaluation *****")
+  logging.info("  Num examples = %d (%d actual, %d padding)", len(eval_examples),
+               num_actual, len(eval_examples) - num_actual)
+  logging.info("  Batch size = %d", options.eval_batch_size)
+  logits, labels, real, sizes = predict_logits(trainer.model, eval_file, options.max_seq_length,
+                                               options.eval_batch_size, trainer.strategy,
+                                               trainer.use_xla)
+  metrics = eval_metrics(logits, labels, real, sizes, int(trainer.global_step.numpy()))
+  logging.info("***** Eval results *****")
+  for key in sorted(metrics):
+    logging.info("  %s = %s", key, str(metrics[key]))
+  if chief:
+    cli.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
+                          cli.format_results(metrics))
+  return metrics
+
+
+def _predict(options, trainer, processor, label_list, tokenizer, chief, record_dir):
+  """--do_predict: the test set through predict.tf_record; writes the class probabilities of
+  each real example to test_results.tsv (chief) and returns them (float32 [N, labels])."""
+  predict_examples = processor.get_test_examples(options.data_dir)
+  num_actual = len(predict_examples)
+  predict_file = os.path.join(record_dir, "predict.tf_record")
+  file_based_convert_examples_to_features(predict_examples, label_list,
+                                          options.max_seq_length, tokenizer, predict_file)
+  logging.info("***** Running prediction*****")
+  logging.info("  Num examples = %d (%d actual, %d padding)", len(predict_examples),
+               num_actual, len(predict_examples) - num_actual)
+  logging.info("  Batch size = %d", options.predict_batch_size)
+  logits, _, real, _ = predict_logits(trainer.model, predict_file, options.max_seq_length,
+                                      options.predict_batch_size, trainer.strategy,
+                                      trainer.use_xla)
+  probabilities = softmax(logits)[real.astype(bool)]
+  lines = ["\t".join(str(p) for p in row) + "\n" for row in probabilities]
+  assert len(lines) == num_actual
+  logging.info("***** Predict results *****")
+  if chief:
+    cli.write_text_atomic(os.path.join(options.output_dir, "test_results.tsv"), "".join(lines))
+  return probabilities
+
+
+main = cli.script_main(run)
 
 
 if __name__ == "__main__":

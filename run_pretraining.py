@@ -25,9 +25,13 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import checkpoints
+from bert_keras import cli
+from bert_keras import distribution
+from bert_keras import flops
+from bert_keras import input_pipeline
 from bert_keras import modeling
-from bert_keras import optimization
 from bert_keras import training
+from bert_keras import training_checkpoints
 
 # Programmatic defaults = the flags' defaults (see define_flags).
 DEFAULTS = dict(
@@ -36,18 +40,18 @@ DEFAULTS = dict(
     train_batch_size=32, eval_batch_size=8, learning_rate=5e-5, num_train_steps=100000,
     num_warmup_steps=10000, save_checkpoints_steps=1000, iterations_per_loop=1000,
     max_eval_steps=100,
-    **training.TPU_DEFAULTS, **training.TRAINING_DEFAULTS)
+    **cli.TPU_DEFAULTS, **cli.TRAINING_DEFAULTS)
 
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
-  return training.make_options(DEFAULTS, overrides)
+  return cli.make_options(DEFAULTS, overrides)
 
 
 def define_flags():
   """The original's flags (same names, types and defaults) plus training.py's."""
-  training.define_model_flags(max_seq_length=128, tokenizer=False,
-                              max_seq_length_help=" Must match data generation.")
+  cli.define_model_flags(max_seq_length=128, tokenizer=False,
+                         max_seq_length_help=" Must match data generation.")
   flags.DEFINE_string("input_file", None,
                       "Input TF example files (can be a glob or comma separated).")
   flags.DEFINE_integer(
@@ -62,25 +66,23 @@ def define_flags():
   flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.")
   flags.DEFINE_integer("save_checkpoints_steps", 1000,
                        "How often to save the model checkpoint.")
-  flags.DEFINE_integer("iterations_per_loop", 1000,
-                       "How many steps to make in each estimator call (here: training "
-                       "steps per compiled loop, and per log line).")
+  cli.define_iterations_per_loop_flag()
   flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
-  training.define_tpu_flags()
-  training.define_training_flags()
+  cli.define_tpu_flags()
+  cli.define_training_flags()
   flags.mark_flag_as_required("input_file")
   flags.mark_flag_as_required("bert_config_file")
   flags.mark_flag_as_required("output_dir")
-  flags.adopt_module_key_flags(training)  # --help lists them too, not only --helpfull
+  flags.adopt_module_key_flags(cli)  # --help lists them too, not only --helpfull
 
 
 # ----------------------------------------------------------------------------
-# Input (spec 5.3 / 6.2).
+# Input.
 
 
 def decode_fn(max_seq_length, max_predictions_per_seq):
   """Serialized tf.train.Example -> dict of int32 / float32 tensors (int64 cast to int32)."""
-  spec = {
+  feature_types = {
       "input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
@@ -91,23 +93,24 @@ def decode_fn(max_seq_length, max_predictions_per_seq):
   }
 
   def decode(record):
-    example = tf.io.parse_single_example(record, spec)
+    example = tf.io.parse_single_example(record, feature_types)
     return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in example.items()}
 
   return decode
 
 
 # ----------------------------------------------------------------------------
-# Losses and metrics (spec 6.3).
+# Losses and metrics.
 
 class PretrainingTask(training.Task):
-  """MLM loss sum(w * loss) / (sum(w) + 1e-5) plus the mean NSP loss, both over the
-  GLOBAL batch (the original's single-device definition, whatever the replica count
-  or accumulation); eval metrics as the original metric_fn."""
+  """modeling.pretraining_loss (MLM loss sum(w * loss) / (sum(w) + 1e-5) plus the mean NSP
+  loss) over the GLOBAL batch (the original's single-device definition, whatever the replica
+  count or accumulation); eval metrics as the original metric_fn."""
 
   train_stat_names = ("loss", "masked_lm_correct", "masked_lm_weight")
   eval_stat_names = ("masked_lm_loss_sum", "masked_lm_weight", "masked_lm_correct",
                      "next_sentence_loss_sum", "next_sentence_correct", "examples", "loss")
+  examples_name = "sequences"
 
   def model_inputs(self, batch):
     return {k: batch[k] for k in
@@ -118,24 +121,16 @@ class PretrainingTask(training.Task):
             "examples": tf.cast(tf.shape(batch["input_ids"])[0], tf.float32)}
 
   @staticmethod
-  def _per_example(outputs, batch):
-    """-> masked-LM loss [B, P], weights [B, P], correct [B, P], NSP loss [B], correct [B]."""
-    logits = tf.cast(outputs["masked_lm_logits"], tf.float32)
-    ids = batch["masked_lm_ids"]
-    mlm = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=ids, logits=logits)
-    mlm_correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), ids),
-                          tf.float32)
-    ns_logits = tf.cast(outputs["next_sentence_logits"], tf.float32)
-    labels = tf.reshape(batch["next_sentence_labels"], [-1])
-    nsp = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=ns_logits)
-    nsp_correct = tf.cast(tf.equal(tf.argmax(ns_logits, -1, output_type=tf.int32), labels),
-                          tf.float32)
-    return mlm, batch["masked_lm_weights"], mlm_correct, nsp, nsp_correct
+  def _correct(logits, labels):
+    """1.0 where argmax(logits) == labels: logits [..., C], labels int32 [...] -> float32."""
+    predictions = tf.argmax(tf.cast(logits, tf.float32), -1, output_type=tf.int32)
+    return tf.cast(tf.equal(predictions, labels), tf.float32)
 
   def loss(self, outputs, batch, denominators):
-    mlm, w, mlm_correct, nsp, _ = self._per_example(outputs, batch)
-    loss = (tf.reduce_sum(w * mlm) / (denominators["masked_lm_weight"] + 1e-5) +
-            tf.reduce_sum(nsp) / denominators["examples"])
+    loss = modeling.pretraining_loss(outputs, batch, denominators["masked_lm_weight"],
+                                     denominators["examples"])
+    w = batch["masked_lm_weights"]
+    mlm_correct = self._correct(outputs["masked_lm_logits"], batch["masked_lm_ids"])
     return loss, {"loss": loss, "masked_lm_correct": tf.reduce_sum(w * mlm_correct),
                   "masked_lm_weight": tf.reduce_sum(w)}
 
@@ -144,7 +139,13 @@ class PretrainingTask(training.Task):
             "masked_lm_accuracy": sums["masked_lm_correct"] / max(sums["masked_lm_weight"], 1e-9)}
 
   def eval_stats(self, outputs, batch):
-    mlm, w, mlm_correct, nsp, nsp_correct = self._per_example(outputs, batch)
+    w = batch["masked_lm_weights"]
+    mlm = modeling.masked_lm_per_position_loss(outputs["masked_lm_logits"],
+                                               batch["masked_lm_ids"])
+    labels = tf.reshape(batch["next_sentence_labels"], [-1])
+    nsp = modeling.next_sentence_per_example_loss(outputs["next_sentence_logits"], labels)
+    mlm_correct = self._correct(outputs["masked_lm_logits"], batch["masked_lm_ids"])
+    nsp_correct = self._correct(outputs["next_sentence_logits"], labels)
     return {"masked_lm_loss_sum": tf.reduce_sum(w * mlm),
             "masked_lm_weight": tf.reduce_sum(w),
             "masked_lm_correct": tf.reduce_sum(w * mlm_correct),
@@ -172,129 +173,119 @@ class PretrainingTask(training.Task):
 
 # ----------------------------------------------------------------------------
 
-def _validate(o):
-  if not o.do_train and not o.do_eval:
+def _validate(options):
+  if not options.do_train and not options.do_eval:
     raise ValueError("At least one of `do_train` or `do_eval` must be True.")
   for name in ("bert_config_file", "input_file", "output_dir"):
-    if not getattr(o, name):
+    if not getattr(options, name):
       raise ValueError(f"--{name} is required")
-  if not tf.io.gfile.exists(o.bert_config_file):
-    raise ValueError(f"--bert_config_file {o.bert_config_file}: no such file")
+  if not tf.io.gfile.exists(options.bert_config_file):
+    raise ValueError(f"--bert_config_file {options.bert_config_file}: no such file")
   for name in ("train_batch_size", "eval_batch_size", "num_train_steps",
                "iterations_per_loop", "max_eval_steps", "gradient_accumulation_steps"):
-    if getattr(o, name) < 1:
-      raise ValueError(f"--{name}={getattr(o, name)}: must be >= 1")
-  if o.num_warmup_steps < 0:
-    raise ValueError(f"--num_warmup_steps={o.num_warmup_steps}: must be >= 0")
+    if getattr(options, name) < 1:
+      raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
+  if options.num_warmup_steps < 0:
+    raise ValueError(f"--num_warmup_steps={options.num_warmup_steps}: must be >= 0")
 
 
-def build_model_and_optimizer(o, config, strategy):
-  """Under strategy.scope(): BertPretrainer (built) and the optimizer (float16: loss scaled)."""
-  training.set_dtype_policy(o.dtype)
-  with strategy.scope():
-    model = modeling.BertPretrainer(config)
-    optimizer = optimization.create_optimizer(
-        o.learning_rate, o.num_train_steps, o.num_warmup_steps, optimizer_type=o.optimizer)
-    if o.dtype == "float16":
-      optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-  return model, optimizer
-
-
-def run(o, strategy=None):
+def run(options, strategy=None):
   """Trains and/or evaluates as the original main(); returns the eval results (or None).
 
-  o: options(...) or the parsed FLAGS. strategy: a tf.distribute strategy (built from
-  the options when None).
+  options: a namespace from options(...), or the parsed FLAGS. strategy: a tf.distribute
+  strategy (built from the options when None).
   """
-  _validate(o)
-  config = modeling.BertConfig.from_json_file(o.bert_config_file)
-  if o.max_seq_length > config.max_position_embeddings:
-    raise ValueError(f"--max_seq_length={o.max_seq_length} exceeds max_position_embeddings "
-                     f"{config.max_position_embeddings} of {o.bert_config_file}")
-  tf.io.gfile.makedirs(o.output_dir)
+  _validate(options)
+  config = cli.load_bert_config(options.bert_config_file)
+  if options.max_seq_length > config.max_position_embeddings:
+    raise ValueError(f"--max_seq_length={options.max_seq_length} exceeds "
+                     f"max_position_embeddings {config.max_position_embeddings} of "
+                     f"{options.bert_config_file}")
+  tf.io.gfile.makedirs(options.output_dir)
   # Seeds the initial weights and the dropout seed generators (the input order has its
   # own seeds in training_dataset), so that a run is reproducible.
-  keras.utils.set_random_seed(o.seed)
-  input_files = training.expand_input_files(o.input_file)
+  keras.utils.set_random_seed(options.seed)
+  input_files = input_pipeline.expand_input_files(options.input_file)
   logging.info("*** Input Files ***")
   for path in input_files:
     logging.info("  %s", path)
-  strategy = training.strategy_for(o, strategy)
-  accumulation = o.gradient_accumulation_steps
-  per_replica_train = training.per_replica_batch_size(
-      o.train_batch_size, strategy, accumulation, "--train_batch_size")
-  per_replica_eval = training.per_replica_batch_size(
-      o.eval_batch_size, strategy, 1, "--eval_batch_size")
-  decode = decode_fn(o.max_seq_length, o.max_predictions_per_seq)
+  strategy = distribution.strategy_for(options, strategy)
+  per_replica_train = input_pipeline.per_replica_batch_size(
+      options.train_batch_size, strategy, options.gradient_accumulation_steps,
+      "--train_batch_size")
+  per_replica_eval = input_pipeline.per_replica_batch_size(
+      options.eval_batch_size, strategy, 1, "--eval_batch_size")
+  decode = decode_fn(options.max_seq_length, options.max_predictions_per_seq)
+  trainer = training.build_trainer(options, strategy, lambda: modeling.BertPretrainer(config),
+                                   PretrainingTask(), options.num_train_steps,
+                                   options.num_warmup_steps)
 
-  model, optimizer = build_model_and_optimizer(o, config, strategy)
-  task = PretrainingTask()
-  trainer = training.Trainer(strategy, model, optimizer, task, accumulation_steps=accumulation,
-                             use_xla=(training.default_use_xla(strategy) if o.use_xla is None
-                                      else o.use_xla),
-                             loss_scale=o.dtype == "float16",
-                             variable_names=checkpoints.tf1_variable_map(model))
-  chief = training.is_chief(strategy)
-
-  def init_fn():
-    training.warm_start(model, o.init_checkpoint)
-
-  if o.do_train:
-    logging.info("***** Running training *****")
-    logging.info("  Batch size = %d", o.train_batch_size)
-    flops = training.bert_training_flops_per_sequence(
-        config, o.max_seq_length, o.max_predictions_per_seq)
-    peak = training.measured_peak_flops("float32" if o.dtype == "float32" else o.dtype)
-
+  if options.do_train:
     def train_dataset(input_context, skip_records):
-      return training.training_dataset(input_files, decode, per_replica_train, input_context,
-                                       seed=o.seed, skip_records=skip_records)
+      return input_pipeline.training_dataset(input_files, decode, per_replica_train,
+                                             input_context, seed=options.seed,
+                                             skip_records=skip_records)
 
-    def log(step, stats):
-      logging.info(
-          "step = %d, loss = %.5f, masked_lm_accuracy = %.4f, learning_rate = %.4g, "
-          "sequences/s = %.1f, mfu = %.2f%%", step, stats["loss"],
-          stats["masked_lm_accuracy"], stats["learning_rate"], stats["sequences_per_sec"],
-          100.0 * stats.get("mfu", 0.0))
-
-    trainer.train(train_dataset, num_train_steps=o.num_train_steps,
-                  steps_per_loop=o.iterations_per_loop, output_dir=o.output_dir,
-                  save_checkpoints_steps=o.save_checkpoints_steps,
-                  keep_checkpoint_max=o.keep_checkpoint_max, init_fn=init_fn,
-                  global_batch_size=o.train_batch_size, flops_per_sequence=flops,
-                  peak_flops=peak, log_fn=log)
-    if chief:
-      prefix = os.path.join(o.output_dir, "bert_model.ckpt")
-      checkpoints.save_tf1_checkpoint(model, prefix)
-      training.write_text_atomic(os.path.join(o.output_dir, "bert_config.json"),
-                                 config.to_json_string())
-      logging.info("Exported the final model with the original names to %s", prefix)
-  elif not trainer.restore_latest(o.output_dir):
-    if not o.init_checkpoint:
-      raise ValueError(f"--output_dir {o.output_dir}: no checkpoint to evaluate (and no "
+    _train(options, config, trainer, train_dataset)
+  elif not trainer.restore_latest(options.output_dir):
+    if not options.init_checkpoint:
+      raise ValueError(f"--output_dir {options.output_dir}: no checkpoint to evaluate (and no "
                        "--init_checkpoint)")
-    init_fn()
-
-  if not o.do_eval:
+    training_checkpoints.warm_start(trainer.model, options.init_checkpoint)
+  if not options.do_eval:
     return None
-  logging.info("***** Running evaluation *****")
-  logging.info("  Batch size = %d", o.eval_batch_size)
 
   def eval_dataset(input_context):
-    return training.evaluation_dataset(input_files, decode, per_replica_eval, input_context)
+    return input_pipeline.evaluation_dataset(input_files, decode, per_replica_eval,
+                                             input_context)
 
-  totals = trainer.evaluate(eval_dataset, o.max_eval_steps)
-  results = task.eval_results(totals, o.max_eval_steps, int(trainer.global_step.numpy()))
+  return _evaluate(options, trainer, eval_dataset)
+
+
+def _train(options, config, trainer, train_dataset):
+  """--do_train: trains to --num_train_steps (resuming from --output_dir, else warm-started
+  from --init_checkpoint), then the chief exports the model with the original's names
+  (bert_model.ckpt) and its bert_config.json."""
+  logging.info("***** Running training *****")
+  logging.info("  Batch size = %d", options.train_batch_size)
+  flops_per_sequence = flops.bert_training_flops_per_sequence(
+      config, options.max_seq_length, options.max_predictions_per_seq)
+  peak = flops.measured_peak_flops(options.dtype)
+  trainer.train(train_dataset, num_train_steps=options.num_train_steps,
+                steps_per_loop=options.iterations_per_loop, output_dir=options.output_dir,
+                save_checkpoints_steps=options.save_checkpoints_steps,
+                keep_checkpoint_max=options.keep_checkpoint_max,
+                init_fn=lambda: training_checkpoints.warm_start(trainer.model,
+                                                                options.init_checkpoint),
+                global_batch_size=options.train_batch_size,
+                log_every_steps=options.log_every_steps,
+                flops_per_sequence=flops_per_sequence, peak_flops=peak)
+  if distribution.is_chief(trainer.strategy):
+    prefix = os.path.join(options.output_dir, "bert_model.ckpt")
+    checkpoints.save_tf1_checkpoint(trainer.model, prefix)
+    cli.write_text_atomic(os.path.join(options.output_dir, "bert_config.json"),
+                          config.to_json_string())
+    logging.info("Exported the final model with the original names to %s", prefix)
+
+
+def _evaluate(options, trainer, eval_dataset):
+  """--do_eval: --max_eval_steps batches of eval_dataset; logs the original's eval results,
+  writes them to eval_results.txt (chief) and returns them."""
+  logging.info("***** Running evaluation *****")
+  logging.info("  Batch size = %d", options.eval_batch_size)
+  totals = trainer.evaluate(eval_dataset, options.max_eval_steps)
+  results = trainer.task.eval_results(totals, options.max_eval_steps,
+                                      int(trainer.global_step.numpy()))
   logging.info("***** Eval results *****")
   for key in sorted(results):
     logging.info("  %s = %s", key, results[key])
-  if chief:
-    training.write_text_atomic(os.path.join(o.output_dir, "eval_results.txt"),
-                               training.format_results(results))
+  if distribution.is_chief(trainer.strategy):
+    cli.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
+                          cli.format_results(results))
   return results
 
 
-main = training.script_main(run)
+main = cli.script_main(run)
 
 
 if __name__ == "__main__":

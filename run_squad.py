@@ -33,11 +33,14 @@ from absl import logging
 import keras
 import tensorflow as tf
 
-from bert_keras import checkpoints
+from bert_keras import cli
+from bert_keras import distribution
+from bert_keras import inference
+from bert_keras import input_pipeline
 from bert_keras import modeling
-from bert_keras import optimization
 from bert_keras import tokenization
 from bert_keras import training
+from bert_keras import training_checkpoints
 
 # Programmatic defaults = the flags' defaults (see define_flags).
 DEFAULTS = dict(
@@ -48,17 +51,17 @@ DEFAULTS = dict(
     warmup_proportion=0.1, save_checkpoints_steps=1000, iterations_per_loop=1000,
     n_best_size=20, max_answer_length=30, verbose_logging=False,
     version_2_with_negative=False, null_score_diff_threshold=0.0,
-    **training.TPU_DEFAULTS, **training.TRAINING_DEFAULTS)
+    **cli.TPU_DEFAULTS, **cli.TRAINING_DEFAULTS)
 
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
-  return training.make_options(DEFAULTS, overrides)
+  return cli.make_options(DEFAULTS, overrides)
 
 
 def define_flags():
   """The original's flags (same names, types and defaults) plus training.py's."""
-  training.define_model_flags(max_seq_length=384)
+  cli.define_model_flags(max_seq_length=384)
   flags.DEFINE_string("train_file", None, "SQuAD json for training. E.g., train-v1.1.json")
   flags.DEFINE_string("predict_file", None,
                       "SQuAD json for predictions. E.g., dev-v1.1.json or test-v1.1.json")
@@ -73,7 +76,7 @@ def define_flags():
   flags.DEFINE_bool("do_predict", False, "Whether to run eval on the dev set.")
   flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
   flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predictions.")
-  training.define_fine_tuning_flags()
+  cli.define_fine_tuning_flags()
   flags.DEFINE_integer(
       "n_best_size", 20,
       "The total number of n-best predictions to generate in the "
@@ -82,7 +85,7 @@ def define_flags():
       "max_answer_length", 30,
       "The maximum length of an answer that can be generated. This is needed "
       "because the start and end predictions are not conditioned on one another.")
-  training.define_tpu_flags()
+  cli.define_tpu_flags()
   flags.DEFINE_bool(
       "verbose_logging", False,
       "If true, all of the warnings related to data processing will be printed. "
@@ -93,14 +96,14 @@ def define_flags():
   flags.DEFINE_float(
       "null_score_diff_threshold", 0.0,
       "If null_score - best_non_null is greater than the threshold predict null.")
-  training.define_training_flags()
+  cli.define_training_flags()
   for name in ("vocab_file", "bert_config_file", "output_dir"):
     flags.mark_flag_as_required(name)
-  flags.adopt_module_key_flags(training)  # --help lists them too, not only --helpfull
+  flags.adopt_module_key_flags(cli)  # --help lists them too, not only --helpfull
 
 
 # ----------------------------------------------------------------------------
-# Reading the SQuAD JSON (spec 8.2).
+# Reading the SQuAD JSON.
 
 class SquadExample(object):
   """One question on one paragraph. doc_tokens: the paragraph split on SQuAD whitespace;
@@ -240,7 +243,7 @@ def _read_question(qa, doc_tokens, char_to_word_offset, is_training, version_2_w
 
 
 # ----------------------------------------------------------------------------
-# Features (spec 8.3).
+# Features.
 
 class InputFeatures(object):
   """One window of one example: tokens [CLS] query [SEP] doc-window [SEP]; input_ids,
@@ -456,7 +459,7 @@ class FeatureWriter(object):
 
   def process_feature(self, feature):
     self.num_features += 1
-    int64 = training.int64_feature
+    int64 = input_pipeline.int64_feature
     features = collections.OrderedDict()
     features["unique_ids"] = int64([feature.unique_id])
     features["input_ids"] = int64(feature.input_ids)
@@ -478,25 +481,25 @@ def decode_fn(seq_length, is_training):
   """Serialized tf.train.Example -> dict of int32 tensors: unique_ids (scalar), input_ids,
   input_mask, segment_ids [S] and, when training, start_positions / end_positions (scalars);
   is_impossible is written but not read, as the original."""
-  spec = {
+  feature_types = {
       "unique_ids": tf.io.FixedLenFeature([], tf.int64),
       "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
   }
   if is_training:
-    spec["start_positions"] = tf.io.FixedLenFeature([], tf.int64)
-    spec["end_positions"] = tf.io.FixedLenFeature([], tf.int64)
+    feature_types["start_positions"] = tf.io.FixedLenFeature([], tf.int64)
+    feature_types["end_positions"] = tf.io.FixedLenFeature([], tf.int64)
 
   def decode(record):
-    example = tf.io.parse_single_example(record, spec)
+    example = tf.io.parse_single_example(record, feature_types)
     return {k: tf.cast(v, tf.int32) for k, v in example.items()}
 
   return decode
 
 
 # ----------------------------------------------------------------------------
-# Training and prediction (spec 8.4).
+# Training and prediction.
 
 class SquadTask(training.ExampleMeanTask):
   """The batch mean of squad_loss ((start + end cross-entropy) / 2) over the GLOBAL batch."""
@@ -504,9 +507,6 @@ class SquadTask(training.ExampleMeanTask):
   def per_example_loss(self, outputs, batch):
     return modeling.squad_loss(outputs["start_logits"], outputs["end_logits"],
                                batch["start_positions"], batch["end_positions"])
-
-  def summarize_train(self, sums, steps):
-    return {"loss": sums["loss"] / steps}
 
 
 RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])
@@ -524,9 +524,9 @@ def predict_results(model, record_file, seq_length, batch_size, strategy=None, u
     outputs = model(SquadTask().model_inputs(batch), training=False)
     return outputs["start_logits"], outputs["end_logits"]
 
-  infer = training.make_inference_fn(strategy, forward, use_xla)
+  infer = inference.make_inference_fn(strategy, forward, use_xla)
   results = []
-  for batch, (start_logits, end_logits) in training.infer_dataset(infer, ds, batch_size):
+  for batch, (start_logits, end_logits) in inference.infer_dataset(infer, ds, batch_size):
     for unique_id, start, end in zip(batch["unique_ids"], start_logits, end_logits):
       if len(results) % 1000 == 0:
         logging.info("Processing example: %d", len(results))
@@ -537,7 +537,7 @@ def predict_results(model, record_file, seq_length, batch_size, strategy=None, u
 
 
 # ----------------------------------------------------------------------------
-# Post-processing (spec 8.5).
+# Post-processing.
 
 _Prelim = collections.namedtuple(
     "PrelimPrediction", ["feature_index", "start_index", "end_index", "start_logit",
@@ -685,12 +685,12 @@ def write_predictions(all_examples, all_features, all_results, n_best_size, max_
       all_predictions[example.qas_id] = (
           "" if score_diff > null_score_diff_threshold else best_non_null.text)
 
-  training.write_text_atomic(output_prediction_file,
-                             json.dumps(all_predictions, indent=4) + "\n")
-  training.write_text_atomic(output_nbest_file, json.dumps(all_nbest_json, indent=4) + "\n")
+  cli.write_text_atomic(output_prediction_file,
+                        json.dumps(all_predictions, indent=4) + "\n")
+  cli.write_text_atomic(output_nbest_file, json.dumps(all_nbest_json, indent=4) + "\n")
   if version_2_with_negative:
-    training.write_text_atomic(output_null_log_odds_file,
-                               json.dumps(scores_diff_json, indent=4) + "\n")
+    cli.write_text_atomic(output_null_log_odds_file,
+                          json.dumps(scores_diff_json, indent=4) + "\n")
   return all_predictions, all_nbest_json, scores_diff_json
 
 
@@ -747,41 +747,41 @@ def get_final_text(pred_text, orig_text, do_lower_case, verbose_logging=False):
 
 # ----------------------------------------------------------------------------
 
-def _check_options(o):
+def _check_options(options):
   """Our checks before the original's: required flags, files, positive sizes."""
   for name in ("vocab_file", "bert_config_file", "output_dir"):
-    if not getattr(o, name):
+    if not getattr(options, name):
       raise ValueError(f"--{name} is required")
   for name in ("bert_config_file", "vocab_file"):
-    if not tf.io.gfile.exists(getattr(o, name)):
-      raise ValueError(f"--{name} {getattr(o, name)}: no such file")
+    if not tf.io.gfile.exists(getattr(options, name)):
+      raise ValueError(f"--{name} {getattr(options, name)}: no such file")
   for name in ("train_batch_size", "predict_batch_size", "iterations_per_loop",
                "gradient_accumulation_steps", "doc_stride", "n_best_size",
                "max_answer_length"):
-    if getattr(o, name) < 1:
-      raise ValueError(f"--{name}={getattr(o, name)}: must be >= 1")
-  if o.max_query_length < 0:
-    raise ValueError(f"--max_query_length={o.max_query_length}: must be >= 0")
+    if getattr(options, name) < 1:
+      raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
+  if options.max_query_length < 0:
+    raise ValueError(f"--max_query_length={options.max_query_length}: must be >= 0")
 
 
-def validate_flags_or_throw(o, bert_config):
+def validate_flags_or_throw(options, bert_config):
   """The original's checks and messages (ValueError), then whether the SQuAD files exist."""
-  tokenization.validate_case_matches_checkpoint(o.do_lower_case, o.init_checkpoint)
-  if not o.do_train and not o.do_predict:
+  tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
+  if not options.do_train and not options.do_predict:
     raise ValueError("At least one of `do_train` or `do_predict` must be True.")
-  if o.do_train and not o.train_file:
+  if options.do_train and not options.train_file:
     raise ValueError("If `do_train` is True, then `train_file` must be specified.")
-  if o.do_predict and not o.predict_file:
+  if options.do_predict and not options.predict_file:
     raise ValueError("If `do_predict` is True, then `predict_file` must be specified.")
-  if o.max_seq_length > bert_config.max_position_embeddings:
+  if options.max_seq_length > bert_config.max_position_embeddings:
     raise ValueError(
         "Cannot use sequence length %d because the BERT model was only trained up to "
-        "sequence length %d" % (o.max_seq_length, bert_config.max_position_embeddings))
-  if o.max_seq_length <= o.max_query_length + 3:
+        "sequence length %d" % (options.max_seq_length, bert_config.max_position_embeddings))
+  if options.max_seq_length <= options.max_query_length + 3:
     raise ValueError("The max_seq_length (%d) must be greater than max_query_length (%d) + 3"
-                     % (o.max_seq_length, o.max_query_length))
-  for flag, needed in (("train_file", o.do_train), ("predict_file", o.do_predict)):
-    path = getattr(o, flag)
+                     % (options.max_seq_length, options.max_query_length))
+  for flag, needed in (("train_file", options.do_train), ("predict_file", options.do_predict)):
+    path = getattr(options, flag)
     if needed and not tf.io.gfile.exists(path):
       raise ValueError(f"--{flag} {path}: no such file")
 
@@ -793,82 +793,74 @@ def _read(flag, path, is_training, version_2_with_negative):
     raise ValueError(f"--{flag} {e}") from None
 
 
-def run(o, strategy=None):
+def run(options, strategy=None):
   """Trains and/or predicts as the original main(). Returns a dict: "train_examples" (the
   number read, or None), "predictions" (the three dicts of write_predictions, or None).
 
-  o: options(...) or the parsed FLAGS. strategy: a tf.distribute strategy (built from the
-  options when None). Both SQuAD files are read and checked before anything is written.
+  options: a namespace from options(...), or the parsed FLAGS. strategy: a tf.distribute
+  strategy (built from the options when None). Both SQuAD files are read and checked before
+  anything is written.
   """
-  _check_options(o)
-  config = modeling.BertConfig.from_json_file(o.bert_config_file)
-  validate_flags_or_throw(o, config)
+  _check_options(options)
+  config = cli.load_bert_config(options.bert_config_file)
+  validate_flags_or_throw(options, config)
   train_examples = predict_examples = None
-  if o.do_train:
-    train_examples = _read("train_file", o.train_file, True, o.version_2_with_negative)
-  if o.do_predict:
-    predict_examples = _read("predict_file", o.predict_file, False,
-                             o.version_2_with_negative)
+  if options.do_train:
+    train_examples = _read("train_file", options.train_file, True, options.version_2_with_negative)
+  if options.do_predict:
+    predict_examples = _read("predict_file", options.predict_file, False,
+                             options.version_2_with_negative)
   num_train_steps = None
-  if o.do_train:
+  if options.do_train:
     # Steps count the examples (questions), not their windows, as the original.
-    num_train_steps = int(len(train_examples) / o.train_batch_size * o.num_train_epochs)
+    num_train_steps = int(len(train_examples) / options.train_batch_size * options.num_train_epochs)
     if num_train_steps < 1:
       raise ValueError(
-          f"--num_train_epochs={o.num_train_epochs}: {len(train_examples)} training examples "
-          f"/ --train_batch_size={o.train_batch_size} x epochs gives 0 training steps")
-  tokenizer = tokenization.FullTokenizer(vocab_file=o.vocab_file,
-                                         do_lower_case=o.do_lower_case)
-  tf.io.gfile.makedirs(o.output_dir)
-  keras.utils.set_random_seed(o.seed)
-  strategy = training.strategy_for(o, strategy)
-  with training.record_directory(strategy, o.output_dir) as record_dir:
-    return _train_predict(o, strategy, config, tokenizer, training.is_chief(strategy),
+          f"--num_train_epochs={options.num_train_epochs}: {len(train_examples)} training examples "
+          f"/ --train_batch_size={options.train_batch_size} x epochs gives 0 training steps")
+  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
+                                         do_lower_case=options.do_lower_case)
+  tf.io.gfile.makedirs(options.output_dir)
+  keras.utils.set_random_seed(options.seed)
+  strategy = distribution.strategy_for(options, strategy)
+  with distribution.record_directory(strategy, options.output_dir) as record_dir:
+    return _train_predict(options, strategy, config, tokenizer, distribution.is_chief(strategy),
                           record_dir, train_examples, num_train_steps, predict_examples)
 
 
-def _train_predict(o, strategy, config, tokenizer, chief, record_dir, train_examples,
+def _train_predict(options, strategy, config, tokenizer, chief, record_dir, train_examples,
                    num_train_steps, predict_examples):
   """run() after the checks and the reading."""
   num_warmup_steps = None
-  if o.do_train:
-    num_warmup_steps = int(num_train_steps * o.warmup_proportion)
+  if options.do_train:
+    num_warmup_steps = int(num_train_steps * options.warmup_proportion)
     # Pre-shuffled (fixed seed, as the original) so that a small shuffle buffer suffices.
     random.Random(12345).shuffle(train_examples)
 
-  training.set_dtype_policy(o.dtype)
-  with strategy.scope():
-    model = modeling.BertSquad(config)
-    optimizer = optimization.create_optimizer(
-        o.learning_rate, num_train_steps or 1, num_warmup_steps or 0,
-        optimizer_type=o.optimizer)
-    if o.dtype == "float16":
-      optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-  trainer = training.Trainer(strategy, model, optimizer, SquadTask(),
-                             accumulation_steps=o.gradient_accumulation_steps,
-                             use_xla=(training.default_use_xla(strategy) if o.use_xla is None
-                                      else o.use_xla),
-                             loss_scale=o.dtype == "float16",
-                             variable_names=checkpoints.tf1_variable_map(model))
+  trainer = training.build_trainer(options, strategy, lambda: modeling.BertSquad(config),
+                                   SquadTask(), num_train_steps or 1, num_warmup_steps or 0)
+  model = trainer.model
   results = {"train_examples": None, "predictions": None}
 
-  if o.do_train:
+  if options.do_train:
     writer = FeatureWriter(os.path.join(record_dir, "train.tf_record"), is_training=True)
-    convert_examples_to_features(train_examples, tokenizer, o.max_seq_length, o.doc_stride,
-                                 o.max_query_length, True, writer.process_feature)
+    convert_examples_to_features(train_examples, tokenizer, options.max_seq_length,
+                                 options.doc_stride, options.max_query_length, True,
+                                 writer.process_feature)
     writer.close()
     logging.info("***** Running training *****")
     logging.info("  Num orig examples = %d", len(train_examples))
     logging.info("  Num split examples = %d", writer.num_features)
-    logging.info("  Batch size = %d", o.train_batch_size)
+    logging.info("  Batch size = %d", options.train_batch_size)
     logging.info("  Num steps = %d", num_train_steps)
     results["train_examples"] = len(train_examples)
-    training.fine_tune(trainer, model, o, writer.filename,
-                       decode_fn(o.max_seq_length, is_training=True), num_train_steps)
+    training.fine_tune(trainer, options, writer.filename,
+                       decode_fn(options.max_seq_length, is_training=True), num_train_steps)
   else:
-    training.restore_for_inference(trainer, model, o.output_dir, o.init_checkpoint)
+    training_checkpoints.restore_for_inference(trainer, options.output_dir,
+                                               options.init_checkpoint)
 
-  if o.do_predict:
+  if options.do_predict:
     writer = FeatureWriter(os.path.join(record_dir, "eval.tf_record"), is_training=False)
     predict_features = []
 
@@ -876,27 +868,29 @@ def _train_predict(o, strategy, config, tokenizer, chief, record_dir, train_exam
       predict_features.append(feature)
       writer.process_feature(feature)
 
-    convert_examples_to_features(predict_examples, tokenizer, o.max_seq_length, o.doc_stride,
-                                 o.max_query_length, False, keep_and_write)
+    convert_examples_to_features(predict_examples, tokenizer, options.max_seq_length,
+                                 options.doc_stride, options.max_query_length, False,
+                                 keep_and_write)
     writer.close()
     logging.info("***** Running predictions *****")
     logging.info("  Num orig examples = %d", len(predict_examples))
     logging.info("  Num split examples = %d", len(predict_features))
-    logging.info("  Batch size = %d", o.predict_batch_size)
-    all_results = predict_results(model, writer.filename, o.max_seq_length,
-                                  o.predict_batch_size, strategy, trainer.use_xla)
+    logging.info("  Batch size = %d", options.predict_batch_size)
+    all_results = predict_results(model, writer.filename, options.max_seq_length,
+                                  options.predict_batch_size, strategy, trainer.use_xla)
     out = record_dir  # output_dir on the chief; discarded on the other workers
     results["predictions"] = write_predictions(
-        predict_examples, predict_features, all_results, o.n_best_size, o.max_answer_length,
-        o.do_lower_case, os.path.join(out, "predictions.json"),
+        predict_examples, predict_features, all_results, options.n_best_size,
+        options.max_answer_length,
+        options.do_lower_case, os.path.join(out, "predictions.json"),
         os.path.join(out, "nbest_predictions.json"), os.path.join(out, "null_odds.json"),
-        version_2_with_negative=o.version_2_with_negative,
-        null_score_diff_threshold=o.null_score_diff_threshold,
-        verbose_logging=o.verbose_logging)
+        version_2_with_negative=options.version_2_with_negative,
+        null_score_diff_threshold=options.null_score_diff_threshold,
+        verbose_logging=options.verbose_logging)
   return results
 
 
-main = training.script_main(run)
+main = cli.script_main(run)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ forward, MLM + NSP loss, backward, global-norm clip, AdamWeightDecay update):
   keras_hub fit    keras_hub.models.BertMaskedLM (BertBackbone + MLM head, no NSP) of the
                    same size under model.fit, jit_compile=False / True (skipped if absent)
 Each row: one warm-up pass (tracing/compilation) then one timed pass of --steps steps.
-MFU = sequences/s x training FLOPs per sequence (training.bert_training_flops_per_sequence)
-/ the measured matmul peak of this device (training.measured_peak_flops).
+MFU = sequences/s x training FLOPs per sequence (flops.bert_training_flops_per_sequence)
+/ the measured matmul peak of this device (flops.measured_peak_flops).
 
 Usage:
   python bench/bench_pretraining.py --quick     # tiny config, a few steps (~1-2 min CPU)
@@ -38,7 +38,10 @@ import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-from bert_keras import modeling  # noqa: E402  (pip install -e . in the clone)
+from bert_keras import distribution  # noqa: E402  (pip install -e . in the clone)
+from bert_keras import flops  # noqa: E402
+from bert_keras import input_pipeline  # noqa: E402
+from bert_keras import modeling  # noqa: E402
 from bert_keras import optimization  # noqa: E402
 from bert_keras import run_pretraining  # noqa: E402
 from bert_keras import training  # noqa: E402
@@ -54,7 +57,8 @@ CONFIGS = {
 
 
 def write_records(path, n, seq, pred, vocab, seed=0):
-  """n synthetic examples in the original's tf.train.Example format (spec 5.3)."""
+  """n synthetic examples in the original's tf.train.Example format (create_pretraining_data's
+  seven features)."""
   rng = np.random.RandomState(seed)
 
   def ints(values):
@@ -77,25 +81,24 @@ def write_records(path, n, seq, pred, vocab, seed=0):
 
 def bench_ours(args, config, files, use_xla):
   """run_pretraining's loop: returns sequences/s of the timed (second) loop."""
-  o = run_pretraining.options(
+  options = run_pretraining.options(
       bert_config_file="unused", input_file=",".join(files), output_dir="unused",
       max_seq_length=args.seq, max_predictions_per_seq=args.pred, do_train=True,
       train_batch_size=args.batch, learning_rate=1e-4, num_train_steps=2 * args.steps,
       num_warmup_steps=10, dtype=args.dtype, use_xla=use_xla)
-  strategy = training.build_strategy("one_device")
-  model, optimizer = run_pretraining.build_model_and_optimizer(o, config, strategy)
-  trainer = training.Trainer(strategy, model, optimizer, run_pretraining.PretrainingTask(),
-                             use_xla=use_xla, loss_scale=args.dtype == "float16")
+  strategy = distribution.build_strategy("one_device")
+  trainer = training.build_trainer(options, strategy, lambda: modeling.BertPretrainer(config),
+                                   run_pretraining.PretrainingTask(), 2 * args.steps, 10)
   decode = run_pretraining.decode_fn(args.seq, args.pred)
   per_loop = []
 
   def dataset_fn(ctx, skip):
-    return training.training_dataset(files, decode, args.batch, ctx, skip_records=skip)
+    return input_pipeline.training_dataset(files, decode, args.batch, ctx, skip_records=skip)
 
   with tempfile.TemporaryDirectory() as out:
     trainer.train(dataset_fn, num_train_steps=2 * args.steps, steps_per_loop=args.steps,
                   output_dir=out, save_checkpoints_steps=0, global_batch_size=args.batch,
-                  log_fn=lambda step, stats: per_loop.append(stats))
+                  log_every_steps=0, log_fn=lambda step, stats: per_loop.append(stats))
   return per_loop[-1]["sequences_per_sec"], per_loop[-1]["loss"]
 
 
@@ -121,11 +124,11 @@ def _fit_dataset(files, args, with_nsp=True, hub=False):
       return x, b["masked_lm_ids"], b["masked_lm_weights"]
     x = {k: b[k] for k in ("input_ids", "input_mask", "segment_ids", "masked_lm_positions")}
     y = {"mlm": b["masked_lm_ids"], "nsp": b["next_sentence_labels"]}
-    w = {"mlm": b["masked_lm_weights"], "nsp": tf.ones_like(b["next_sentence_labels"],
-                                                             tf.float32)}
+    w = {"mlm": b["masked_lm_weights"],
+         "nsp": tf.ones_like(b["next_sentence_labels"], tf.float32)}
     return x, y, w
 
-  ds = training.training_dataset(files, decode, args.batch)
+  ds = input_pipeline.training_dataset(files, decode, args.batch)
   return ds.map(split, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
 
@@ -139,7 +142,7 @@ class _Timer(keras.callbacks.Callback):
 
 
 def bench_fit(args, config, files, jit, hub=False):
-  training.set_dtype_policy(args.dtype)
+  distribution.set_dtype_policy(args.dtype)
   opt = optimization.create_optimizer(1e-4, 2 * args.steps, 10)
   xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
   if hub:
@@ -157,7 +160,7 @@ def bench_fit(args, config, files, jit, hub=False):
   timer = _Timer()
   model.fit(_fit_dataset(files, args, hub=hub), steps_per_epoch=args.steps, epochs=2,
             verbose=0, callbacks=[timer])
-  training.set_dtype_policy("float32")
+  distribution.set_dtype_policy("float32")
   return args.steps * args.batch / timer.elapsed, float(timer.loss)
 
 
@@ -176,8 +179,8 @@ def main():
     args.config, args.seq, args.pred, args.batch, args.steps = "tiny", 32, 5, 8, 10
   config = modeling.BertConfig.from_dict(dict(CONFIGS[args.config], type_vocab_size=2,
                                               max_position_embeddings=512))
-  peak = training.measured_peak_flops(args.dtype)
-  flops = training.bert_training_flops_per_sequence(config, args.seq, args.pred)
+  peak = flops.measured_peak_flops(args.dtype)
+  flops_per_sequence = flops.bert_training_flops_per_sequence(config, args.seq, args.pred)
   skip = set(filter(None, args.skip.split(",")))
   rows = []
   with tempfile.TemporaryDirectory() as tmp:
@@ -198,7 +201,7 @@ def main():
       try:
         seq_per_s, loss = fn()
         rows.append({"name": name, "sequences_per_sec": seq_per_s,
-                     "mfu": seq_per_s * flops / peak, "loss": loss})
+                     "mfu": seq_per_s * flops_per_sequence / peak, "loss": loss})
       except ImportError as e:
         rows.append({"name": name, "skipped": f"not installed ({e.name})"})
       except Exception as e:  # pylint: disable=broad-except
@@ -212,7 +215,7 @@ def main():
   print("config %s (L%d H%d), seq %d, batch %d, %d masked, dtype %s, %d timed steps; "
         "matmul peak %.1f GFLOP/s; %.3f GFLOP per training sequence" % (
             args.config, config.num_hidden_layers, config.hidden_size, args.seq, args.batch,
-            args.pred, args.dtype, args.steps, peak / 1e9, flops / 1e9))
+            args.pred, args.dtype, args.steps, peak / 1e9, flops_per_sequence / 1e9))
   print()
   print("| run | sequences/s | MFU | final loss |")
   print("|---|---:|---:|---:|")
@@ -224,7 +227,7 @@ def main():
             f"{row['loss']:.3f} |")
   print(json.dumps({"config": args.config, "seq": args.seq, "batch": args.batch,
                     "dtype": args.dtype, "steps": args.steps, "peak_flops": peak,
-                    "flops_per_sequence": flops, "rows": rows}))
+                    "flops_per_sequence": flops_per_sequence, "rows": rows}))
 
 
 if __name__ == "__main__":

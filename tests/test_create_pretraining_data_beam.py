@@ -153,7 +153,7 @@ def test_same_bytes_in_process_and_with_two_worker_processes(tmp_path):
 
 def test_records_parse_with_the_original_spec_and_run_pretraining_reads_them(tmp_path):
   """Every record parses with the original run_pretraining feature spec (lengths and dtypes);
-  masks, segments and masked positions are consistent; training.training_dataset with
+  masks, segments and masked positions are consistent; input_pipeline.training_dataset with
   run_pretraining.decode_fn reads the shards through a glob; an empty shard is still written."""
   import tensorflow as tf
   files, vocab = _synthetic_corpus(tmp_path / "corpus", files=2, docs=15)
@@ -193,12 +193,12 @@ def test_records_parse_with_the_original_spec_and_run_pretraining_reads_them(tmp
   assert seen == count > 50
 
   try:
-    from bert_keras import run_pretraining, training
+    from bert_keras import input_pipeline, run_pretraining
   except Exception as e:  # pylint: disable=broad-except
     pytest.skip("run_pretraining does not import here: %s" % e)
-  input_files = training.expand_input_files(str(out / "ex.tfrecord-*"))
+  input_files = input_pipeline.expand_input_files(str(out / "ex.tfrecord-*"))
   assert sorted(input_files) == paths
-  dataset = training.training_dataset(input_files, run_pretraining.decode_fn(40, 6), 8)
+  dataset = input_pipeline.training_dataset(input_files, run_pretraining.decode_fn(40, 6), 8)
   batch = next(iter(dataset))
   assert batch["input_ids"].shape == (8, 40) and batch["masked_lm_weights"].shape == (8, 6)
   assert batch["next_sentence_labels"].shape == (8, 1)
@@ -387,5 +387,5 @@ def test_cli_writes_and_logs(tmp_path):
   count, _ = _run(sorted(files), str(api / "x"), vocab, dupe_factor=2, max_seq_length=48,
                   num_shards=2)
   assert written == count > 0
-  assert [(out / n).read_bytes() for n in _outputs(out, "x-")] == \
-      [(api / n).read_bytes() for n in _outputs(api, "x-")]
+  assert ([(out / n).read_bytes() for n in _outputs(out, "x-")] ==
+          [(api / n).read_bytes() for n in _outputs(api, "x-")])

@@ -64,3 +64,19 @@ def test_command_line(tmp_path):
   assert bad.stderr.strip().splitlines()[-1] == (
       f"error: --input_file={tmp_path / 'nothing*.txt'} matches no files")
   assert not (tmp_path / "v2.txt").exists()
+
+
+def test_invalid_utf8_is_an_error_naming_the_file_and_line(tmp_path):
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_bytes(b"good line\nanother good one\nbad \xff byte here\n")
+  out = tmp_path / "vocab.txt"
+  command = [sys.executable, str(REPO / "create_vocab.py"), f"--input_file={corpus}",
+             f"--output_file={out}", "--vocab_size=120", "--num_unused=0"]
+  bad = subprocess.run(command, capture_output=True, text=True)
+  assert bad.returncode != 0 and not out.exists()
+  assert bad.stderr.strip().splitlines()[-1] == (
+      f"error: --input_file {corpus}, line 3: not valid UTF-8 (invalid start byte); pass "
+      "--lenient_decoding to drop such bytes")
+  lenient = subprocess.run(command + ["--lenient_decoding"], capture_output=True, text=True)
+  assert lenient.returncode == 0, lenient.stderr
+  assert "byte" in out.read_text().split("\n")

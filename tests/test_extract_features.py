@@ -224,11 +224,13 @@ def test_output_matches_the_original_main(tiny, monkeypatch):
   def skeleton(line):
     obj = json.loads(line)
     return [list(obj), obj["linex_index"],
-            [(list(f), f["token"], [(list(l), l["index"], len(l["values"])) for l in f["layers"]])
+            [(list(f), f["token"],
+              [(list(layer), layer["index"], len(layer["values"])) for layer in f["layers"]])
              for f in obj["features"]]]
 
   def values(line):
-    return np.array([[l["values"] for l in f["layers"]] for f in json.loads(line)["features"]])
+    return np.array([[layer["values"] for layer in f["layers"]]
+                     for f in json.loads(line)["features"]])
 
   for i, (a, b) in enumerate(zip(ours, theirs)):
     assert skeleton(a) == skeleton(b), i
@@ -311,8 +313,8 @@ def test_command_line_and_bad_input(tiny, tmp_path):
   assert list(first) == ["linex_index", "features"] and first["linex_index"] == 0
   assert [f["token"] for f in first["features"]] == (
       "[CLS] who was jim henson ? [SEP] jim henson was a puppet ##eer [SEP]".split())
-  assert [l["index"] for l in first["features"][0]["layers"]] == [-1, -2]
-  assert all(len(l["values"]) == 32 for f in first["features"] for l in f["layers"])
+  assert [layer["index"] for layer in first["features"][0]["layers"]] == [-1, -2]
+  assert all(len(layer["values"]) == 32 for f in first["features"] for layer in f["layers"])
 
   for name, message in (
       ("no_input", f"error: --input_file {tmp_path}/none.txt: no such file"),
@@ -344,7 +346,7 @@ def test_bad_input_raises_one_line_errors(tiny, tmp_path):
       f"--bert_config_file {tmp_path}/c.json: no such file"
   (tmp_path / "bad.json").write_text("{vocab_size")
   assert error(bert_config_file=str(tmp_path / "bad.json")).startswith(
-      f"--bert_config_file {tmp_path}/bad.json: not a JSON config")
+      f"--bert_config_file {tmp_path}/bad.json: not valid JSON")
   assert error(init_checkpoint=str(tmp_path / "none.ckpt")).startswith(
       f"--init_checkpoint: {tmp_path}/none.ckpt: not a checkpoint")
   (tmp_path / "corrupt.ckpt.index").write_bytes(b"not a checkpoint index")

@@ -193,8 +193,8 @@ def test_tf2_object_checkpoint(tmp_path, saved):
 
 
 def test_tf2_checkpoint_with_tf1_named_model_variables(tmp_path):
-  """The layout training.make_checkpoint writes: a `model_variables` dict keyed by the TF1
-  names, next to the model and the optimizer."""
+  """The layout training_checkpoints.make_checkpoint writes: a `model_variables` dict keyed by
+  the TF1 names, next to the model and the optimizer."""
   source = _randomize(modeling.BertPretrainer(CONFIG))
   names = checkpoints.tf1_variable_map(source)
   prefix = tf.train.Checkpoint(model=source, step=tf.Variable(3, dtype=tf.int64),

@@ -150,8 +150,8 @@ def test_tfrecords_match_the_original(orig, vocab, tmp_path):
       examples + [orig.PaddingInputExample()], labels, 24, theirs,
       str(tmp_path / "theirs.tf_record"))
   assert not list(tmp_path.glob("*.tmp"))
-  got, want = _decode_all(tmp_path / "ours.tf_record", 24), \
-      _decode_all(tmp_path / "theirs.tf_record", 24)
+  got = _decode_all(tmp_path / "ours.tf_record", 24)
+  want = _decode_all(tmp_path / "theirs.tf_record", 24)
   assert len(got) == 41 and got == want
   assert got[-1]["is_real_example"] == 0 and got[0]["is_real_example"] == 1
   # Same features, same types (all int64), same order of names.
@@ -321,8 +321,8 @@ def test_readme_command_end_to_end(glue, vocab, tmp_path):
   assert all(p == str(np.float32(p)) for r in rows for p in r)
 
   # Again: resumes at step 4 = num_train_steps, only evaluates; same results.
-  proc = subprocess.run([c for c in cmd if c != "--do_predict=true"], env=ENV, capture_output=True, text=True,
-                        timeout=300)
+  proc = subprocess.run([c for c in cmd if c != "--do_predict=true"], env=ENV,
+                        capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "nothing to train" in proc.stderr
   again = dict(line.split(" = ") for line in
@@ -362,7 +362,7 @@ def test_bad_input_raises_one_line_errors(glue, vocab, tmp_path):
 def test_flags_match_the_original():
   """Every flag of the original run_classifier exists with the same type and default."""
   want, got = oracle.original_and_our_flags("run_classifier", env=ENV)
-  # The spec's 25 flags plus bert-tensorflow 1.0.4's tpu_job_name.
+  # GitHub master's 25 flags plus bert-tensorflow 1.0.4's tpu_job_name.
   assert len(want) == 26 and got == want
   assert {n: run_classifier.DEFAULTS[n] for n in want} == {n: v[0] for n, v in want.items()}
 
@@ -370,9 +370,9 @@ def test_flags_match_the_original():
 _WORKER = """
 import json
 from absl import logging
-from bert_keras import run_classifier, training
+from bert_keras import distribution, run_classifier
 logging.set_verbosity(logging.INFO)
-strategy = training.build_strategy("multi_worker_mirrored")
+strategy = distribution.build_strategy("multi_worker_mirrored")
 assert strategy.num_replicas_in_sync == 2
 results = run_classifier.run(run_classifier.options(**{options!r}), strategy)
 print("RESULT", json.dumps({{k: str(v) for k, v in results["eval"].items()}}), flush=True)

@@ -4,8 +4,9 @@ with gradient accumulation; multi-worker completes and agrees; SIGKILL + restart
 with the weights of an uninterrupted run).
 
 Tiny model (2 layers, hidden 32, vocab 100, seq 32); TFRecords written here in the
-original's feature format (spec 5.3). Subprocesses only where a fresh TF runtime is
-needed (logical devices, multi-worker, SIGKILL); they are kept few (each ~5 s of import).
+original's feature format (create_pretraining_data's seven features). Subprocesses only
+where a fresh TF runtime is needed (logical devices, multi-worker, SIGKILL); they are kept
+few (each ~5 s of import).
 """
 
 import json
@@ -22,9 +23,12 @@ import tensorflow as tf
 import oracle
 from conftest import run_workers, worker_results
 from bert_keras import checkpoints
+from bert_keras import cli
+from bert_keras import distribution
+from bert_keras import input_pipeline
 from bert_keras import modeling
 from bert_keras import run_pretraining
-from bert_keras import training
+from bert_keras import training_checkpoints
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SEQ, PRED, VOCAB = 32, 5, 100
@@ -50,7 +54,7 @@ def _write_records(path, n, seed):
       labels = np.zeros(PRED, np.int64)
       labels[:k] = rng.randint(5, VOCAB, k)
       weights = (np.arange(PRED) < k).astype(np.float32)
-      features = {  # the original's order (spec 5.3)
+      features = {  # the original's order (create_pretraining_data's write order)
           "input_ids": ints(ids), "input_mask": ints(mask), "segment_ids": ints(segments),
           "masked_lm_positions": ints(positions), "masked_lm_ids": ints(labels),
           "masked_lm_weights": tf.train.Feature(float_list=tf.train.FloatList(value=weights)),
@@ -101,9 +105,10 @@ def _assert_same_weights(a, b, atol):
 # ----------------------------------------------------------------------------
 # In-process.
 
-def test_losses_and_metrics_match_spec_formulas():
-  """Spec 6.3 restated in NumPy: MLM loss sum(w*l)/(sum(w)+1e-5), NSP mean; eval
-  metrics weighted accuracy / weighted mean loss; "loss" = mean of batch losses."""
+def test_losses_and_metrics_match_the_original_formulas():
+  """The original run_pretraining's losses and metric_fn restated in NumPy: MLM loss
+  sum(w*l)/(sum(w)+1e-5), NSP mean; eval metrics weighted accuracy / weighted mean loss;
+  "loss" = mean of batch losses."""
   rng = np.random.RandomState(0)
   b, p, v = 4, 3, 11
   logits = rng.normal(size=(b, p, v)).astype(np.float32)
@@ -153,20 +158,20 @@ def test_losses_and_metrics_match_spec_formulas():
 
 
 def test_eval_results_format():
-  text = training.format_results({"loss": np.float32(0.0979674), "global_step": np.int64(20),
-                                  "masked_lm_accuracy": np.float32(0.985479)})
+  text = cli.format_results({"loss": np.float32(0.0979674), "global_step": np.int64(20),
+                             "masked_lm_accuracy": np.float32(0.985479)})
   assert text == "global_step = 20\nloss = 0.0979674\nmasked_lm_accuracy = 0.985479\n"
 
 
 def test_input_pipeline_is_seekable(data):
   """The training input order is a pure function of the seed: skipping the records
   consumed by k steps gives exactly the batches an uninterrupted iterator gives next."""
-  files = training.expand_input_files(str(data / "part-*.tfrecord"))
+  files = input_pipeline.expand_input_files(str(data / "part-*.tfrecord"))
   decode = run_pretraining.decode_fn(SEQ, PRED)
   full = [b["input_ids"].numpy() for b in
-          training.training_dataset(files, decode, 4, seed=3).take(30)]
-  resumed = [b["input_ids"].numpy() for b in
-             training.training_dataset(files, decode, 4, seed=3, skip_records=4 * 17).take(13)]
+          input_pipeline.training_dataset(files, decode, 4, seed=3).take(30)]
+  resumed = [b["input_ids"].numpy() for b in input_pipeline.training_dataset(
+      files, decode, 4, seed=3, skip_records=4 * 17).take(13)]
   for a, b in zip(full[17:], resumed):
     np.testing.assert_array_equal(a, b)
   assert full[0].shape == (4, SEQ) and full[0].dtype == np.int32
@@ -184,11 +189,38 @@ def test_gradient_accumulation_equals_large_batch(data, tmp_path):
   model = modeling.BertPretrainer(modeling.BertConfig.from_json_file(
       str(data / "config_nodropout.json")))
   names = checkpoints.tf1_variable_map(model)
-  assert training.restore_model_variables(str(tmp_path / "big" / "model.ckpt-6"), names) == \
-      len(names)
+  assert training_checkpoints.restore_model_variables(
+      str(tmp_path / "big" / "model.ckpt-6"), names) == len(names)
   _assert_same_weights(_weights(tmp_path / "big" / "bert_model.ckpt"),
                        {n: v.numpy() for n, v in names.items()}, atol=0)
-  assert training.restore_model_variables(str(data / "init" / "bert_model.ckpt"), names) is None
+  assert training_checkpoints.restore_model_variables(
+      str(data / "init" / "bert_model.ckpt"), names) is None
+
+
+def test_progress_lines_every_log_every_steps_with_unchanged_results(data, tmp_path, caplog):
+  """--log_every_steps=2 with --iterations_per_loop=1000 logs a progress line at steps 2, 4
+  and 6 (and 3, where a checkpoint cuts the device loop), each with loss, masked-LM accuracy,
+  learning rate, sequences/s, MFU and ETA; the weights and eval results are those of a run
+  that logs once per checkpoint (--log_every_steps=0): only the device calls are cut."""
+  import logging
+  caplog.set_level(logging.INFO)
+  chunked = run_pretraining.run(_options(data, tmp_path / "chunked", do_eval=True,
+                                         iterations_per_loop=1000, log_every_steps=2))
+  lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step = ")]
+  assert [int(line.split(",")[0].split(" = ")[1]) for line in lines] == [2, 3, 4, 6], lines
+  for line in lines:
+    for part in (", loss = ", ", masked_lm_accuracy = ", ", learning_rate = ",
+                 ", sequences/s = ", ", mfu = ", ", ETA "):
+      assert part in line, line
+  assert lines[-1].endswith("ETA 0:00:00 (6 of 6 steps)"), lines[-1]
+  caplog.clear()
+  whole = run_pretraining.run(_options(data, tmp_path / "whole", do_eval=True,
+                                       iterations_per_loop=1000, log_every_steps=0))
+  lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step = ")]
+  assert [int(line.split(",")[0].split(" = ")[1]) for line in lines] == [3, 6], lines
+  assert whole == chunked
+  _assert_same_weights(_weights(tmp_path / "chunked" / "bert_model.ckpt"),
+                       _weights(tmp_path / "whole" / "bert_model.ckpt"), atol=0)
 
 
 def test_xla_mixed_precision_and_lamb_run(data, tmp_path):
@@ -208,7 +240,7 @@ def test_xla_mixed_precision_and_lamb_run(data, tmp_path):
         assert results["global_step"] == 2
         assert all(np.isfinite(float(v)) for v in results.values())
   finally:
-    training.set_dtype_policy("float32")
+    distribution.set_dtype_policy("float32")
 
 
 def test_bad_flags_raise_one_line_errors(data, tmp_path):
@@ -243,11 +275,11 @@ def test_original_readme_command_line(data, tmp_path):
   assert "loaded 39 variables from tf1 checkpoint" in log or "from tf1 checkpoint" in log
   assert "step = 8, loss = " in log and "sequences/s" in log and "mfu" in log
   lines = (out / "eval_results.txt").read_text().splitlines()
-  assert [l.split(" = ")[0] for l in lines] == [
+  assert [line.split(" = ")[0] for line in lines] == [
       "global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
       "next_sentence_accuracy", "next_sentence_loss"]
   assert lines[0] == "global_step = 8"
-  assert all(np.isfinite(float(l.split(" = ")[1])) for l in lines)
+  assert all(np.isfinite(float(line.split(" = ")[1])) for line in lines)
   assert (out / "model.ckpt-4.index").exists() and (out / "model.ckpt-8.index").exists()
   assert tf.train.latest_checkpoint(str(out)).endswith("model.ckpt-8")
   exported = _weights(out / "bert_model.ckpt")
@@ -285,12 +317,12 @@ _MIRRORED = """
 import sys, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from bert_keras import run_pretraining, training
+from bert_keras import distribution, run_pretraining
 runs = {{"one_device": (["/cpu:0"], 1), "mirrored": (["/cpu:0", "/cpu:1"], 1),
         "mirrored_accum": (["/cpu:0", "/cpu:1"], 2)}}
 for name, (devices, accum) in runs.items():
   kind = "one_device" if len(devices) == 1 else "mirrored"
-  strategy = training.build_strategy(kind, devices=devices)
+  strategy = distribution.build_strategy(kind, devices=devices)
   assert strategy.num_replicas_in_sync == len(devices)
   o = run_pretraining.options(**{options!r}, output_dir={out!r} + "/" + name,
                               gradient_accumulation_steps=accum)
@@ -315,15 +347,15 @@ def test_mirrored_two_replicas_equals_one_device(data, tmp_path):
 
 _WORKER = """
 import hashlib, json, sys, numpy as np
-from bert_keras import run_pretraining, training
+from bert_keras import distribution, run_pretraining, training
 models = []
-build = run_pretraining.build_model_and_optimizer
+build = training.build_trainer
 def capture(*args):
-  model, optimizer = build(*args)
-  models.append(model)
-  return model, optimizer
-run_pretraining.build_model_and_optimizer = capture
-strategy = training.build_strategy("multi_worker_mirrored")
+  trainer = build(*args)
+  models.append(trainer.model)
+  return trainer
+training.build_trainer = capture
+strategy = distribution.build_strategy("multi_worker_mirrored")
 assert strategy.num_replicas_in_sync == 2
 o = run_pretraining.options(**{options!r})
 results = run_pretraining.run(o, strategy)
@@ -399,8 +431,8 @@ def test_sigkill_and_restart_resumes_exactly(data, tmp_path):
 def test_xla_is_on_by_default_only_where_it_helps():
   # --use_xla unset (None) means: on for GPU/TPU devices, off on CPU.
   assert run_pretraining.DEFAULTS["use_xla"] is None
-  assert not training.default_use_xla(tf.distribute.OneDeviceStrategy("/cpu:0"))
+  assert not distribution.default_use_xla(tf.distribute.OneDeviceStrategy("/cpu:0"))
 
   class FakeExtended:
     worker_devices = ("/job:localhost/replica:0/task:0/device:GPU:0",)
-  assert training.default_use_xla(type("FakeStrategy", (), {"extended": FakeExtended})())
+  assert distribution.default_use_xla(type("FakeStrategy", (), {"extended": FakeExtended})())

@@ -1,8 +1,8 @@
-"""run_squad.py against the original (bert-tensorflow 1.0.4's run_squad): the golden example
-of the spec (8.6), reading and features on real SQuAD 1.1 / 2.0 files of ../shared, the
-TFRecords, write_predictions' three files with random logits, get_final_text, the span head
-in the original's create_model graph and its loss in the original's model_fn, and the
-command line end to end and on bad input.
+"""run_squad.py against the original (bert-tensorflow 1.0.4's run_squad): a hand-made golden
+example (two questions, windows, synthetic logits) with its expected numbers, reading and
+features on real SQuAD 1.1 / 2.0 files of ../shared, the TFRecords, write_predictions' three
+files with random logits, get_final_text, the span head in the original's create_model graph
+and its loss in the original's model_fn, and the command line end to end and on bad input.
 """
 
 import collections
@@ -112,7 +112,7 @@ def _features(module, examples, tokenizer, max_seq_length, doc_stride, max_query
 
 
 # ----------------------------------------------------------------------------
-# The golden example (spec 8.6).
+# The golden example: two questions on one paragraph, worked out by hand.
 
 GOLDEN_CONTEXT = ("The leader was John Smith (1895-1943). He lived in Japan's capital, Tokyo, "
                   "for many years.")
@@ -120,7 +120,7 @@ GOLDEN_CONTEXT = ("The leader was John Smith (1895-1943). He lived in Japan's ca
 
 @pytest.fixture(scope="module")
 def golden(tmp_path_factory, orig):
-  """The spec's two questions as a SQuAD file, and its vocab (built with the original
+  """The golden example's two questions as a SQuAD file, and its vocab (built with the original
   BasicTokenizer): [PAD] [UNK] [CLS] [SEP] [MASK], the sorted basic tokens but "tokyo",
   then "to", "##ky", "##o"."""
   root = tmp_path_factory.mktemp("golden")
@@ -128,7 +128,7 @@ def golden(tmp_path_factory, orig):
           "answers": [{"text": "1895", "answer_start": 27}]},
          {"id": "q2", "question": "Where did he live?", "is_impossible": False,
           "answers": [{"text": "Tokyo", "answer_start": 69}]}]
-  # The spec's offsets (69 is inside "Tokyo,", one past its "T": the same word either way).
+  # The golden answer offsets (69 is inside "Tokyo,", one past its "T": the same word either way).
   assert GOLDEN_CONTEXT[27:31] == "1895" and GOLDEN_CONTEXT[68:74] == "Tokyo,"
   data = {"version": "1.1", "data": [{"title": "golden", "paragraphs": [
       {"context": GOLDEN_CONTEXT, "qas": qas}]}]}
@@ -144,7 +144,7 @@ def golden(tmp_path_factory, orig):
 
 
 def _golden_logits(feature):
-  """The spec's synthetic logits: +5 start/end at "1895", +4 start at "to" and +4 end at
+  """The golden example's synthetic logits: +5 start/end at "1895", +4 start at "to" and +4 end at
   "##o" (document positions), +1 at index 0."""
   start, end = [0.0] * len(feature.input_ids), [0.0] * len(feature.input_ids)
   start[0] = end[0] = 1.0
@@ -174,7 +174,7 @@ def test_golden_example(orig, golden, tmp_path):
   features = _features(run_squad, examples, ours_tok, 24, 8, 6, True)
   want = _features(orig, want_examples, theirs_tok, 24, 8, 6, True)
   assert [_feature_tuple(f) for f in features] == [_feature_tuple(f) for f in want]
-  # The spec's facts.
+  # The facts worked out by hand for the golden example.
   assert [f.unique_id for f in features] == list(range(1000000000, 1000000006))
   assert [(f.start_position, f.end_position) for f in features] == [
       (14, 14), (0, 0), (0, 0), (0, 0), (18, 20), (10, 12)]
@@ -184,8 +184,8 @@ def test_golden_example(orig, golden, tmp_path):
   flags_window_1 = [features[1].token_is_max_context[p] for p in range(8, 23)]
   assert flags_window_1 == [False] * 4 + [True] * 8 + [False] * 3
 
-  # write_predictions with the spec's logits, v1 then v2: the original's files, byte for byte,
-  # and the spec's numbers.
+  # write_predictions with the golden logits, v1 then v2: the original's files, byte for byte,
+  # and the numbers worked out by hand.
   predict_examples = run_squad.read_squad_examples(path, False)
   predict_features = _features(run_squad, predict_examples, ours_tok, 24, 8, 6, False)
   results = [run_squad.RawResult(f.unique_id, *_golden_logits(f)) for f in predict_features]
@@ -566,7 +566,7 @@ def test_span_head_against_the_original_graph(tmp_path):
 def test_loss_matches_the_original_model_fn(tmp_path, monkeypatch):
   """The original model_fn in TRAIN mode (dropout 0, warm-started from our checkpoint):
   its total_loss equals the batch mean of modeling.squad_loss. tf.estimator is gone from
-  TF 2.21, so a stand-in carries the mode key and the returned spec."""
+  TF 2.21, so a stand-in carries the mode key and the returned TPUEstimatorSpec's fields."""
   import tensorflow.compat.v1 as tf1
   orig = oracle.original("run_squad")
   original_modeling = oracle.original("modeling")

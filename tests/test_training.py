@@ -1,5 +1,6 @@
-"""training.py's distributed inference (make_inference_fn, infer_dataset), used by
-run_classifier (eval, predict), run_squad (predict) and extract_features."""
+"""inference.py's distributed inference (make_inference_fn, infer_dataset), used by
+run_classifier (eval, predict), run_squad (predict) and extract_features; training.py's
+device calls and progress lines (the loop itself runs in tests/test_run_pretraining.py)."""
 
 import os
 import subprocess
@@ -10,7 +11,7 @@ _SCRIPT = """
 import numpy as np, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from bert_keras import modeling, training
+from bert_keras import distribution, inference, modeling
 config = modeling.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
                              num_attention_heads=2, intermediate_size=24,
                              max_position_embeddings=12)
@@ -22,7 +23,7 @@ data = {"input_ids": rng.randint(0, 50, [n, s]).astype(np.int32),
         "row": np.arange(n, dtype=np.int32)}
 results, weights = {}, None
 for name, devices in (("one_device", ["/cpu:0"]), ("mirrored", ["/cpu:0", "/cpu:1"])):
-  strategy = training.build_strategy(name, devices=devices)
+  strategy = distribution.build_strategy(name, devices=devices)
   with strategy.scope():
     model = modeling.BertModel(config)
   if weights is None:
@@ -32,9 +33,9 @@ for name, devices in (("one_device", ["/cpu:0"]), ("mirrored", ["/cpu:0", "/cpu:
     out = model(batch, training=False)
     return {"row": batch["row"], "pooled": out["pooled_output"],
             "layers": [out["encoder_outputs"][0], out["sequence_output"]]}
-  infer = training.make_inference_fn(strategy, forward)
+  infer = inference.make_inference_fn(strategy, forward)
   ds = tf.data.Dataset.from_tensor_slices(data).batch(5)  # 5, 5, 3 rows; 5 is odd
-  batches = list(training.infer_dataset(infer, ds, 5))
+  batches = list(inference.infer_dataset(infer, ds, 5))
   assert [len(b["row"]) for b, _ in batches] == [5, 5, 3]
   outs = [o for _, o in batches]
   results[name] = {"row": np.concatenate([o["row"] for o in outs]),
@@ -60,3 +61,36 @@ def test_inference_on_two_replicas_equals_one_device(tmp_path):
                         text=True, timeout=300, cwd=str(tmp_path))
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert proc.stdout.split() == ["one_device", "1", "mirrored", "2", "ok"]
+
+
+def test_device_calls_stop_at_log_and_checkpoint_boundaries():
+  """At most iterations_per_loop steps a call, cut at every multiple of log_every_steps and
+  save_checkpoints_steps (0: none) and at num_train_steps."""
+  from bert_keras import training
+
+  def call_ends(step, total, per_loop, log_every, save_every):
+    ends = []
+    while step < total:
+      step += training.steps_to_run(step, total, per_loop, log_every, save_every)
+      ends.append(step)
+    return ends
+
+  # A 343-step MRPC run with the defaults: a line every 100 steps, not one at the end only.
+  assert call_ends(0, 343, 1000, 100, 1000) == [100, 200, 300, 343]
+  assert call_ends(0, 343, 1000, 0, 1000) == [343]
+  assert call_ends(250, 700, 1000, 100, 300) == [300, 400, 500, 600, 700]
+  assert call_ends(0, 10, 4, 0, 0) == [4, 8, 10]
+
+
+def test_progress_line():
+  from bert_keras import training
+  progress = training.Progress(0, 343)
+  line = progress.line(100, {"loss": 0.5, "learning_rate": 2e-5, "sequences_per_sec": 45.0})
+  assert line.startswith("step = 100, loss = 0.50000, learning_rate = 2e-05, examples/s = 45.0, "
+                         "ETA "), line
+  assert line.endswith(" (100 of 343 steps)"), line
+  progress = training.Progress(0, 8, "sequences")
+  line = progress.line(8, {"loss": 1.25, "masked_lm_accuracy": 0.125, "learning_rate": 1e-3,
+                           "sequences_per_sec": 12.5, "mfu": 0.0123})
+  assert line == ("step = 8, loss = 1.25000, masked_lm_accuracy = 0.1250, learning_rate = 0.001, "
+                  "sequences/s = 12.5, mfu = 1.23%, ETA 0:00:00 (8 of 8 steps)"), line

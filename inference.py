@@ -1,0 +1,74 @@
+# coding=utf-8
+"""Distributed inference for the run_* scripts and extract_features: a model's forward
+pass run on every replica of a strategy at once, over numpy batches padded to one shape."""
+
+import numpy as np
+import tensorflow as tf
+
+
+def make_inference_fn(strategy, forward, use_xla=False):
+  """forward(batch) -> outputs, run on every replica of `strategy` at once.
+
+  batch: a dict of tensors [b, ...]; outputs: a nested structure (tf.nest) of tensors
+  [b, ...]. Returns infer(arrays): `arrays` a dict of numpy arrays [B, ...]; B is padded up
+  to a multiple of this worker's replica count and each replica gets its share of
+  consecutive rows; returns the outputs as numpy arrays [B, ...] in row order (the padding
+  dropped). In a multi-worker run every worker computes all B rows: the scripts' inference
+  is per worker. One tf.function: call it with the same B every time (pad_batch) so that
+  TPUs and XLA compile once.
+  """
+  if use_xla:
+    forward = tf.function(forward, jit_compile=True)
+  structure = []  # the structure of forward's outputs, seen when step is traced
+
+  @tf.function
+  def step(batch):
+    outputs = strategy.run(forward, args=(batch,))
+    structure[:] = [outputs]
+    return [strategy.experimental_local_results(x) for x in tf.nest.flatten(outputs)]
+
+  local = _local_replicas(strategy)
+
+  def infer(arrays):
+    n = len(next(iter(arrays.values())))
+    per_replica = -(-n // local)
+    arrays, _ = pad_batch(arrays, per_replica * local)
+
+    def replica_rows(context):
+      start = (context.replica_id_in_sync_group % local) * per_replica
+      return {k: tf.constant(v[start:start + per_replica]) for k, v in arrays.items()}
+
+    flat = step(strategy.experimental_distribute_values_from_function(replica_rows))
+    return tf.nest.pack_sequence_as(
+        structure[0], [np.concatenate([part.numpy() for part in parts])[:n] for parts in flat])
+
+  return infer
+
+
+def _local_replicas(strategy):
+  """The number of replicas on this worker (all of them, except in a multi-worker run)."""
+  try:
+    return len(strategy.extended.worker_devices) or strategy.num_replicas_in_sync
+  except (AttributeError, RuntimeError):  # the default strategy has no worker_devices
+    return strategy.num_replicas_in_sync
+
+
+def pad_batch(arrays, batch_size):
+  """A dict of numpy arrays [n, ...], n <= batch_size -> (the arrays zero-padded to
+  [batch_size, ...], n)."""
+  n = len(next(iter(arrays.values())))
+  if n == batch_size:
+    return arrays, n
+  return {k: np.concatenate([v, np.zeros((batch_size - n,) + v.shape[1:], v.dtype)])
+          for k, v in arrays.items()}, n
+
+
+def infer_dataset(infer, dataset, batch_size):
+  """Runs infer (make_inference_fn) over a dataset of batches of at most batch_size (a dict
+  of tensors each), every batch zero-padded to batch_size (one shape for every step) and the
+  padding rows dropped from the outputs. Yields (batch as numpy arrays, outputs as numpy
+  arrays) per batch, in order."""
+  for batch in dataset:
+    arrays = {k: v.numpy() for k, v in batch.items()}
+    padded, n = pad_batch(arrays, batch_size)
+    yield arrays, tf.nest.map_structure(lambda x: x[:n], infer(padded))

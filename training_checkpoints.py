@@ -1,0 +1,114 @@
+# coding=utf-8
+"""The training loop's checkpoints <output_dir>/model.ckpt-N (model, optimizer, step and
+every model variable under a stable name): making, saving, finding the newest, restoring,
+and warm-starting a model from --init_checkpoint. The checkpoint FILE FORMATS that
+--init_checkpoint also accepts (Google's TF1 checkpoints, exports, HuggingFace weights) are
+checkpoints.load_checkpoint's."""
+
+from absl import logging
+import tensorflow as tf
+
+from bert_keras import checkpoints
+
+
+def named_model_variables(model, names=None):
+  """{stable unique name: variable} for EVERY variable of `model`.
+
+  names: optional {name: variable} for (some of) them, e.g. checkpoints.tf1_variable_map
+  (the original TF1 names); the rest (e.g. dropout seed-generator states) are named
+  "other_<i>" in model.variables order. Keras paths are not used as keys: they are not
+  unique (two Dense layers named "dense" in one block) and auto-numbered names
+  ("seed_generator_7") depend on what the process built before.
+  """
+  named = dict(names or {})
+  seen = {id(v) for v in named.values()}
+  others = [v for v in model.variables if id(v) not in seen]
+  for i, v in enumerate(others):
+    named[f"other_{i}"] = v
+  return named
+
+
+def make_checkpoint(model, optimizer, step, names=None):
+  """Our checkpoint: tf.train.Checkpoint(model=..., optimizer=..., step=...,
+  model_variables={name: variable}).
+
+  `model_variables` (see named_model_variables) holds every model variable under a
+  stable name, so the checkpoint is complete and restorable whatever Keras 3 exposes as
+  tf.train.Checkpoint children (it does not expose layers held in Python lists, nor
+  seed generators). Being the shortest object path, it is also where the tensors are
+  stored: key "model_variables/<name with '/' written '.S'>/.ATTRIBUTES/VARIABLE_VALUE",
+  e.g. model_variables/bert.Sembeddings.Sword_embeddings/.ATTRIBUTES/VARIABLE_VALUE.
+  """
+  return tf.train.Checkpoint(model=model, optimizer=optimizer, step=step,
+                             model_variables=named_model_variables(model, names))
+
+
+def restore_model_variables(path, names):
+  """Warm-starts from one of OUR checkpoints: restores the variables of `names`
+  ({name: variable}, e.g. checkpoints.tf1_variable_map(model)) from the checkpoint's
+  `model_variables` entry; optimizer slots and step are ignored. Returns the number
+  of variables restored, or None when `path` is not such a checkpoint."""
+  try:
+    keys = {name for name, _ in tf.train.list_variables(path)}
+  except (tf.errors.NotFoundError, ValueError, tf.errors.InvalidArgumentError):
+    return None
+
+  def key(name):
+    return "model_variables/%s/.ATTRIBUTES/VARIABLE_VALUE" % (
+        name.replace(".", "..").replace("/", ".S"))
+  present = {n: v for n, v in names.items() if key(n) in keys}
+  if not present:
+    return None
+  tf.train.Checkpoint(model_variables=present).restore(path).expect_partial()
+  return len(present)
+
+
+def warm_start(model, init_checkpoint):
+  """--init_checkpoint: loads the model's variables from `init_checkpoint` (a file prefix or
+  a directory, whose newest model.ckpt-N is used). One of our training checkpoints
+  (model.ckpt-N) gives every variable of checkpoints.tf1_variable_map(model) it holds;
+  anything else (Google's TF1 checkpoints, our exports, HuggingFace weights) goes through
+  checkpoints.load_checkpoint. Variables absent from the checkpoint (e.g. a new task head)
+  keep their initial values. Raises checkpoints.CheckpointError (a ValueError) on a mismatch."""
+  if not init_checkpoint:
+    return
+  path = init_checkpoint
+  if tf.io.gfile.isdir(path):
+    path = latest_checkpoint(path) or path
+  restored = restore_model_variables(path, checkpoints.tf1_variable_map(model))
+  if restored:
+    logging.info("init_checkpoint: restored %d variables from %s", restored, path)
+  else:
+    result = checkpoints.load_checkpoint(model, init_checkpoint)
+    logging.info("init_checkpoint: %s", result)
+
+
+def make_checkpoint_manager(checkpoint, directory, max_to_keep=5):
+  """Files <directory>/model.ckpt-<step>.{index,data-*} plus the "checkpoint"
+  state file. A checkpoint becomes visible to latest_checkpoint only once the
+  state file is rewritten (atomically, after the data and index are complete),
+  so a run killed while saving resumes from the previous checkpoint."""
+  return tf.train.CheckpointManager(checkpoint, directory, max_to_keep=max_to_keep,
+                                    checkpoint_name="model.ckpt")
+
+
+def latest_checkpoint(directory):
+  """The newest model.ckpt-N prefix that the "checkpoint" state file of `directory` names,
+  or None (no such directory or no checkpoint yet)."""
+  try:
+    return tf.train.latest_checkpoint(directory)
+  except (tf.errors.NotFoundError, ValueError):
+    return None
+
+
+def restore_for_inference(trainer, output_dir, init_checkpoint):
+  """Without training: restores `trainer` (a training.Trainer) from the newest checkpoint in
+  output_dir, else warm-starts its model from init_checkpoint; a warning when there is
+  neither (the weights stay freshly initialised)."""
+  if trainer.restore_latest(output_dir):
+    return
+  if init_checkpoint:
+    warm_start(trainer.model, init_checkpoint)
+  else:
+    logging.warning("No checkpoint in --output_dir %s and no --init_checkpoint: using freshly "
+                    "initialised weights", output_dir)
