@@ -273,7 +273,7 @@ def _basic_tokens(texts, tables, do_lower_case):
   chars, starts, rows = [tf.boolean_mask(x, ~space) for x in (chars, starts, rows)]
   token_index = tf.math.cumsum(tf.cast(starts, tf.int64)) - 1
   tokens = tf.RaggedTensor.from_value_rowids(
-      chars, token_index, nrows=tf.reduce_sum(tf.cast(starts, tf.int64)))
+      chars, token_index, nrows=tf.reduce_sum(tf.cast(starts, tf.int64)), validate=False)
   return (tf.strings.unicode_encode(tokens, "UTF-8"), tokens.row_lengths(),
           tf.boolean_mask(rows, starts))
 
@@ -337,12 +337,12 @@ def _longest_matches(tokens, lengths, whole, continuation, max_chars):
     step = tf.where(matched, longest, tf.gather(lengths, going) + 1)
     done = tf.tensor_scatter_nd_add(done, going[:, None], step)
     failed = tf.tensor_scatter_nd_update(failed, going[:, None], ~matched)
-    owners = owners.write(i, tf.boolean_mask(going, matched))
-    return i + 1, done, failed, owners, ids.write(i, tf.boolean_mask(piece, matched))
+    owners = owners.write(i + 1, tf.boolean_mask(going, matched))
+    return i + 1, done, failed, owners, ids.write(i + 1, tf.boolean_mask(piece, matched))
 
-  def array(dtype):
-    return tf.TensorArray(dtype, size=0, dynamic_size=True, element_shape=[None],
-                          infer_shape=False)
+  def array(dtype):  # (element 0 empty: an array with nothing written cannot concat)
+    return tf.TensorArray(dtype, size=1, dynamic_size=True, element_shape=[None],
+                          infer_shape=False).write(0, tf.zeros([0], dtype))
   _, _, failed, owners, ids = tf.while_loop(
       lambda i, done, *_: tf.reduce_any(done < lengths), body,
       [tf.constant(0), tf.zeros_like(lengths), tf.zeros_like(lengths, tf.bool),
@@ -393,34 +393,40 @@ def _kept_lengths(length_a, length_b, max_seq_length):
       shorter_whole, tf.where(length_b < length_a, length_b, budget - length_a), budget // 2))
   single = tf.equal(length_b, 0)
   return (tf.where(single, tf.minimum(length_a, max_seq_length - 2), pair_a),
-          tf.where(single, 0, pair_b))
+          tf.where(single, tf.zeros_like(pair_b), pair_b))
 
 
-def _pack(ids_a, ids_b, max_seq_length, cls_id, sep_id):
-  """ids_a, ids_b: int32 [B, (pieces)] RaggedTensors (ids_b None for single texts) ->
-  input_ids, input_mask, segment_ids: int32 [B, max_seq_length]."""
-  if ids_b is None:
-    ids_b = tf.RaggedTensor.from_row_lengths(
-        tf.zeros([0], tf.int32), tf.zeros_like(ids_a.row_lengths()))
-  kept_a, kept_b = _kept_lengths(ids_a.row_lengths(), ids_b.row_lengths(), max_seq_length)
-
-  def first(ids, count):
-    position = tf.ragged.range(ids.row_lengths())
-    return tf.ragged.boolean_mask(ids, position < count[:, None])
-
-  def column(value, counts):
-    return tf.RaggedTensor.from_row_lengths(
-        tf.fill([tf.reduce_sum(counts)], value), counts)
-  batch = tf.shape(kept_a, out_type=tf.int64)
-  ones = tf.ones(batch, tf.int64)
-  second_sep = tf.cast(kept_b > 0, tf.int64)
-  input_ids = tf.concat([column(cls_id, ones), first(ids_a, kept_a), column(sep_id, ones),
-                         first(ids_b, kept_b), column(sep_id, second_sep)], axis=1)
-  segment_ids = tf.concat([column(0, kept_a + 2), column(1, kept_b + second_sep)], axis=1)
-  shape = tf.stack([batch[0], max_seq_length])
-  return dict(input_ids=input_ids.to_tensor(0, shape=shape),
-              input_mask=tf.ones_like(input_ids).to_tensor(0, shape=shape),
-              segment_ids=segment_ids.to_tensor(0, shape=shape))
+def _pack(ids, rows, count_a, pairs, max_seq_length, cls_id, sep_id):
+  """Word-piece ids [P] int32 of texts rows [P] int64 (sorted; texts a are rows 0..count_a - 1,
+  and when `pairs` texts b are rows count_a..2 count_a - 1) -> input_ids, input_mask,
+  segment_ids: int32 [count_a, max_seq_length], written straight to their columns."""
+  texts = 2 * count_a if pairs else count_a
+  lengths = tf.math.unsorted_segment_sum(tf.ones_like(rows), rows, texts)
+  starts = _exclusive_cumsum(lengths)
+  index = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(starts, rows)  # in its text
+  length_b = lengths[count_a:] if pairs else tf.zeros_like(lengths)
+  kept_a, kept_b = _kept_lengths(lengths[:count_a], length_b, max_seq_length)
+  is_b = rows >= count_a
+  row = tf.where(is_b, rows - count_a, rows)
+  column = tf.where(is_b, 2 + tf.gather(kept_a, row) + index, 1 + index)
+  kept = index < tf.where(is_b, tf.gather(kept_b, row), tf.gather(kept_a, row))
+  batch = tf.range(count_a)
+  second_sep = kept_b > 0
+  indices = tf.concat([
+      tf.stack([tf.boolean_mask(row, kept), tf.boolean_mask(column, kept)], 1),
+      tf.stack([batch, tf.zeros_like(batch)], 1), tf.stack([batch, kept_a + 1], 1),
+      tf.stack([tf.boolean_mask(batch, second_sep),
+                tf.boolean_mask(kept_a + kept_b + 2, second_sep)], 1)], 0)
+  updates = tf.concat([tf.boolean_mask(ids, kept), tf.fill([count_a], cls_id),
+                       tf.fill([count_a], sep_id),
+                       tf.fill([tf.reduce_sum(tf.cast(second_sep, tf.int64))], sep_id)], 0)
+  shape = tf.stack([count_a, max_seq_length])
+  columns = tf.range(max_seq_length, dtype=tf.int64)[None]
+  length_a = kept_a[:, None] + 2
+  length = length_a + kept_b[:, None] + tf.cast(second_sep, tf.int64)[:, None]
+  return dict(input_ids=tf.scatter_nd(indices, updates, shape),
+              input_mask=tf.cast(columns < length, tf.int32),
+              segment_ids=tf.cast((columns >= length_a) & (columns < length), tf.int32))
 
 
 # --------------------------------------------------------------------------
@@ -522,26 +528,32 @@ class BertPreprocessor(keras.layers.Layer):
     if scalar or text_a.shape.rank == 2:  # a scalar, or [B, 1] (keras.Input(shape=(1,)))
       reshape = lambda t: None if t is None else tf.reshape(t, [-1])
       text_a, text_b = reshape(text_a), reshape(text_b)
-    ids_a, ids_b = self.encode(text_a if text_b is None else tf.concat([text_a, text_b], 0)), None
-    if text_b is not None:
-      count = tf.shape(text_a, out_type=tf.int64)[0]
-      ids_a, ids_b = ids_a[:count], ids_a[count:]
+    texts = text_a if text_b is None else tf.concat([text_a, text_b], 0)
+    ids, rows = self._word_piece_ids(texts)
     vocab = self._vocab
-    features = _pack(ids_a, ids_b, self.max_seq_length, vocab["cls_id"], vocab["sep_id"])
+    features = _pack(ids, rows, tf.shape(text_a, out_type=tf.int64)[0], text_b is not None,
+                     self.max_seq_length, vocab["cls_id"], vocab["sep_id"])
     if scalar:
       features = {name: value[0] for name, value in features.items()}
     return features
 
   def encode(self, texts):
     """The original FullTokenizer's ids: texts [B] string -> int32 [B, (pieces)] ragged."""
+    texts = tf.convert_to_tensor(texts, tf.string)
+    ids, rows = self._word_piece_ids(texts)
+    return tf.RaggedTensor.from_value_rowids(
+        ids, rows, nrows=tf.shape(texts, out_type=tf.int64)[0])
+
+  def _word_piece_ids(self, texts):
+    """texts [B] string -> (ids int32 [P], rows int64 [P]): the word-piece ids of all texts
+    in order, rows the text of each."""
     tables = {name: tf.constant(value)
               for name, value in _character_tables(self.do_lower_case).items()}
     vocab = {name: tuple(tf.constant(a) for a in value) if isinstance(value, tuple) else value
              for name, value in self._vocab.items()}
     tokens, lengths, token_rows = _basic_tokens(texts, tables, self.do_lower_case)
     ids, owners = _wordpiece(tokens, lengths, vocab)
-    return tf.RaggedTensor.from_value_rowids(
-        ids, tf.gather(token_rows, owners), nrows=tf.shape(texts, out_type=tf.int64)[0])
+    return ids, tf.gather(token_rows, owners)
 
   def compute_output_spec(self, inputs):
     text_a = (inputs["text_a"] if isinstance(inputs, dict) else
