@@ -137,9 +137,11 @@ def _character_tables(do_lower_case):
   """The tables BertPreprocessor's graph reads, as numpy arrays:
     block_index int32 [0x110000 / 256], blocks int32 [distinct blocks * 256]: the bits of
       code point cp are blocks[block_index[cp // 256] * 256 + cp % 256];
-    mapping_starts, mapping_lengths int32 [rows + 1], mapping_chars int32 [total]: row r
-      (r >= 1) is NFD(c.lower()) of the code points c whose mapping row is r, Mn included
-      (do_lower_case only; row 0 is unused)."""
+    do_lower_case only, for the code points c with a mapping row r >= 1 (those that
+    lower-casing, NFD or accent stripping change; row 0 is unused):
+      full_starts, full_lengths int32 [rows], full_chars int32 [total]: NFD(c.lower());
+      stripped_starts, stripped_lengths, stripped_chars: the same without its Mn characters;
+      keeps_mark bool [rows]: NFD(c.lower()) has a combining mark that is not Mn."""
   bits = _code_point_bits().copy()
   rows = [[0]]
   if do_lower_case:
@@ -148,17 +150,22 @@ def _character_tables(do_lower_case):
       if categories[cp] in ("Cn", "Cs", "Co") or cp == _CAPITAL_SIGMA:
         continue  # (capital sigma is lower-cased by the final-sigma rule first)
       mapped = unicodedata.normalize("NFD", chr(cp).lower())
-      if mapped != chr(cp):
+      if mapped != chr(cp) or categories[cp] == "Mn":
         bits[cp] |= len(rows) << _MAPPING_SHIFT
         rows.append([ord(c) for c in mapped])
   assert len(rows) < 1 << (31 - _MAPPING_SHIFT)
   blocks, block_index = np.unique(bits.reshape(-1, _BLOCK), axis=0, return_inverse=True)
-  lengths = np.array([len(r) for r in rows], np.int32)
-  starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
-  return dict(block_index=block_index.reshape(-1).astype(np.int32),
-              blocks=blocks.reshape(-1).astype(np.int32),
-              mapping_starts=starts, mapping_lengths=lengths,
-              mapping_chars=np.array([c for r in rows for c in r], np.int32))
+  tables = dict(block_index=block_index.reshape(-1).astype(np.int32),
+                blocks=blocks.reshape(-1).astype(np.int32),
+                keeps_mark=np.array([any(bits[c] & _MN == 0 and unicodedata.combining(chr(c))
+                                         for c in r) for r in rows]))
+  stripped = [[0]] + [[c for c in r if not bits[c] & _MN] for r in rows[1:]]
+  for kind, kind_rows in (("full", rows), ("stripped", stripped)):
+    lengths = np.array([len(r) for r in kind_rows], np.int32)
+    tables[kind + "_starts"] = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
+    tables[kind + "_lengths"] = lengths
+    tables[kind + "_chars"] = np.array([c for r in kind_rows for c in r], np.int32)
+  return tables
 
 
 def _lookup_bits(code_points, tables):
@@ -222,27 +229,55 @@ def _canonical_order(chars, bits, sources, rows):
   return [tf.gather(x, order) for x in (chars, bits, sources, rows)]
 
 
+def _select(mask, *tensors):
+  """The elements of each of `tensors` [N] where mask [N] is true."""
+  indices = tf.where(mask)[:, 0]
+  return [tf.gather(x, indices) for x in tensors]
+
+
+def _apply_mapping(chars, mapping, tables, kind):
+  """Replaces each character by its mapping row (kind "full" or "stripped"; row 0: itself):
+  chars, mapping [N] -> (chars [M], sources [M] int32: the index in chars each came from)."""
+  lengths = tf.where(mapping > 0, tf.gather(tables[kind + "_lengths"], mapping), 1)
+
+  def one_to_one():  # (the common case: a batch where no character grows or disappears)
+    mapped = tf.gather(tables[kind + "_chars"], tf.gather(tables[kind + "_starts"], mapping))
+    return tf.where(mapping > 0, mapped, chars), tf.range(tf.size(chars))
+
+  def expand():
+    sources = tf.repeat(tf.range(tf.size(chars)), lengths)
+    offsets = tf.range(tf.size(sources)) - tf.gather(_exclusive_cumsum(lengths), sources)
+    row = tf.gather(mapping, sources)
+    mapped = tf.gather(tables[kind + "_chars"], tf.gather(tables[kind + "_starts"], row) + offsets)
+    return tf.where(row > 0, mapped, tf.gather(chars, sources)), sources
+  return tf.cond(tf.reduce_all(tf.equal(lengths, 1)), one_to_one, expand)
+
+
 def _lower_and_strip_accents(chars, bits, rows, tables):
   """do_lower_case's per-token work, per character: lower-case (final sigma included), NFD,
   drop Mn. chars, bits, rows: [N] cleaned characters -> (chars, bits, sources, rows) [M] of
-  the result, sources [M] int32 being the index of the cleaned character each came from."""
+  the result, sources [M] int32 being the index of the cleaned character each came from.
+
+  NFD's canonical reordering moves combining marks among combining marks; with Mn dropped
+  it can only matter where a mark that stays (Mc) is present: only then the slow path
+  (decompositions with their Mn, reordering, then Mn dropped)."""
   chars = _final_sigma(chars, bits, rows)
   mapping = tf.bitwise.right_shift(bits, _MAPPING_SHIFT)
-  lengths = tf.where(mapping > 0, tf.gather(tables["mapping_lengths"], mapping), 1)
-  sources = tf.repeat(tf.range(tf.size(chars)), lengths)
-  offsets = tf.range(tf.size(sources)) - tf.gather(_exclusive_cumsum(lengths), sources)
-  mapping = tf.gather(mapping, sources)
-  mapped = tf.gather(tables["mapping_chars"],
-                     tf.gather(tables["mapping_starts"], mapping) + offsets)
-  chars = tf.where(mapping > 0, mapped, tf.gather(chars, sources))
-  bits, rows = _lookup_bits(chars, tables), tf.gather(rows, sources)
-  # Reordering moves marks among marks; it matters only if a mark that stays (Mc) is there.
-  kept_mark = tf.not_equal(_combining_class(bits), 0) & tf.equal(bits & _MN, 0)
-  chars, bits, sources, rows = tf.cond(
-      tf.reduce_any(kept_mark), lambda: _canonical_order(chars, bits, sources, rows),
-      lambda: [chars, bits, sources, rows])
-  kept = tf.equal(bits & _MN, 0)
-  return [tf.boolean_mask(x, kept) for x in (chars, bits, sources, rows)]
+  kept_mark = (tf.not_equal(_combining_class(bits), 0) & tf.equal(bits & _MN, 0)
+               | tf.gather(tables["keeps_mark"], mapping))
+
+  def reordered():
+    mapped, sources = _apply_mapping(chars, mapping, tables, "full")
+    mapped_bits = _lookup_bits(mapped, tables)
+    mapped, mapped_bits, sources, mapped_rows = _canonical_order(
+        mapped, mapped_bits, sources, tf.gather(rows, sources))
+    return tuple(_select(tf.equal(mapped_bits & _MN, 0), mapped, mapped_bits, sources,
+                         mapped_rows))
+
+  def stripped():
+    mapped, sources = _apply_mapping(chars, mapping, tables, "stripped")
+    return mapped, _lookup_bits(mapped, tables), sources, tf.gather(rows, sources)
+  return tf.cond(tf.reduce_any(kept_mark), reordered, stripped)
 
 
 def _basic_tokens(texts, tables, do_lower_case):
@@ -252,8 +287,7 @@ def _basic_tokens(texts, tables, do_lower_case):
   decoded = tf.strings.unicode_decode(texts, "UTF-8", errors="ignore")
   chars, rows = decoded.flat_values, decoded.value_rowids()
   bits = _lookup_bits(chars, tables)
-  kept = tf.equal(bits & _DELETE, 0)
-  chars, bits, rows = [tf.boolean_mask(x, kept) for x in (chars, bits, rows)]
+  chars, bits, rows = _select(tf.equal(bits & _DELETE, 0), chars, bits, rows)
   chars = tf.where(tf.not_equal(bits & _TO_SPACE, 0), 32, chars)  # (whitespace bits stay)
   cjk = tf.not_equal(bits & _CJK, 0)
   if do_lower_case:
@@ -270,7 +304,7 @@ def _basic_tokens(texts, tables, do_lower_case):
             | _shift_right(space | punct, True) | punct
             | (tf.not_equal(sources, _shift_right(sources, -1))
                & (cjk | _shift_right(cjk, False))))
-  chars, starts, rows = [tf.boolean_mask(x, ~space) for x in (chars, starts, rows)]
+  chars, starts, rows = _select(~space, chars, starts, rows)
   token_index = tf.math.cumsum(tf.cast(starts, tf.int64)) - 1
   tokens = tf.RaggedTensor.from_value_rowids(
       chars, token_index, nrows=tf.reduce_sum(tf.cast(starts, tf.int64)), validate=False)
