@@ -144,15 +144,19 @@ def main(_):
 
   results = [("original FullTokenizer + convert_single_example (Python, per line)",
               original_seconds, 1.0)] + [(name, best[name], parity[name]) for name, _ in peers]
+  _report(results, megabytes, len(lines), dict(batch_size=batch_size, max_seq_length=length))
+
+
+def _report(results, megabytes, lines, settings):
+  """Prints the table of (name, seconds, parity) and the JSON line."""
   print("\n| peer | MB/s | lines/s | parity with original |")
   print("|---|---:|---:|---:|")
-  figures = {"corpus_mb": round(megabytes, 3), "lines": len(lines),
-             "batch_size": batch_size, "max_seq_length": length, "results": {}}
+  figures = dict(corpus_mb=round(megabytes, 3), lines=lines, **settings, results={})
   for name, seconds, par in results:
-    print(f"| {name} | {megabytes / seconds:.2f} | {len(lines) / seconds:,.0f} | "
+    print(f"| {name} | {megabytes / seconds:.2f} | {lines / seconds:,.0f} | "
           f"{100 * par:.2f}% |")
     figures["results"][name] = {"mb_per_s": round(megabytes / seconds, 3),
-                                "lines_per_s": round(len(lines) / seconds),
+                                "lines_per_s": round(lines / seconds),
                                 "parity": round(par, 5)}
   print(json.dumps(figures))
 
