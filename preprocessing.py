@@ -1,11 +1,44 @@
 """Text to BERT's inputs: [CLS] text_a [SEP] (segment 0) [text_b [SEP]] (segment 1), padded.
 
 The packing of the original's run_classifier.convert_single_example (and extract_features),
-shared by run_classifier.py and extract_features.py:
-  * truncate_seq_pair: the original's _truncate_seq_pair;
-  * pack_tokens: WordPieces of one or two texts -> tokens, input_ids, input_mask, segment_ids
-    (lists of max_seq_length ints).
+in two forms:
+  * truncate_seq_pair, pack_tokens: Python, shared by run_classifier.py and
+    extract_features.py (WordPieces of one or two texts -> lists of max_seq_length ints);
+  * BertPreprocessor: a Keras layer that does the original FullTokenizer and the same packing
+    on a batch of strings (or string pairs) with TensorFlow ops only, so it runs in tf.data,
+    in a functional keras.Model and in a SavedModel, with the original's output.
+
+How BertPreprocessor stays exact. Every character class and mapping comes from Python's own
+unicodedata and str methods (the ones the original calls), computed once per process into one
+int32 per code point (a two-level table: 4,352 blocks of 256 code points, identical blocks
+stored once). No TensorFlow or ICU case-mapping, normalization or regex class is used, so
+their Unicode versions and definitions (RE2's \\s, ICU's lower-casing) never enter. Per text:
+  1. UTF-8 bytes -> code points, invalid bytes dropped (as bytes.decode("utf-8", "ignore"));
+  2. cleaning: NUL, U+FFFD and Cc/Cf characters other than \\t \\n \\r deleted, \\t \\n \\r and
+     Zs -> " "; CJK ideographs become tokens of their own;
+  3. do_lower_case: str.lower of each character, with Python's final-sigma rule for U+03A3
+     (the previous character that is not case-ignorable is cased, and the next is not), then
+     each character's NFD, canonical reordering of combining marks where a mark that stays
+     (not Mn) could move, then every Mn character dropped;
+  4. tokens: runs of characters that are neither whitespace (str.isspace) nor punctuation
+     (printable non-alphanumeric ASCII, or Unicode category P*), and each punctuation
+     character alone;
+  5. WordPiece: a token over 200 characters (code points) -> [UNK]; else greedy longest match
+     first, "##" continuations, [UNK] for the whole token when some position has no match;
+  6. packing: [CLS] a [SEP] (b [SEP]), the longer side truncated first (b on ties) to
+     max_seq_length - 3 (a single text to max_seq_length - 2); zero padding.
+Vocab lookups compare strings after a binary search over their 63-bit fingerprints
+(tf.strings.to_hash_bucket_fast): no lookup-table resource, nothing to initialize or track.
 """
+
+import functools
+import unicodedata
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from bert_keras import tokenization
 
 
 def truncate_seq_pair(tokens_a, tokens_b, max_length):
@@ -42,3 +75,523 @@ def pack_tokens(tokens_a, tokens_b, max_seq_length, tokenizer):
   assert len(input_mask) == max_seq_length
   assert len(segment_ids) == max_seq_length
   return tokens, input_ids, input_mask, segment_ids
+
+
+# --------------------------------------------------------------------------
+# Per-code-point tables (built once per process from Python's unicodedata)
+# --------------------------------------------------------------------------
+
+# Bits of the int32 that the table holds for each code point.
+_DELETE = 1 << 0      # cleaning deletes it: NUL, U+FFFD, Cc/Cf other than \t \n \r
+_TO_SPACE = 1 << 1    # cleaning makes it " ": \t \n \r " " and Zs
+_CJK = 1 << 2         # a CJK ideograph: cleaning puts spaces around it
+_IGNORABLE = 1 << 3   # case-ignorable: the final-sigma rule looks past it
+_CASED = 1 << 4       # cased (what the final-sigma rule asks of the others)
+_SPACE = 1 << 5       # str.isspace: separates tokens (the original's whitespace_tokenize)
+_PUNCT = 1 << 6       # the original's _is_punctuation: a token of its own
+_MN = 1 << 7          # category Mn: accent stripping drops it
+_CCC_SHIFT = 8        # bits 8-15: canonical combining class
+_MAPPING_SHIFT = 16   # bits 16-30: 1 + row of its lower-cased NFD in the mappings (0: itself)
+_CAPITAL_SIGMA, _SMALL_SIGMA, _FINAL_SIGMA = 0x3A3, 0x3C3, 0x3C2
+_BLOCK = 256
+_MAX_INPUT_CHARS_PER_WORD = 200  # the original WordpieceTokenizer's limit, in code points
+
+
+def _final_sigma_probes(cp):
+  """(case-ignorable, cased) of one code point as Python's str.lower sees them: lower() of
+  "a" + c + "Σ" ends in final sigma when c is case-ignorable or cased, of "1" + c + "Σ"
+  only when c is cased and not case-ignorable."""
+  char = chr(cp)
+  after_cased = ("a" + char + "\u03a3").lower()[-1] == "\u03c2"
+  cased = ("1" + char + "\u03a3").lower()[-1] == "\u03c2"
+  return after_cased and not cased, cased
+
+
+@functools.lru_cache(maxsize=None)
+def _code_point_bits():
+  """int32 [0x110000]: the bits above other than the mapping row, for every code point."""
+  categories = np.array(tokenization._categories())
+  cps = np.arange(len(categories))
+  bits = np.zeros(len(categories), np.int32)
+  control = np.isin(categories, ["Cc", "Cf"]) & ~np.isin(cps, [9, 10, 13])
+  bits[control | np.isin(cps, [0, 0xFFFD])] |= _DELETE
+  bits[np.isin(cps, [9, 10, 13, 32]) | (categories == "Zs")] |= _TO_SPACE
+  for lo, hi in tokenization._CJK_RANGES:
+    bits[lo:hi + 1] |= _CJK
+  ascii_punct = ((33 <= cps) & (cps <= 47)) | ((58 <= cps) & (cps <= 64)) | (
+      (91 <= cps) & (cps <= 96)) | ((123 <= cps) & (cps <= 126))
+  bits[ascii_punct | np.char.startswith(categories, "P")] |= _PUNCT
+  bits[categories == "Mn"] |= _MN
+  for cp in np.flatnonzero(~np.isin(categories, ["Cn", "Cs", "Co"])):
+    char = chr(cp)
+    if char.isspace():
+      bits[cp] |= _SPACE
+    bits[cp] |= unicodedata.combining(char) << _CCC_SHIFT
+    ignorable, cased = _final_sigma_probes(int(cp))
+    bits[cp] |= (_IGNORABLE if ignorable else 0) | (_CASED if cased else 0)
+  return bits
+
+
+@functools.lru_cache(maxsize=None)
+def _character_tables(do_lower_case):
+  """The tables BertPreprocessor's graph reads, as numpy arrays:
+    block_index int32 [0x110000 / 256], blocks int32 [distinct blocks * 256]: the bits of
+      code point cp are blocks[block_index[cp // 256] * 256 + cp % 256];
+    do_lower_case only, for the code points c with a mapping row r >= 1 (those that
+    lower-casing, NFD or accent stripping change; row 0 is unused):
+      full_starts, full_lengths int32 [rows], full_chars int32 [total]: NFD(c.lower());
+      stripped_starts, stripped_lengths, stripped_chars: the same without its Mn characters;
+      keeps_mark bool [rows]: NFD(c.lower()) has a combining mark that is not Mn."""
+  bits = _code_point_bits().copy()
+  rows = [[0]]
+  if do_lower_case:
+    categories = tokenization._categories()
+    for cp in range(len(bits)):
+      if categories[cp] in ("Cn", "Cs", "Co") or cp == _CAPITAL_SIGMA:
+        continue  # (capital sigma is lower-cased by the final-sigma rule first)
+      mapped = unicodedata.normalize("NFD", chr(cp).lower())
+      if mapped != chr(cp) or categories[cp] == "Mn":
+        bits[cp] |= len(rows) << _MAPPING_SHIFT
+        rows.append([ord(c) for c in mapped])
+  assert len(rows) < 1 << (31 - _MAPPING_SHIFT)
+  blocks, block_index = np.unique(bits.reshape(-1, _BLOCK), axis=0, return_inverse=True)
+  tables = dict(block_index=block_index.reshape(-1).astype(np.int32),
+                blocks=blocks.reshape(-1).astype(np.int32),
+                keeps_mark=np.array([any(bits[c] & _MN == 0 and unicodedata.combining(chr(c))
+                                         for c in r) for r in rows]))
+  stripped = [[0]] + [[c for c in r if not bits[c] & _MN] for r in rows[1:]]
+  for kind, kind_rows in (("full", rows), ("stripped", stripped)):
+    lengths = np.array([len(r) for r in kind_rows], np.int32)
+    tables[kind + "_starts"] = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
+    tables[kind + "_lengths"] = lengths
+    tables[kind + "_chars"] = np.array([c for r in kind_rows for c in r], np.int32)
+  return tables
+
+
+def _lookup_bits(code_points, tables):
+  """int32 [N] code points -> int32 [N] their table bits."""
+  block = tf.gather(tables["block_index"], code_points // _BLOCK)
+  return tf.gather(tables["blocks"], block * _BLOCK + code_points % _BLOCK)
+
+
+def _combining_class(bits):
+  return tf.bitwise.right_shift(bits, _CCC_SHIFT) & 255
+
+
+def _exclusive_cumsum(x):
+  return tf.math.cumsum(x, exclusive=True)
+
+
+def _shift_right(x, first):
+  """x [N] -> [N]: x moved one place later, `first` in front (each element's predecessor)."""
+  return tf.concat([tf.fill([1], first), x[:-1]], axis=0)[:tf.size(x)]
+
+
+# --------------------------------------------------------------------------
+# The original BasicTokenizer, on flat code points
+# --------------------------------------------------------------------------
+
+def _final_sigma(chars, bits, rows):
+  """chars int32 [N] -> [N] with each U+03A3 lower-cased as Python's str.lower does it:
+  final sigma when the closest character before it that is not case-ignorable is cased
+  and the closest one after it (if any) is not; small sigma otherwise. Whitespace ends
+  the search (it is neither), as the end of the original's whitespace token does; so does
+  the start or end of the text (`rows`: the text of each character)."""
+  sigma = tf.equal(chars, _CAPITAL_SIGMA)
+
+  def lower_sigmas():
+    anchors = tf.where(tf.equal(bits & _IGNORABLE, 0))[:, 0]  # int64, sigma included
+    positions = tf.where(sigma)[:, 0]
+    count = tf.size(anchors, out_type=tf.int64)
+    before = tf.searchsorted(anchors, positions, side="left", out_type=tf.int64) - 1
+    after = tf.searchsorted(anchors, positions, side="right", out_type=tf.int64)
+    previous = tf.gather(anchors, tf.maximum(before, 0))
+    following = tf.gather(anchors, tf.minimum(after, count - 1))
+    row = tf.gather(rows, positions)
+
+    def cased_in_row(neighbour, exists):
+      return exists & tf.equal(tf.gather(rows, neighbour), row) & tf.not_equal(
+          tf.gather(bits, neighbour) & _CASED, 0)
+    final = cased_in_row(previous, before >= 0) & ~cased_in_row(following, after < count)
+    return tf.tensor_scatter_nd_update(
+        chars, positions[:, None], tf.where(final, _FINAL_SIGMA, _SMALL_SIGMA))
+  return tf.cond(tf.reduce_any(sigma), lower_sigmas, lambda: chars)
+
+
+def _canonical_order(chars, bits, sources, rows):
+  """Canonical reordering (the last step of NFD) across the decompositions of neighbouring
+  characters: each run of non-starters (combining class > 0) stably sorted by combining
+  class, within one text. chars, bits, sources, rows: [N] -> the same, reordered."""
+  combining = tf.cast(_combining_class(bits), tf.int64)
+  text_start = tf.not_equal(rows, _shift_right(rows, tf.constant(-1, rows.dtype)))
+  group = tf.math.cumsum(tf.cast(tf.equal(combining, 0) | text_start, tf.int64))
+  order = tf.argsort(group * 256 + combining, stable=True)
+  return [tf.gather(x, order) for x in (chars, bits, sources, rows)]
+
+
+def _select(mask, *tensors):
+  """The elements of each of `tensors` [N] where mask [N] is true."""
+  indices = tf.where(mask)[:, 0]
+  return [tf.gather(x, indices) for x in tensors]
+
+
+def _apply_mapping(chars, mapping, tables, kind):
+  """Replaces each character by its mapping row (kind "full" or "stripped"; row 0: itself):
+  chars, mapping [N] -> (chars [M], sources [M] int32: the index in chars each came from)."""
+  lengths = tf.where(mapping > 0, tf.gather(tables[kind + "_lengths"], mapping), 1)
+
+  def one_to_one():  # (the common case: a batch where no character grows or disappears)
+    mapped = tf.gather(tables[kind + "_chars"], tf.gather(tables[kind + "_starts"], mapping))
+    return tf.where(mapping > 0, mapped, chars), tf.range(tf.size(chars))
+
+  def expand():
+    sources = tf.repeat(tf.range(tf.size(chars)), lengths)
+    offsets = tf.range(tf.size(sources)) - tf.gather(_exclusive_cumsum(lengths), sources)
+    row = tf.gather(mapping, sources)
+    mapped = tf.gather(tables[kind + "_chars"], tf.gather(tables[kind + "_starts"], row) + offsets)
+    return tf.where(row > 0, mapped, tf.gather(chars, sources)), sources
+  return tf.cond(tf.reduce_all(tf.equal(lengths, 1)), one_to_one, expand)
+
+
+def _lower_and_strip_accents(chars, bits, rows, tables):
+  """do_lower_case's per-token work, per character: lower-case (final sigma included), NFD,
+  drop Mn. chars, bits, rows: [N] cleaned characters -> (chars, bits, sources, rows) [M] of
+  the result, sources [M] int32 being the index of the cleaned character each came from.
+
+  NFD's canonical reordering moves combining marks among combining marks; with Mn dropped
+  it can only matter where a mark that stays (Mc) is present: only then the slow path
+  (decompositions with their Mn, reordering, then Mn dropped)."""
+  chars = _final_sigma(chars, bits, rows)
+  mapping = tf.bitwise.right_shift(bits, _MAPPING_SHIFT)
+  kept_mark = (tf.not_equal(_combining_class(bits), 0) & tf.equal(bits & _MN, 0)
+               | tf.gather(tables["keeps_mark"], mapping))
+
+  def reordered():
+    mapped, sources = _apply_mapping(chars, mapping, tables, "full")
+    mapped_bits = _lookup_bits(mapped, tables)
+    mapped, mapped_bits, sources, mapped_rows = _canonical_order(
+        mapped, mapped_bits, sources, tf.gather(rows, sources))
+    return tuple(_select(tf.equal(mapped_bits & _MN, 0), mapped, mapped_bits, sources,
+                         mapped_rows))
+
+  def stripped():
+    mapped, sources = _apply_mapping(chars, mapping, tables, "stripped")
+    return mapped, _lookup_bits(mapped, tables), sources, tf.gather(rows, sources)
+  return tf.cond(tf.reduce_any(kept_mark), reordered, stripped)
+
+
+def _basic_tokens(texts, tables, do_lower_case):
+  """The original BasicTokenizer on a batch: texts [B] string (UTF-8) -> (tokens [T]
+  string, token_lengths [T] int64 in code points, token_rows [T] int64: the text of each
+  token, in order)."""
+  decoded = tf.strings.unicode_decode(texts, "UTF-8", errors="ignore")
+  chars, rows = decoded.flat_values, decoded.value_rowids()
+  bits = _lookup_bits(chars, tables)
+  chars, bits, rows = _select(tf.equal(bits & _DELETE, 0), chars, bits, rows)
+  chars = tf.where(tf.not_equal(bits & _TO_SPACE, 0), 32, chars)  # (whitespace bits stay)
+  cjk = tf.not_equal(bits & _CJK, 0)
+  if do_lower_case:
+    chars, bits, sources, rows = _lower_and_strip_accents(chars, bits, rows, tables)
+    cjk = tf.gather(cjk, sources)
+  else:
+    sources = tf.range(tf.size(chars))
+  space = tf.not_equal(bits & _SPACE, 0)
+  punct = tf.not_equal(bits & _PUNCT, 0)
+  # A token starts at a character that is not whitespace when the text starts, or the
+  # character before is whitespace or punctuation, or it is punctuation itself, or it or
+  # the character before came from a CJK ideograph (and not from the same one).
+  starts = (tf.not_equal(rows, _shift_right(rows, tf.constant(-1, rows.dtype)))
+            | _shift_right(space | punct, True) | punct
+            | (tf.not_equal(sources, _shift_right(sources, -1))
+               & (cjk | _shift_right(cjk, False))))
+  chars, starts, rows = _select(~space, chars, starts, rows)
+  token_index = tf.math.cumsum(tf.cast(starts, tf.int64)) - 1
+  tokens = tf.RaggedTensor.from_value_rowids(
+      chars, token_index, nrows=tf.reduce_sum(tf.cast(starts, tf.int64)), validate=False)
+  return (tf.strings.unicode_encode(tokens, "UTF-8"), tokens.row_lengths(),
+          tf.boolean_mask(rows, starts))
+
+
+# --------------------------------------------------------------------------
+# WordPiece
+# --------------------------------------------------------------------------
+
+_FINGERPRINT_BUCKETS = (1 << 63) - 1
+
+
+def _fingerprints(strings):
+  return tf.strings.to_hash_bucket_fast(strings, _FINGERPRINT_BUCKETS)
+
+
+def _lookup_table(keys, ids):
+  """A resource-free string -> id table: (fingerprints int64 [n] sorted, keys string [n],
+  ids int32 [n]) as numpy arrays."""
+  keys = np.array(keys, dtype=object)
+  with tf.init_scope():
+    fingerprints = _fingerprints(tf.constant(keys, tf.string)).numpy()
+  order = np.argsort(fingerprints, kind="stable")
+  fingerprints = fingerprints[order]
+  if np.any(fingerprints[1:] == fingerprints[:-1]):
+    raise ValueError("two vocab entries share a 63-bit fingerprint")  # (never seen)
+  return fingerprints, keys[order], np.array(ids, np.int32)[order]
+
+
+def _lookup(strings, table):
+  """strings string [...] -> int32 [...]: their ids, -1 for strings not in the table."""
+  fingerprints, keys, ids = table
+  flat = tf.reshape(strings, [-1])
+  position = tf.searchsorted(fingerprints, _fingerprints(flat), out_type=tf.int64)
+  position = tf.minimum(position, tf.size(fingerprints, out_type=tf.int64) - 1)
+  found = tf.equal(tf.gather(keys, position), flat)
+  return tf.reshape(tf.where(found, tf.gather(ids, position), -1), tf.shape(strings))
+
+
+def _longest_matches(tokens, lengths, whole, continuation, max_chars):
+  """Greedy longest-match-first WordPiece of tokens [R] string (lengths [R] code points):
+  -> (owners int64 [P], ids int32 [P], failed bool [R]): the pieces of every token, in order
+  (owners: the token of each piece), and the tokens where some position had no match (their
+  pieces are to be ignored). Iteration i finds the i-th piece of each token still going."""
+  candidate_lengths = tf.range(1, max_chars + 1, dtype=tf.int64)
+
+  def body(i, done, failed, owners, ids):
+    going = tf.where(done < lengths)[:, 0]
+    token, start = tf.gather(tokens, going), tf.gather(done, going)
+    shape = tf.stack([tf.size(going), max_chars])
+    pieces = tf.strings.substr(tf.broadcast_to(token[:, None], shape),
+                               tf.broadcast_to(start[:, None], shape),
+                               tf.broadcast_to(candidate_lengths[None], shape),
+                               unit="UTF8_CHAR")
+    piece_ids = tf.cond(i > 0, lambda: _lookup(pieces, continuation),
+                        lambda: _lookup(pieces, whole))
+    fits = candidate_lengths[None] <= (tf.gather(lengths, going) - start)[:, None]
+    longest = tf.reduce_max(tf.where(fits & (piece_ids >= 0), candidate_lengths[None], 0), 1)
+    matched = longest > 0
+    piece = tf.gather(piece_ids, tf.maximum(longest - 1, 0), batch_dims=1)
+    # A token with no match here is finished (its done count jumps past its length).
+    step = tf.where(matched, longest, tf.gather(lengths, going) + 1)
+    done = tf.tensor_scatter_nd_add(done, going[:, None], step)
+    failed = tf.tensor_scatter_nd_update(failed, going[:, None], ~matched)
+    owners = owners.write(i + 1, tf.boolean_mask(going, matched))
+    return i + 1, done, failed, owners, ids.write(i + 1, tf.boolean_mask(piece, matched))
+
+  def array(dtype):  # (element 0 empty: an array with nothing written cannot concat)
+    return tf.TensorArray(dtype, size=1, dynamic_size=True, element_shape=[None],
+                          infer_shape=False).write(0, tf.zeros([0], dtype))
+  _, _, failed, owners, ids = tf.while_loop(
+      lambda i, done, *_: tf.reduce_any(done < lengths), body,
+      [tf.constant(0), tf.zeros_like(lengths), tf.zeros_like(lengths, tf.bool),
+       array(tf.int64), array(tf.int32)])
+  return owners.concat(), ids.concat(), failed
+
+
+def _wordpiece(tokens, lengths, vocab):
+  """The original WordpieceTokenizer on every token: tokens [T] string (lengths [T] int64,
+  code points) -> (ids int32 [P], owners int64 [P]): the word-piece ids of all tokens in
+  order, owners the token of each. A token over 200 code points, or with a position that
+  matches nothing, is one [UNK]."""
+  whole_ids = _lookup(tokens, vocab["whole"])
+  too_long = lengths > _MAX_INPUT_CHARS_PER_WORD
+  in_vocab = (whole_ids >= 0) & ~too_long
+  rest = tf.where(~in_vocab & ~too_long)[:, 0]
+  owners, ids, failed = _longest_matches(
+      tf.gather(tokens, rest), tf.gather(lengths, rest), vocab["whole"],
+      vocab["continuation"], vocab["max_chars"])
+  succeeded = ~tf.gather(failed, owners)
+  single = tf.where(in_vocab | too_long | tf.scatter_nd(rest[:, None], failed, tf.shape(
+      lengths, out_type=tf.int64)))[:, 0]
+  single_ids = tf.where(tf.gather(in_vocab, single), tf.gather(whole_ids, single),
+                        vocab["unk_id"])
+  owners = tf.concat([single, tf.boolean_mask(tf.gather(rest, owners), succeeded)], 0)
+  ids = tf.concat([single_ids, tf.boolean_mask(ids, succeeded)], 0)
+  order = tf.argsort(owners, stable=True)  # (each token's pieces are already in order)
+  return tf.gather(ids, order), tf.gather(owners, order)
+
+
+# --------------------------------------------------------------------------
+# Packing (convert_single_example)
+# --------------------------------------------------------------------------
+
+def _kept_lengths(length_a, length_b, max_seq_length):
+  """Lengths [B] int64 of the word pieces of a and b (0: no text b) -> what truncation
+  keeps of each: a single text its first max_seq_length - 2; a pair, popping one piece at a
+  time from the longer side (b on ties) down to max_seq_length - 3 in total, keeps the
+  shorter side whole when the longer still has as many left, else ceil and floor of half."""
+  budget = max_seq_length - 3
+  shorter = tf.minimum(length_a, length_b)
+  over = length_a + length_b > budget
+  shorter_whole = budget >= 2 * shorter
+  pair_a = tf.where(~over, length_a, tf.where(
+      shorter_whole, tf.where(length_a <= length_b, length_a, budget - length_b),
+      (budget + 1) // 2))
+  pair_b = tf.where(~over, length_b, tf.where(
+      shorter_whole, tf.where(length_b < length_a, length_b, budget - length_a), budget // 2))
+  single = tf.equal(length_b, 0)
+  return (tf.where(single, tf.minimum(length_a, max_seq_length - 2), pair_a),
+          tf.where(single, tf.zeros_like(pair_b), pair_b))
+
+
+def _pack(ids, rows, count_a, pairs, max_seq_length, cls_id, sep_id):
+  """Word-piece ids [P] int32 of texts rows [P] int64 (sorted; texts a are rows 0..count_a - 1,
+  and when `pairs` texts b are rows count_a..2 count_a - 1) -> input_ids, input_mask,
+  segment_ids: int32 [count_a, max_seq_length], written straight to their columns."""
+  texts = 2 * count_a if pairs else count_a
+  lengths = tf.math.unsorted_segment_sum(tf.ones_like(rows), rows, texts)
+  starts = _exclusive_cumsum(lengths)
+  index = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(starts, rows)  # in its text
+  length_b = lengths[count_a:] if pairs else tf.zeros_like(lengths)
+  kept_a, kept_b = _kept_lengths(lengths[:count_a], length_b, max_seq_length)
+  is_b = rows >= count_a
+  row = tf.where(is_b, rows - count_a, rows)
+  column = tf.where(is_b, 2 + tf.gather(kept_a, row) + index, 1 + index)
+  kept = index < tf.where(is_b, tf.gather(kept_b, row), tf.gather(kept_a, row))
+  batch = tf.range(count_a)
+  second_sep = kept_b > 0
+  indices = tf.concat([
+      tf.stack([tf.boolean_mask(row, kept), tf.boolean_mask(column, kept)], 1),
+      tf.stack([batch, tf.zeros_like(batch)], 1), tf.stack([batch, kept_a + 1], 1),
+      tf.stack([tf.boolean_mask(batch, second_sep),
+                tf.boolean_mask(kept_a + kept_b + 2, second_sep)], 1)], 0)
+  updates = tf.concat([tf.boolean_mask(ids, kept), tf.fill([count_a], cls_id),
+                       tf.fill([count_a], sep_id),
+                       tf.fill([tf.reduce_sum(tf.cast(second_sep, tf.int64))], sep_id)], 0)
+  shape = tf.stack([count_a, max_seq_length])
+  columns = tf.range(max_seq_length, dtype=tf.int64)[None]
+  length_a = kept_a[:, None] + 2
+  length = length_a + kept_b[:, None] + tf.cast(second_sep, tf.int64)[:, None]
+  return dict(input_ids=tf.scatter_nd(indices, updates, shape),
+              input_mask=tf.cast(columns < length, tf.int32),
+              segment_ids=tf.cast((columns >= length_a) & (columns < length), tf.int32))
+
+
+# --------------------------------------------------------------------------
+# The Keras layer
+# --------------------------------------------------------------------------
+
+def _vocab_tables(vocabulary):
+  """vocabulary (token of each id, None for an id whose token a later line took) -> what
+  the WordPiece graph reads: the whole-token and "##"-continuation lookup tables, the
+  longest entry in code points, the [UNK] id."""
+  vocab = {token: index for index, token in enumerate(vocabulary) if token is not None}
+  continuation = {token[2:]: index for token, index in vocab.items() if token.startswith("##")}
+  max_chars = max(len(token) for token in list(vocab) + list(continuation))
+  return dict(whole=_lookup_table(list(vocab), list(vocab.values())),
+              continuation=_lookup_table(list(continuation), list(continuation.values())),
+              max_chars=max(1, min(max_chars, _MAX_INPUT_CHARS_PER_WORD)),
+              unk_id=vocab["[UNK]"], cls_id=vocab["[CLS]"], sep_id=vocab["[SEP]"])
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertPreprocessor(keras.layers.Layer):
+  """Raw text -> BERT's inputs, inside the TensorFlow graph, as the original computes them
+  (FullTokenizer, then run_classifier.convert_single_example's packing).
+
+  Args:
+    vocab_file: a vocab.txt, read as the original reads it (tokenization.load_vocab).
+    do_lower_case: lower-case and strip accents (uncased models).
+    max_seq_length: the length of every output row (at least 3).
+    vocabulary: instead of vocab_file, the token of each id in order (a list of str; None
+      for an id that no token maps to). get_config stores the vocab this way, so a saved
+      model needs no vocab file.
+
+  Call it on a string tensor [B] (single texts), a tuple/list (text_a, text_b) of two [B]
+  string tensors, or a dict {"text_a": [B], "text_b": [B]} (text_b optional); an empty
+  text_b (or one without tokens) gives a single-segment row, as in the original. A scalar
+  string (or pair of scalars) gives rows without the batch axis. Returns a dict of int32
+  [B, max_seq_length] tensors: input_ids, input_mask, segment_ids.
+  """
+
+  def __init__(self, vocab_file=None, do_lower_case=True, max_seq_length=128,
+               vocabulary=None, **kwargs):
+    super().__init__(**kwargs)
+    if (vocab_file is None) == (vocabulary is None):
+      raise ValueError("BertPreprocessor: give vocab_file or vocabulary (one of the two)")
+    if vocab_file is not None:
+      vocab = tokenization.load_vocab(vocab_file)
+    else:
+      vocab = {token: index for index, token in enumerate(vocabulary) if token is not None}
+    tokenization.check_vocab(vocab, vocab_file or "(vocabulary)",
+                             required=("[UNK]", "[CLS]", "[SEP]"))
+    if int(max_seq_length) < 3:
+      raise ValueError(f"BertPreprocessor: max_seq_length {max_seq_length} is below 3 "
+                       "([CLS] a [SEP] b [SEP] needs 3)")
+    by_id = [None] * (max(vocab.values()) + 1)
+    for token, index in vocab.items():
+      by_id[index] = token
+    self._vocabulary = tuple(by_id)
+    self.do_lower_case = bool(do_lower_case)
+    self.max_seq_length = int(max_seq_length)
+    self._vocab = _vocab_tables(self._vocabulary)
+    _character_tables(self.do_lower_case)  # (built now, not while tracing)
+    self._convert_input_args = False
+    self._allow_non_tensor_positional_args = True
+    self.built = True
+
+  @property
+  def vocabulary(self):
+    """The token of each id (None where no token maps to the id): a list of str."""
+    return list(self._vocabulary)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(vocabulary=list(self._vocabulary), do_lower_case=self.do_lower_case,
+                  max_seq_length=self.max_seq_length)
+    return config
+
+  @staticmethod
+  def _texts(inputs):
+    """inputs -> (text_a, text_b or None) as string tensors."""
+    if isinstance(inputs, dict):
+      unknown = set(inputs) - {"text_a", "text_b"}
+      if unknown or "text_a" not in inputs:
+        raise ValueError(f"BertPreprocessor: a dict input takes keys text_a and (optional) "
+                         f"text_b, not {sorted(inputs)}")
+      text_a, text_b = inputs["text_a"], inputs.get("text_b")
+    elif isinstance(inputs, (tuple, list)):
+      if len(inputs) not in (1, 2):
+        raise ValueError("BertPreprocessor: a tuple/list input is (text_a, text_b), "
+                         f"not {len(inputs)} tensors")
+      text_a, text_b = inputs[0], inputs[1] if len(inputs) == 2 else None
+    else:
+      text_a, text_b = inputs, None
+    texts = [tf.convert_to_tensor(t, tf.string) for t in (text_a, text_b) if t is not None]
+    return texts[0], texts[1] if len(texts) == 2 else None
+
+  def call(self, inputs):
+    text_a, text_b = self._texts(inputs)
+    scalar = text_a.shape.rank == 0
+    if scalar or text_a.shape.rank == 2:  # a scalar, or [B, 1] (keras.Input(shape=(1,)))
+      reshape = lambda t: None if t is None else tf.reshape(t, [-1])
+      text_a, text_b = reshape(text_a), reshape(text_b)
+    texts = text_a if text_b is None else tf.concat([text_a, text_b], 0)
+    ids, rows = self._word_piece_ids(texts)
+    vocab = self._vocab
+    features = _pack(ids, rows, tf.shape(text_a, out_type=tf.int64)[0], text_b is not None,
+                     self.max_seq_length, vocab["cls_id"], vocab["sep_id"])
+    if scalar:
+      features = {name: value[0] for name, value in features.items()}
+    return features
+
+  def encode(self, texts):
+    """The original FullTokenizer's ids: texts [B] string -> int32 [B, (pieces)] ragged."""
+    texts = tf.convert_to_tensor(texts, tf.string)
+    ids, rows = self._word_piece_ids(texts)
+    return tf.RaggedTensor.from_value_rowids(
+        ids, rows, nrows=tf.shape(texts, out_type=tf.int64)[0])
+
+  def _word_piece_ids(self, texts):
+    """texts [B] string -> (ids int32 [P], rows int64 [P]): the word-piece ids of all texts
+    in order, rows the text of each."""
+    tables = {name: tf.constant(value)
+              for name, value in _character_tables(self.do_lower_case).items()}
+    vocab = {name: tuple(tf.constant(a) for a in value) if isinstance(value, tuple) else value
+             for name, value in self._vocab.items()}
+    tokens, lengths, token_rows = _basic_tokens(texts, tables, self.do_lower_case)
+    ids, owners = _wordpiece(tokens, lengths, vocab)
+    return ids, tf.gather(token_rows, owners)
+
+  def compute_output_spec(self, inputs):
+    text_a = (inputs["text_a"] if isinstance(inputs, dict) else
+              inputs[0] if isinstance(inputs, (tuple, list)) else inputs)
+    shape = tuple(text_a.shape)[:1] + (self.max_seq_length,)
+    return {name: keras.KerasTensor(shape, dtype="int32")
+            for name in ("input_ids", "input_mask", "segment_ids")}
