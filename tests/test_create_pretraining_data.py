@@ -3,8 +3,8 @@
 Differential tests run the original (bert-tensorflow's create_pretraining_data,
 imported in-process through tests/oracle.py) and ours on the same corpora and
 flags and compare instance by instance / record by record. Whole-word masking
-(absent from bert-tensorflow 1.0.4) is checked against the golden digests of
-spec section 5.4. Speed is measured in bench/bench_pretraining_data.py, not here.
+(absent from bert-tensorflow 1.0.4) is checked against golden digests recorded
+for the shared bert_sample_text.txt. Speed is measured in bench/bench_pretraining_data.py, not here.
 """
 
 import hashlib
@@ -21,6 +21,10 @@ import oracle
 from conftest import REPO, shared_path
 
 from bert_keras import create_pretraining_data as cpd
+from bert_keras import file_io
+from bert_keras import progress
+from bert_keras import random_replay
+from bert_keras import tfrecord_encoding
 from bert_keras import tokenization
 
 SCRIPT = str(REPO / "create_pretraining_data.py")
@@ -115,7 +119,7 @@ def test_random_replay_equals_python_random():
   as random.Random, and sync() leaves the generator where the real one would be."""
   for seed in (0, 12345, 2**40 + 3):
     real = random.Random(seed)
-    ours = cpd.RandomWords(random.Random(seed))
+    ours = random_replay.RandomWords(random.Random(seed))
     for n in (1, 2, 3, 7, 128, 129, 255, 256, 257, 30522, 65535, 65536, 65537, 2**31,
               2**32 - 1, 2**32, 2**32 + 1, 2**41 + 5):
       for _ in range(20):
@@ -134,7 +138,7 @@ def test_random_replay_equals_python_random():
 
 
 # --------------------------------------------------------------------------
-# Golden values of the spec (section 5.4), whole-word masking included
+# Golden values (counts and digests on bert_sample_text.txt), whole-word masking included
 # --------------------------------------------------------------------------
 
 GOLDEN = [  # vocab, do_whole_word_mask, dupe_factor, instances, random-next, masked, min, max, digest
@@ -169,9 +173,9 @@ def _digest(instances):
   return h.hexdigest()
 
 
-def test_golden_digests_of_the_spec(tmp_path):
-  """Spec 5.4: vocab A/B digests, then counts and instance digests for both vocabs, with and
-  without whole-word masking, dupe 1/5/10 (the reference for --do_whole_word_mask)."""
+def test_golden_digests(tmp_path):
+  """Vocab A/B digests, then counts and instance digests for both vocabs, with and without
+  whole-word masking, dupe 1/5/10 (the reference for --do_whole_word_mask)."""
   sample = shared_path("data", "text", "bert_sample_text.txt")
   vocabs = _golden_vocabs(tmp_path, sample)
   assert hashlib.sha1(pathlib.Path(vocabs["A"]).read_bytes()).hexdigest() == \
@@ -188,7 +192,7 @@ def test_golden_digests_of_the_spec(tmp_path):
             sum(len(i.masked_lm_positions) for i in instances), min(lengths), max(lengths)) == \
         (count, rnd, masked, shortest, longest), (vocab, wwm, dupe)
     assert _digest(instances) == digest, (vocab, wwm, dupe)
-    if (vocab, wwm, dupe) == ("B", True, 5):  # first instance as described in the spec
+    if (vocab, wwm, dupe) == ("B", True, 5):  # its first instance, as recorded
       first = instances[0]
       assert first.is_random_next and first.tokens[1:3] == ["##l", "##e"]
       assert first.masked_lm_positions == [16, 17, 18, 31, 32, 46] + list(range(72, 83)) + [125, 126]
@@ -355,9 +359,9 @@ def _crc32c(data):
   return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def test_tfrecord_framing_and_feature_spec(tmp_path):
-  """Framing checked with an independent bitwise CRC32C; records parse with the feature spec
-  of the original run_pretraining input_fn (FixedLenFeature lengths and dtypes)."""
+def test_tfrecord_framing_and_parsing_features(tmp_path):
+  """Framing checked with an independent bitwise CRC32C; records parse with the features of
+  the original run_pretraining input_fn (FixedLenFeature lengths and dtypes)."""
   files = [_write(tmp_path / "c1.txt", CORPUS_1), _write(tmp_path / "c2.txt", CORPUS_2)]
   vocab = _corpus_vocab(tmp_path, [CORPUS_1, CORPUS_2])
   out = str(tmp_path / "out.tfrecord")
@@ -375,7 +379,7 @@ def test_tfrecord_framing_and_feature_spec(tmp_path):
     n += 1
   assert offset == len(data) and n == count
   import tensorflow as tf
-  spec = {
+  parsing = {
       "input_ids": tf.io.FixedLenFeature([40], tf.int64),
       "input_mask": tf.io.FixedLenFeature([40], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([40], tf.int64),
@@ -384,7 +388,7 @@ def test_tfrecord_framing_and_feature_spec(tmp_path):
       "masked_lm_weights": tf.io.FixedLenFeature([6], tf.float32),
       "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
   }
-  for rec in tf.data.TFRecordDataset(out).map(lambda r: tf.io.parse_single_example(r, spec)):
+  for rec in tf.data.TFRecordDataset(out).map(lambda r: tf.io.parse_single_example(r, parsing)):
     mask = rec["input_mask"].numpy()
     weights = rec["masked_lm_weights"].numpy()
     assert mask.sum() >= 5 and set(np.unique(weights)) <= {0.0, 1.0}
@@ -471,8 +475,8 @@ def test_no_partial_output_on_failure(tmp_path, monkeypatch):
       raise RuntimeError("disk full")
     return real(*args, **kwargs)
 
-  real = cpd.encode_records
-  monkeypatch.setattr(cpd, "encode_records", failing)
+  real = tfrecord_encoding.encode_records
+  monkeypatch.setattr(tfrecord_encoding, "encode_records", failing)
   with pytest.raises(RuntimeError):
     cpd.run(cpd.Config(files, [str(out_dir / "a"), str(out_dir / "b")], vocab,
                        max_seq_length=32, dupe_factor=2, progress=False))
@@ -539,7 +543,7 @@ def test_progress_lines_when_not_a_terminal(tmp_path, monkeypatch, caplog, worke
   import logging
   files = [_write(tmp_path / "c1.txt", CORPUS_1), _write(tmp_path / "c2.txt", CORPUS_2)]
   vocab = _corpus_vocab(tmp_path, [CORPUS_1, CORPUS_2])
-  monkeypatch.setattr(cpd.Progress, "LOG_INTERVAL_S", 0.0)
+  monkeypatch.setattr(progress.Progress, "LOG_INTERVAL_S", 0.0)
   with caplog.at_level(logging.INFO):
     cpd.run(cpd.Config(files, [str(tmp_path / "o")], vocab, max_seq_length=32, dupe_factor=2,
                        num_workers=workers, progress=True))
@@ -554,8 +558,8 @@ def test_paths_with_a_scheme_go_through_tf_io_gfile(tmp_path):
   _write(tmp_path / "c1.txt", CORPUS_1)
   _write(tmp_path / "c2.txt", CORPUS_2)
   vocab = _corpus_vocab(tmp_path, [CORPUS_1, CORPUS_2])
-  local = cpd.expand_input_patterns(str(tmp_path / "c*.txt"))
-  remote = cpd.expand_input_patterns("file://" + str(tmp_path / "c*.txt"))
+  local = file_io.expand_input_patterns(str(tmp_path / "c*.txt"))
+  remote = file_io.expand_input_patterns("file://" + str(tmp_path / "c*.txt"))
   assert [p.replace("file://", "") for p in remote] == local
   for files, out in ((local, str(tmp_path / "local")), (remote, "file://" + str(tmp_path / "remote"))):
     cpd.run(cpd.Config(files, [out], vocab, max_seq_length=40, dupe_factor=2, progress=False))
