@@ -96,6 +96,28 @@ def _worker_run(task):
   return part, count
 
 
+def _run_tasks(ctx, num_workers, initargs, tasks, progress):
+  """Runs _worker_run on every task in a pool of num_workers; returns [(part, count)]."""
+  done = threading.Event()
+
+  def report():
+    while not done.wait(max(progress.interval, 0.05)):
+      progress.maybe_report(force=True)
+
+  results = []
+  try:
+    # The workers are forked when the pool starts; the reporter thread only after that
+    # (forking while another thread holds the logging lock would deadlock the child).
+    with ctx.Pool(num_workers, initializer=_worker_init, initargs=initargs) as pool:
+      reporter = threading.Thread(target=report, daemon=True)
+      reporter.start()
+      for part, count in pool.imap_unordered(_worker_run, tasks):
+        results.append((part, count))
+  finally:
+    done.set()
+  return results
+
+
 def run_parallel(config, tokenizer, total_bytes, make_part, make_tokenizer):
   """Runs the parts of the input in config.num_workers processes; returns the instance count.
 
@@ -121,28 +143,15 @@ def run_parallel(config, tokenizer, total_bytes, make_part, make_tokenizer):
   for path in config.output_files:
     logging.info("  %s", part_output_files([path], 0, num_parts)[0].replace(
         "-00000-of-", "-?????-of-"))
-  done = threading.Event()
-
-  def report():
-    while not done.wait(max(progress.interval, 0.05)):
-      progress.maybe_report(force=True)
-
-  results = []
   outputs = [part_output_files(config.output_files, p, num_parts) for p in range(num_parts)]
   tag = "%d" % os.getpid()
   temps = [(file_io.temp_name(path, tag), path) for names in outputs for path in names]
   committed = False
   try:
-    # The workers are forked when the pool starts; the reporter thread only after that
-    # (forking while another thread holds the logging lock would deadlock the child).
     initargs = (config, counters, fractions, tokenizer if use_fork else None, make_part,
                 make_tokenizer)
-    with ctx.Pool(n, initializer=_worker_init, initargs=initargs) as pool:
-      reporter = threading.Thread(target=report, daemon=True)
-      reporter.start()
-      tasks = [(p, num_parts, parts[p], tag) for p in range(num_parts)]
-      for part, count in pool.imap_unordered(_worker_run, tasks):
-        results.append((part, count))
+    tasks = [(p, num_parts, parts[p], tag) for p in range(num_parts)]
+    results = _run_tasks(ctx, n, initargs, tasks, progress)
     total = sum(count for _, count in results)
     if total == 0:
       return 0
@@ -150,7 +159,6 @@ def run_parallel(config, tokenizer, total_bytes, make_part, make_tokenizer):
       file_io.rename(temp, path)
     committed = True
   finally:
-    done.set()
     if not committed:
       for temp, _ in temps:
         file_io.remove_quietly(temp)

@@ -141,7 +141,8 @@ def test_random_replay_equals_python_random():
 # Golden values (counts and digests on bert_sample_text.txt), whole-word masking included
 # --------------------------------------------------------------------------
 
-GOLDEN = [  # vocab, do_whole_word_mask, dupe_factor, instances, random-next, masked, min, max, digest
+# vocab, do_whole_word_mask, dupe_factor, instances, random-next, masked, min, max, digest
+GOLDEN = [
     ("A", False, 5, 54, 29, 890, 33, 128, "15158090e2ec1d5bfdf0e6db0090b7384e89f95c"),
     ("A", True, 5, 54, 29, 890, 33, 128, "15158090e2ec1d5bfdf0e6db0090b7384e89f95c"),
     ("A", False, 1, 11, 6, 167, 33, 128, "ed7bc277afe1b3d5c4ff195d4003757d7dd1526f"),
@@ -160,7 +161,8 @@ def _golden_vocabs(tmp_path, sample):
   chars = sorted(set("".join(tokens)))
   vocab_a = SPECIALS + sorted(tokens)
   vocab_b = SPECIALS + chars + ["##" + c for c in chars]
-  return {"A": _vocab_file(tmp_path, vocab_a, "a.txt"), "B": _vocab_file(tmp_path, vocab_b, "b.txt")}
+  return {"A": _vocab_file(tmp_path, vocab_a, "a.txt"),
+          "B": _vocab_file(tmp_path, vocab_b, "b.txt")}
 
 
 def _digest(instances):
@@ -178,10 +180,10 @@ def test_golden_digests(tmp_path):
   whole-word masking, dupe 1/5/10 (the reference for --do_whole_word_mask)."""
   sample = shared_path("data", "text", "bert_sample_text.txt")
   vocabs = _golden_vocabs(tmp_path, sample)
-  assert hashlib.sha1(pathlib.Path(vocabs["A"]).read_bytes()).hexdigest() == \
-      "fb7b2afb2b4ba8c69e2ef510f69108c7fd568ee5"
-  assert hashlib.sha1(pathlib.Path(vocabs["B"]).read_bytes()).hexdigest() == \
-      "26254099e098ff940a9dfee03589af5716cc46d7"
+  assert hashlib.sha1(pathlib.Path(vocabs["A"]).read_bytes()).hexdigest() == (
+      "fb7b2afb2b4ba8c69e2ef510f69108c7fd568ee5")
+  assert hashlib.sha1(pathlib.Path(vocabs["B"]).read_bytes()).hexdigest() == (
+      "26254099e098ff940a9dfee03589af5716cc46d7")
   for vocab, wwm, dupe, count, rnd, masked, shortest, longest, digest in GOLDEN:
     tokenizer = tokenization.FullTokenizer(vocabs[vocab], do_lower_case=True)
     instances = cpd.create_training_instances(
@@ -189,20 +191,22 @@ def test_golden_digests(tmp_path):
         do_whole_word_mask=wwm)
     lengths = [len(i.tokens) for i in instances]
     assert (len(instances), sum(i.is_random_next for i in instances),
-            sum(len(i.masked_lm_positions) for i in instances), min(lengths), max(lengths)) == \
-        (count, rnd, masked, shortest, longest), (vocab, wwm, dupe)
+            sum(len(i.masked_lm_positions) for i in instances), min(lengths),
+            max(lengths)) == (count, rnd, masked, shortest, longest), (vocab, wwm, dupe)
     assert _digest(instances) == digest, (vocab, wwm, dupe)
     if (vocab, wwm, dupe) == ("B", True, 5):  # its first instance, as recorded
       first = instances[0]
       assert first.is_random_next and first.tokens[1:3] == ["##l", "##e"]
-      assert first.masked_lm_positions == [16, 17, 18, 31, 32, 46] + list(range(72, 83)) + [125, 126]
+      assert first.masked_lm_positions == (
+          [16, 17, 18, 31, 32, 46] + list(range(72, 83)) + [125, 126])
 
 
 # --------------------------------------------------------------------------
 # Instances equal the original's (in-process), across flags
 # --------------------------------------------------------------------------
 
-CASES = [  # max_seq_length, dupe_factor, short_seq_prob, masked_lm_prob, max_predictions, lower, seed
+# max_seq_length, dupe_factor, short_seq_prob, masked_lm_prob, max_predictions, lower, seed
+CASES = [
     (128, 3, 0.1, 0.15, 20, True, 12345),
     (32, 2, 0.5, 0.15, 5, True, 1),
     (16, 3, 1.0, 0.3, 3, False, 7),
@@ -230,7 +234,8 @@ def test_instances_equal_original(tmp_path, orig, orig_tok, case):
 
 
 class _SplitTokenizer(object):
-  """Whitespace tokenizer over a vocab: lets the corpus contain [CLS]/[SEP]/[MASK] and "##" tokens."""
+  """Whitespace tokenizer over a vocab: lets the corpus contain [CLS]/[SEP]/[MASK] and "##"
+  tokens."""
 
   def __init__(self, tokens):
     self.vocab = {t: i for i, t in enumerate(tokens)}
@@ -371,10 +376,11 @@ def test_tfrecord_framing_and_parsing_features(tmp_path):
   offset = n = 0
   while offset < len(data):
     length = int.from_bytes(data[offset:offset + 8], "little")
-    assert int.from_bytes(data[offset + 8:offset + 12], "little") == _crc32c(data[offset:offset + 8])
+    assert int.from_bytes(data[offset + 8:offset + 12], "little") == _crc32c(
+        data[offset:offset + 8])
     payload = data[offset + 12:offset + 12 + length]
-    assert int.from_bytes(data[offset + 12 + length:offset + 16 + length], "little") == \
-        _crc32c(payload)
+    assert int.from_bytes(data[offset + 12 + length:offset + 16 + length], "little") == (
+        _crc32c(payload))
     offset += 16 + length
     n += 1
   assert offset == len(data) and n == count
@@ -561,7 +567,8 @@ def test_paths_with_a_scheme_go_through_tf_io_gfile(tmp_path):
   local = file_io.expand_input_patterns(str(tmp_path / "c*.txt"))
   remote = file_io.expand_input_patterns("file://" + str(tmp_path / "c*.txt"))
   assert [p.replace("file://", "") for p in remote] == local
-  for files, out in ((local, str(tmp_path / "local")), (remote, "file://" + str(tmp_path / "remote"))):
+  for files, out in ((local, str(tmp_path / "local")),
+                     (remote, "file://" + str(tmp_path / "remote"))):
     cpd.run(cpd.Config(files, [out], vocab, max_seq_length=40, dupe_factor=2, progress=False))
   assert (tmp_path / "local").read_bytes() == (tmp_path / "remote").read_bytes()
   assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]

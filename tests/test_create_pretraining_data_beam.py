@@ -3,7 +3,7 @@
 Checked here: the reader finds the single-process script's documents whatever
 the byte ranges; the output bytes do not depend on the runner's mode, its
 number of workers or the read ranges; the records parse with the original
-run_pretraining feature spec and through run_pretraining's input pipeline;
+run_pretraining features and through run_pretraining's input pipeline;
 the statistics (instances per document, random-next rate, masking rate,
 tokens per instance) are the single-process script's on the same corpus; bad
 input gives create_pretraining_data.py's errors and leaves nothing behind.
@@ -151,8 +151,8 @@ def test_same_bytes_in_process_and_with_two_worker_processes(tmp_path):
   assert not [p for p in os.listdir(tmp_path / "run1") if ".tmp-" in p]
 
 
-def test_records_parse_with_the_original_spec_and_run_pretraining_reads_them(tmp_path):
-  """Every record parses with the original run_pretraining feature spec (lengths and dtypes);
+def test_records_parse_with_the_original_features_and_run_pretraining_reads_them(tmp_path):
+  """Every record parses with the original run_pretraining features (lengths and dtypes);
   masks, segments and masked positions are consistent; training.training_dataset with
   run_pretraining.decode_fn reads the shards through a glob; an empty shard is still written."""
   import tensorflow as tf
@@ -163,7 +163,7 @@ def test_records_parse_with_the_original_spec_and_run_pretraining_reads_them(tmp
                   max_seq_length=40, max_predictions_per_seq=6)
   names = _outputs(out, "ex.tfrecord-")
   assert len(names) == 40 and any((out / n).stat().st_size == 0 for n in names)
-  spec = {
+  parsing = {
       "input_ids": tf.io.FixedLenFeature([40], tf.int64),
       "input_mask": tf.io.FixedLenFeature([40], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([40], tf.int64),
@@ -175,7 +175,7 @@ def test_records_parse_with_the_original_spec_and_run_pretraining_reads_them(tmp
   paths = [str(out / n) for n in names]
   seen = 0
   vocab_ids = tokenization.load_vocab(vocab)
-  for rec in tf.data.TFRecordDataset(paths).map(lambda r: tf.io.parse_single_example(r, spec)):
+  for rec in tf.data.TFRecordDataset(paths).map(lambda r: tf.io.parse_single_example(r, parsing)):
     seen += 1
     mask = rec["input_mask"].numpy()
     length = int(mask.sum())
@@ -210,14 +210,14 @@ def test_records_parse_with_the_original_spec_and_run_pretraining_reads_them(tmp
 
 def _statistics(paths, max_seq_length=128, max_predictions_per_seq=20):
   """Instances, random-next rate, masked tokens per token and tokens per instance of the
-  records in `paths` (parsed with the original feature spec, a batch at a time)."""
+  records in `paths` (parsed with the original features, a batch at a time)."""
   import tensorflow as tf
-  spec = {"input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
-          "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
-          "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64)}
+  parsing = {"input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+             "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
+             "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64)}
   n = rnd = tokens = masked = 0
   dataset = tf.data.TFRecordDataset([str(p) for p in paths]).batch(4096)
-  for batch in dataset.map(lambda r: tf.io.parse_example(r, spec)):
+  for batch in dataset.map(lambda r: tf.io.parse_example(r, parsing)):
     n += int(batch["input_mask"].shape[0])
     rnd += int(batch["next_sentence_labels"].numpy().sum())
     tokens += int(batch["input_mask"].numpy().sum())
@@ -387,5 +387,5 @@ def test_cli_writes_and_logs(tmp_path):
   count, _ = _run(sorted(files), str(api / "x"), vocab, dupe_factor=2, max_seq_length=48,
                   num_shards=2)
   assert written == count > 0
-  assert [(out / n).read_bytes() for n in _outputs(out, "x-")] == \
-      [(api / n).read_bytes() for n in _outputs(api, "x-")]
+  assert [(out / n).read_bytes() for n in _outputs(out, "x-")] == (
+      [(api / n).read_bytes() for n in _outputs(api, "x-")])
