@@ -347,7 +347,8 @@ class _InstanceMaker(object):
     # randint(0, len(vocab_words) - 1) on the top 16 bits if they are enough.
     self.vocab_draw = ((random_replay.draw_step(vocab_size, 16),)
                        if vocab_size.bit_length() <= 16 else None)
-    # Words one instance may use, besides truncation: far above need (about 2 per token).
+    # Words one instance may use, reserved at its start (truncation reserves 2 more per
+    # removed token): far above need (about 2 per token).
     self.reserve = 16 * params.max_seq_length + 4096
     self.shuffles = {}
 
@@ -366,10 +367,15 @@ class _InstanceMaker(object):
       if i != last and offs[i + 1] - offs[chunk_first] < target_seq_length:
         i += 1
         continue
+      words.reserve(self.reserve)
       n_chunk = i - chunk_first + 1
-      a_end = words.randint(1, n_chunk - 1) if n_chunk >= 2 else 1
+      a_end = 1 + words.randbelow(n_chunk - 1) if n_chunk >= 2 else 1  # randint(1, n - 1)
       a0, a1 = offs[chunk_first], offs[chunk_first + a_end]
-      is_random_next = n_chunk == 1 or words.random() < 0.5
+      if n_chunk == 1:
+        is_random_next = True
+      else:  # random() < 0.5: the top bit of the first of its two words
+        is_random_next = words.top8[words.pos] < 128
+        words.pos += 2
       if is_random_next:
         b0, b1 = self.random_next_segments(words, document_index, target_seq_length - (a1 - a0))
         i -= n_chunk - a_end  # put the unused segments back
@@ -398,8 +404,8 @@ class _InstanceMaker(object):
   def add_instance(self, words, a0, la, b0, lb, is_random_next):
     """truncate_seq_pair, create_masked_lm_predictions, and the instance into the store."""
     excess = la + lb - self.params.max_num_tokens
-    words.reserve(self.reserve + 2 * max(excess, 0))
     if excess > 0:
+      words.reserve(self.reserve + 2 * excess)
       a0, la, b0, lb = self.truncate_seq_pair(words, a0, la, b0, lb)
     positions, replacements = self.create_masked_lm_predictions(words, a0, la, b0, lb)
     self.store.meta.extend((a0, la, b0, lb, int(is_random_next), len(positions)))

@@ -15,7 +15,9 @@ and getrandbits(32 * n) returns the next n words as one little-endian int.
 
 randbelow's rejection sampling is replayed in one place, `randbelow_draws`, for
 a run of draws whose bounds are known in advance (a shuffle's steps) or for a
-single draw.
+single draw; the C extension's copy of it (_word_table.c, the same results) is
+used when it is built, as it keeps create_pretraining_data as fast as the six
+hand-inlined loops it replaces (pure Python is slower).
 """
 
 import array
@@ -24,6 +26,8 @@ import itertools
 import random
 
 import numpy as np
+
+from bert_keras import tokenization
 
 TWO53 = float(1 << 53)
 
@@ -58,6 +62,11 @@ def randbelow_draws(top_bits, pos, steps, x=None):
     else:
       x[w >> shift] = x[i]
   return draws, pos
+
+
+PYTHON_RANDBELOW_DRAWS = randbelow_draws  # the reference; tests compare the C one with it
+if getattr(tokenization.native_extension(), "randbelow_draws", None) is not None:
+  randbelow_draws = tokenization.native_extension().randbelow_draws  # the same, in C
 
 
 def draw_step(m, width, i=0):
@@ -159,12 +168,18 @@ class WordStream(object):
   def randbelow(self, n):
     """random.Random's _randbelow(n), n >= 1."""
     k = n.bit_length()
+    if k <= 16 and len(self.top8) - self.pos >= 64:  # the common case, inline
+      top_bits, shift = (self.top8, 8 - k) if k <= 8 else (self.top16, 16 - k)
+      try:
+        (r,), self.pos = randbelow_draws(top_bits, self.pos, ((0, shift, n << shift),))
+        return r
+      except IndexError:  # ran out of words (probability < 2**-64): as below
+        pass
     if k > 32:
       return self._randbelow_multiword(n)
-    need = 64  # a rejection run takes more words with probability < 2**-64
+    need = 64
     while True:
-      if len(self.full) - self.pos < need:
-        self.reserve(need)
+      self.reserve(need)
       if k <= 16:
         top_bits, start, shift = (self.top8, self.pos, 8 - k) if k <= 8 else (
             self.top16, self.pos, 16 - k)

@@ -137,6 +137,31 @@ def test_random_replay_equals_python_random():
     assert ours.rng.getstate() == real.getstate()
 
 
+def test_randbelow_draws_in_c_equals_python():
+  """The C extension's randbelow_draws (when built) gives the pure-Python one's draws, list
+  updates, positions and errors, on top 8, top 16 and full 32-bit words."""
+  native, python = random_replay.randbelow_draws, random_replay.PYTHON_RANDBELOW_DRAWS
+  if native is python:
+    pytest.skip("the C extension is not built (or BERT_KERAS_PURE_PYTHON=1)")
+  words = random_replay.RandomWords(random.Random(7))
+  words.reserve(1 << 16)
+  full = words.full[:8192].tolist()
+  for top_bits, width in ((words.top8, 8), (words.top16, 16), (full, 32)):
+    for m in (1, 2, 3, 100, 128, 129, 255, 256, 30522, 65535, 65536, 2**31 + 5, 2**32 - 1):
+      if m.bit_length() <= width:
+        steps = (random_replay.draw_step(m, width),) * 50
+        assert native(top_bits, 3, steps) == python(top_bits, 3, steps), (width, m)
+  for n, keep in ((2, 1), (30, 7), (300, 20), (300, 300)):
+    for steps in random_replay.shuffle_steps(n, keep):
+      x, y = [str(v) for v in range(n)], [str(v) for v in range(n)]
+      top_bits = words.top16 if steps and steps[0][0] >= 255 else words.top8
+      assert native(top_bits, 11, steps, x) == python(top_bits, 11, steps, y)
+      assert x == y
+  for draw in (native, python):
+    with pytest.raises(IndexError):
+      draw(b"\xff\xff", 0, ((0, 0, 1),))
+
+
 # --------------------------------------------------------------------------
 # Golden values (counts and digests on bert_sample_text.txt), whole-word masking included
 # --------------------------------------------------------------------------
@@ -354,6 +379,21 @@ def test_records_equal_original_on_books(tmp_path, orig, orig_tok, lower, output
   assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in files + ours + theirs)
 
 
+def original_parsing_features(max_seq_length, max_predictions_per_seq):
+  """The FixedLenFeatures the original run_pretraining input_fn parses the records with."""
+  import tensorflow as tf
+  seq, preds = max_seq_length, max_predictions_per_seq
+  return {
+      "input_ids": tf.io.FixedLenFeature([seq], tf.int64),
+      "input_mask": tf.io.FixedLenFeature([seq], tf.int64),
+      "segment_ids": tf.io.FixedLenFeature([seq], tf.int64),
+      "masked_lm_positions": tf.io.FixedLenFeature([preds], tf.int64),
+      "masked_lm_ids": tf.io.FixedLenFeature([preds], tf.int64),
+      "masked_lm_weights": tf.io.FixedLenFeature([preds], tf.float32),
+      "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+  }
+
+
 def _crc32c(data):
   crc = 0xFFFFFFFF
   for byte in data:
@@ -385,15 +425,7 @@ def test_tfrecord_framing_and_parsing_features(tmp_path):
     n += 1
   assert offset == len(data) and n == count
   import tensorflow as tf
-  parsing = {
-      "input_ids": tf.io.FixedLenFeature([40], tf.int64),
-      "input_mask": tf.io.FixedLenFeature([40], tf.int64),
-      "segment_ids": tf.io.FixedLenFeature([40], tf.int64),
-      "masked_lm_positions": tf.io.FixedLenFeature([6], tf.int64),
-      "masked_lm_ids": tf.io.FixedLenFeature([6], tf.int64),
-      "masked_lm_weights": tf.io.FixedLenFeature([6], tf.float32),
-      "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
-  }
+  parsing = original_parsing_features(40, 6)
   for rec in tf.data.TFRecordDataset(out).map(lambda r: tf.io.parse_single_example(r, parsing)):
     mask = rec["input_mask"].numpy()
     weights = rec["masked_lm_weights"].numpy()

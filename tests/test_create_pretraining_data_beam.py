@@ -22,7 +22,8 @@ import pytest
 beam = pytest.importorskip("apache_beam")
 
 from conftest import REPO, shared_path  # noqa: E402
-from test_create_pretraining_data import CORPUS_1, CORPUS_2, _corpus_vocab, _records  # noqa: E402
+from test_create_pretraining_data import (  # noqa: E402
+    CORPUS_1, CORPUS_2, _corpus_vocab, _records, original_parsing_features)
 
 from bert_keras import create_pretraining_data as cpd  # noqa: E402
 from bert_keras import create_pretraining_data_beam as cpdb  # noqa: E402
@@ -163,15 +164,7 @@ def test_records_parse_with_the_original_features_and_run_pretraining_reads_them
                   max_seq_length=40, max_predictions_per_seq=6)
   names = _outputs(out, "ex.tfrecord-")
   assert len(names) == 40 and any((out / n).stat().st_size == 0 for n in names)
-  parsing = {
-      "input_ids": tf.io.FixedLenFeature([40], tf.int64),
-      "input_mask": tf.io.FixedLenFeature([40], tf.int64),
-      "segment_ids": tf.io.FixedLenFeature([40], tf.int64),
-      "masked_lm_positions": tf.io.FixedLenFeature([6], tf.int64),
-      "masked_lm_ids": tf.io.FixedLenFeature([6], tf.int64),
-      "masked_lm_weights": tf.io.FixedLenFeature([6], tf.float32),
-      "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
-  }
+  parsing = original_parsing_features(40, 6)
   paths = [str(out / n) for n in names]
   seen = 0
   vocab_ids = tokenization.load_vocab(vocab)
