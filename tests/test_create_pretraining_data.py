@@ -309,6 +309,24 @@ def test_document_of_70000_segments_equals_original(tmp_path, orig):
   assert rng_a.getstate() == rng_b.getstate()
 
 
+def test_very_long_lines_equal_original(tmp_path, orig):
+  """Lines of 8,000 tokens: truncation draws two words per removed token, far more than an
+  instance's usual share of words read ahead (the replay ran out of words here once)."""
+  words = ["w%d" % i for i in range(50)]
+  tokenizer = _SplitTokenizer(SPECIALS + words)
+  rng = random.Random(1)
+  lines = []
+  for _ in range(12):
+    lines.extend(" ".join(rng.choice(words) for _ in range(rng.randint(3, 20))) for _ in range(5))
+    lines.extend([" ".join(rng.choice(words) for _ in range(8000)), ""])
+  path = _write(tmp_path / "long_lines.txt", "\n".join(lines))
+  rng_a, rng_b = random.Random(5), random.Random(5)
+  expected = orig.create_training_instances([path], tokenizer, 128, 3, 0.1, 0.15, 20, rng_a)
+  got = cpd.create_training_instances([path], tokenizer, 128, 3, 0.1, 0.15, 20, rng_b)
+  assert _as_tuples(got) == _as_tuples(expected)
+  assert rng_a.getstate() == rng_b.getstate()
+
+
 # --------------------------------------------------------------------------
 # TFRecords equal the original's, record by record
 # --------------------------------------------------------------------------
