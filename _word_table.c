@@ -16,7 +16,9 @@
  * Whitespace is Py_UNICODE_ISSPACE, the definition str.split() uses. The table starts
  * afresh when it holds `limit` words, so memory stays bounded on any corpus. Reading order:
  * the word table, the ASCII WordPiece, lookup (one word), walk (one text), the two
- * map_* methods, set_wordpiece, the type.
+ * map_* methods, set_wordpiece, the type; then randbelow_draws, random_replay.py's
+ * rejection sampling (create_pretraining_data's hot loop), which has nothing to do with
+ * words but lives here to keep one optional extension.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -633,9 +635,110 @@ static PyTypeObject WordTableType = {
     .tp_as_sequence = &table_as_sequence,
 };
 
+/* randbelow_draws(top_bits, pos, steps, x=None): random_replay.randbelow_draws, in C (the
+ * same arguments, results and errors; see its docstring). top_bits: bytes, array('H') or
+ * a list of ints; steps: a tuple or list of (i, shift, limit); x: None or a list. */
+static int word_at(PyObject *list, const Py_buffer *view, Py_ssize_t pos, unsigned long *w) {
+  if (list) {
+    if (pos >= PyList_GET_SIZE(list)) goto out;
+    *w = PyLong_AsUnsignedLong(PyList_GET_ITEM(list, pos));
+    return (*w == (unsigned long)-1 && PyErr_Occurred()) ? -1 : 0;
+  }
+  if (pos * view->itemsize >= view->len) goto out;
+  *w = view->itemsize == 1 ? ((const unsigned char *)view->buf)[pos]
+                           : ((const unsigned short *)view->buf)[pos];
+  return 0;
+out:
+  PyErr_SetString(PyExc_IndexError, "randbelow_draws: ran out of words");
+  return -1;
+}
+
+static PyObject *randbelow_draws(PyObject *module, PyObject *args) {
+  PyObject *top_bits, *steps, *x = Py_None, *list = NULL, *seq = NULL, *draws = NULL;
+  Py_ssize_t pos;
+  Py_buffer view = {0};
+  if (!PyArg_ParseTuple(args, "OnO|O", &top_bits, &pos, &steps, &x)) return NULL;
+  if (x != Py_None && !PyList_Check(x)) {
+    PyErr_SetString(PyExc_TypeError, "randbelow_draws: x must be None or a list");
+    return NULL;
+  }
+  if (PyList_Check(top_bits)) {
+    list = top_bits;
+  } else {
+    if (PyObject_GetBuffer(top_bits, &view, PyBUF_FORMAT) < 0) return NULL;
+    if (!(view.itemsize == 1 || (view.itemsize == 2 && view.format && !strcmp(view.format, "H")))) {
+      PyErr_SetString(PyExc_TypeError, "randbelow_draws: top_bits must be bytes or array('H')");
+      goto fail;
+    }
+  }
+  if (pos < 0) {
+    PyErr_SetString(PyExc_IndexError, "randbelow_draws: negative pos");
+    goto fail;
+  }
+  seq = PySequence_Fast(steps, "randbelow_draws: steps must be a sequence");
+  if (!seq || !(draws = PyList_New(0))) goto fail;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject **items = PySequence_Fast_ITEMS(seq);
+  for (Py_ssize_t s = 0; s < n; s++) {
+    Py_ssize_t i;
+    int shift;
+    unsigned long limit, w;
+    PyObject *step = items[s];
+    if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 3) {
+      PyErr_SetString(PyExc_TypeError, "randbelow_draws: a step must be (i, shift, limit)");
+      goto fail;
+    }
+    i = PyLong_AsSsize_t(PyTuple_GET_ITEM(step, 0));
+    shift = (int)PyLong_AsLong(PyTuple_GET_ITEM(step, 1));
+    limit = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(step, 2));
+    if (PyErr_Occurred()) goto fail;
+    if (shift < 0 || shift > 31) {
+      PyErr_SetString(PyExc_ValueError, "randbelow_draws: shift out of range");
+      goto fail;
+    }
+    do {
+      if (word_at(list, &view, pos, &w) < 0) goto fail;
+      pos++;
+    } while (w >= limit);
+    Py_ssize_t j = (Py_ssize_t)(w >> shift);
+    if (x == Py_None) {
+      PyObject *value = PyLong_FromSsize_t(j);
+      if (!value || PyList_Append(draws, value) < 0) {
+        Py_XDECREF(value);
+        goto fail;
+      }
+      Py_DECREF(value);
+    } else {
+      if (i < 0 || i >= PyList_GET_SIZE(x) || j >= PyList_GET_SIZE(x)) {
+        PyErr_SetString(PyExc_IndexError, "randbelow_draws: list index out of range");
+        goto fail;
+      }
+      PyObject *item = PyList_GET_ITEM(x, i);
+      Py_INCREF(item);
+      PyObject *old = PyList_GET_ITEM(x, j);
+      PyList_SET_ITEM(x, j, item);
+      Py_DECREF(old);
+    }
+  }
+  Py_DECREF(seq);
+  if (!list) PyBuffer_Release(&view);
+  PyObject *result = Py_BuildValue("(Nn)", draws, pos);
+  return result;
+fail:
+  Py_XDECREF(seq);
+  Py_XDECREF(draws);
+  if (!list && view.obj) PyBuffer_Release(&view);
+  return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"randbelow_draws", (PyCFunction)randbelow_draws, METH_VARARGS,
+     "randbelow_draws(top_bits, pos, steps, x=None) -> (draws, pos): random_replay's, in C."},
+    {NULL, NULL, 0, NULL}};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_word_table",
                                     "The hot loop of tokenization.py's batch methods.", -1,
-                                    NULL, NULL, NULL, NULL, NULL};
+                                    module_methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__word_table(void) {
   for (Py_UCS4 c = 0; c < 256; c++) is_space_latin1[c] = Py_UNICODE_ISSPACE(c) ? 1 : 0;

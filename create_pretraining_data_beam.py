@@ -2,11 +2,16 @@
 r"""create_pretraining_data on Apache Beam: the same records, at corpus scale, on any runner.
 
 The same flags as create_pretraining_data.py (the original's), the same
-TFRecord features, the same per-document instance logic (its
-`generate_instances`, `instance_features` and `encode_records` are called
-here, not rewritten), run as a Beam pipeline: locally with the DirectRunner,
-or on Dataflow, Flink or Spark with the usual Beam pipeline options (any
-argument that is not one of our flags is handed to Beam's PipelineOptions).
+TFRecord features, the same per-document instance logic, run as a Beam
+pipeline: locally with the DirectRunner, or on Dataflow, Flink or Spark with
+the usual Beam pipeline options (any argument that is not one of our flags is
+handed to Beam's PipelineOptions). This is the same job as
+create_pretraining_data.py on another runner, so it imports that module and
+calls its public functions (Config, make_tokenizer, decode_lines,
+line_encoder, InstanceParams, generate_instances, instance_features,
+log_example, ...) rather than rewriting them, and the modules they are built
+on: random_replay (WordStream, which DocumentWords extends), tfrecord_encoding
+and file_io.
 
   python create_pretraining_data_beam.py --input_file='corpus/*.txt' \\
     --output_file=/tmp/tf_examples.tfrecord --vocab_file=vocab.txt \\
@@ -106,7 +111,6 @@ The vocab is read by the launcher and shipped with the pipeline, so a local
 from the workers (gs:// on Dataflow: apache-beam[gcp]).
 """
 
-import array
 import hashlib
 import math
 import os
@@ -120,6 +124,9 @@ import numpy as np
 from absl import logging
 
 from bert_keras import create_pretraining_data as cpd
+from bert_keras import file_io
+from bert_keras import random_replay
+from bert_keras import tfrecord_encoding
 from bert_keras import tokenization
 
 
@@ -180,8 +187,8 @@ def instance_keys(doc_digest, count):
   return np.frombuffer(bytes(out), dtype=">u8").reshape(count, 2)
 
 
-class DocumentWords(cpd.RandomWords):
-  """The RandomWords of one (pass, document): the 32-bit words of a PCG64 whose 128-bit
+class DocumentWords(random_replay.WordStream):
+  """The WordStream of one (pass, document): the 32-bit words of a PCG64 whose 128-bit
   state and increment are the document's SHA-256 digest.
 
   Draws (random(), randint, shuffle) are replayed on these words exactly as
@@ -191,31 +198,16 @@ class DocumentWords(cpd.RandomWords):
   document's words are only drawn while it is being made.
   """
 
-  def __init__(self, digest, bitgen, chunk):  # pylint: disable=super-init-not-called
-    self.rng = None
+  def __init__(self, digest, bitgen, chunk):
+    super().__init__(chunk)
     self._bitgen = bitgen
-    self._chunk = chunk
-    self.full = np.zeros(0, dtype=np.uint32)
-    self.top8 = b""
-    self.top16 = array.array("H")
-    self.pos = 0
     bitgen.state = {"bit_generator": "PCG64", "has_uint32": 0, "uinteger": 0,
                     "state": {"state": int.from_bytes(digest[:16], "little"),
                               "inc": int.from_bytes(digest[16:], "little") | 1}}
     self.reserve(chunk)
 
-  def reserve(self, n):
-    if len(self.full) - self.pos < n:
-      count = max(n, self._chunk)
-      words = self._bitgen.random_raw((count + 1) // 2).view("<u4")
-      full = np.concatenate([self.full[self.pos:], words]).astype(np.uint32)
-      self.full = full
-      self.top8 = (full >> 24).astype(np.uint8).tobytes()
-      self.top16 = array.array("H", (full >> 16).astype("<u2").tobytes())
-      self.pos = 0
-
-  def sync(self):
-    raise NotImplementedError("DocumentWords has no random.Random to sync")
+  def next_words(self, count):
+    return self._bitgen.random_raw((count + 1) // 2).view("<u4")
 
 
 # --------------------------------------------------------------------------
@@ -310,7 +302,7 @@ def iter_documents(reader, path, start, end, block_bytes=1 << 20):
   doc_lines = []
   line_no = 0
   for offset, raw_lines in _line_blocks(reader, first, block_bytes):
-    lines = cpd._decode_lines(raw_lines, path, line_no, first)  # pylint: disable=protected-access
+    lines = cpd.decode_lines(raw_lines, path, line_no, first)
     line_no += len(raw_lines)
     for raw, line in zip(raw_lines, lines):
       if doc_offset is None and offset >= end:
@@ -359,7 +351,7 @@ class ReadDocuments(_DoFn):
 
   def setup(self):
     self.tokenizer = _make_tokenizer(self.vocab_bytes, self.do_lower_case)
-    self.encode = cpd._encoder(self.tokenizer)  # pylint: disable=protected-access
+    self.encode = cpd.line_encoder(self.tokenizer)
     self.dtype = _token_dtype(self.tokenizer.vocab)
     self.documents = beam.metrics.Metrics.counter(NAMESPACE, "documents")
     self.lines = beam.metrics.Metrics.counter(NAMESPACE, "document_lines")
@@ -447,11 +439,11 @@ class MakeInstances(_DoFn):
     o = self.options
     self.tokenizer = _make_tokenizer(self.vocab_bytes, self.do_lower_case)
     self.dtype = _token_dtype(self.tokenizer.vocab)
-    self.params = cpd._Params(  # pylint: disable=protected-access
+    self.params = cpd.InstanceParams(
         self.tokenizer, o["max_seq_length"], o["short_seq_prob"], o["masked_lm_prob"],
         o["max_predictions_per_seq"], o["do_whole_word_mask"])
     self.value_bytes = cpd.record_value_bytes(self.params)
-    self.crc = cpd._Crc32c(1024)  # pylint: disable=protected-access
+    self.crc = tfrecord_encoding.Crc32c(1024)
     # Words one document may need ahead (generate_instances reserves this per instance).
     self.chunk = 16 * o["max_seq_length"] + 4096 + 4096
     self.bitgen = np.random.PCG64(0)
@@ -504,9 +496,9 @@ class MakeInstances(_DoFn):
       idx = np.arange(b0, min(n, b0 + self.batch_size), dtype=np.int64)
       features, lengths = cpd.instance_features(views, corpus.tokens, idx, self.params)
       for row in range(min(log_examples - b0, len(idx))):
-        cpd._log_example(features, row, int(lengths[row]),  # pylint: disable=protected-access
-                         self.tokenizer.inv_vocab)
-      framed = cpd.encode_records(features, self.value_bytes, self.crc, lengths).tobytes()
+        cpd.log_example(features, row, int(lengths[row]), self.tokenizer.inv_vocab)
+      framed = tfrecord_encoding.encode_records(features, self.value_bytes, self.crc,
+                                                lengths).tobytes()
       ends = _record_ends(framed)
       starts = [0] + ends[:-1]
       batch_shards = shard_of[idx]
@@ -522,7 +514,8 @@ class MakeInstances(_DoFn):
 # --------------------------------------------------------------------------
 
 def shard_names(output_files, num_shards):
-  """The final name of every shard: output prefix k has shards k*num_shards ... (k+1)*num_shards-1."""
+  """The final name of every shard: output prefix k has shards k*num_shards ...
+  (k+1)*num_shards-1."""
   return ["%s-%05d-of-%05d" % (path, s, num_shards)
           for path in output_files for s in range(num_shards)]
 
@@ -561,7 +554,7 @@ class WriteShard(_DoFn):
     ends = ends.tolist()
     order = np.lexsort((keys[:, 1], keys[:, 0])).tolist()
     final = self.names[shard]
-    temp = cpd._temp_name(final, self.run_tag)  # pylint: disable=protected-access
+    temp = file_io.temp_name(final, self.run_tag)
     _write_bytes(temp, [b"".join([data[starts[i]:ends[i]] for i in order])])
     self.c_written.inc(len(order))
     self.c_bytes.inc(len(data))
@@ -586,7 +579,7 @@ def _finalize(results, errors, names, run_tag, input_description):
   finals = [r[2] for r in results]
   for shard, final in enumerate(names):
     if shard not in done:
-      temp = cpd._temp_name(final, run_tag)  # pylint: disable=protected-access
+      temp = file_io.temp_name(final, run_tag)
       _write_bytes(temp, [])
       temps.append(temp)
       finals.append(final)
@@ -634,7 +627,7 @@ class Config(cpd.Config):
     sizes = list(input_sizes) if input_sizes is not None else [None] * len(self.input_files)
     self.input_sizes = [
         size if size is not None else
-        cpd._file_size(path) if cpd._is_remote(path) else os.path.getsize(path)  # pylint: disable=protected-access
+        file_io.file_size(path)
         for path, size in zip(self.input_files, sizes)]
 
   @property
@@ -658,11 +651,11 @@ def expand_inputs(input_file):
   for pattern in input_file.split(","):
     if not pattern:
       continue
-    if cpd._is_remote(pattern):  # pylint: disable=protected-access
+    if file_io.is_remote(pattern):
       for result in FileSystems.match([pattern]):
         out.extend((m.path, m.size_in_bytes) for m in result.metadata_list)
     else:
-      out.extend((p, None) for p in cpd.expand_input_patterns(pattern))
+      out.extend((p, None) for p in file_io.expand_input_patterns(pattern))
   return out
 
 
@@ -697,7 +690,7 @@ def build_pipeline(pipeline, config, vocab_bytes, run_tag):
 
 def _read_vocab_bytes(path):
   with (FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-        if cpd._is_remote(path) else open(path, "rb")) as f:  # pylint: disable=protected-access
+        if file_io.is_remote(path) else open(path, "rb")) as f:
     return f.read()
 
 
@@ -720,7 +713,7 @@ DIRECT_RUNNERS = ("DirectRunner", "direct", "FnApiRunner")
 def pipeline_options(runner="DirectRunner", direct_num_workers=1,
                      direct_running_mode="in_memory", beam_args=()):
   """Beam PipelineOptions of our --runner/--direct_* flags and the other arguments."""
-  from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
+  from apache_beam.options.pipeline_options import PipelineOptions
   args = ["--runner=%s" % runner, "--direct_num_workers=%d" % direct_num_workers,
           "--direct_running_mode=%s" % direct_running_mode]
   if runner in DIRECT_RUNNERS and not any(
@@ -733,12 +726,12 @@ def _runner_for(options):
   """The DirectRunner's batch engine (FnApiRunner), for --runner=DirectRunner; else None (Beam
   makes the runner --runner names). Beam 2.77's DirectRunner would first try its Prism runner,
   a binary it downloads at run time; --runner=PrismRunner still selects that one."""
-  from apache_beam.options.pipeline_options import StandardOptions  # pylint: disable=g-import-not-at-top
+  from apache_beam.options.pipeline_options import StandardOptions
   if options.view_as(StandardOptions).runner not in DIRECT_RUNNERS:
     return None
-  from apache_beam.portability.api import beam_provision_api_pb2  # pylint: disable=g-import-not-at-top
-  from apache_beam.runners.portability.fn_api_runner import fn_runner  # pylint: disable=g-import-not-at-top
-  from apache_beam.runners.portability.portable_runner import JobServiceHandle  # pylint: disable=g-import-not-at-top
+  from apache_beam.portability.api import beam_provision_api_pb2
+  from apache_beam.runners.portability.fn_api_runner import fn_runner
+  from apache_beam.runners.portability.portable_runner import JobServiceHandle
   encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
   return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
       beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
@@ -746,7 +739,7 @@ def _runner_for(options):
 
 def unknown_beam_args(beam_args):
   """The arguments that are no Beam pipeline option (PipelineOptions would discard them)."""
-  from apache_beam.options.pipeline_options import PipelineOptions  # pylint: disable=g-import-not-at-top
+  from apache_beam.options.pipeline_options import PipelineOptions
   bad = [a for a in beam_args if not a.startswith("-")]
   options = PipelineOptions(list(beam_args))
   known = set(options.get_all_options())
@@ -778,8 +771,8 @@ def run(config, options=None):
   """Runs the pipeline; returns (instances written, {counter name: value})."""
   if beam is None:
     raise UsageError("apache-beam is not installed (pip install 'bert-keras[beam]')")
-  cpd._self_check()  # pylint: disable=protected-access
-  cpd._make_tokenizer(config)  # the vocab's errors, before anything starts  pylint: disable=protected-access
+  random_replay.self_check()
+  cpd.make_tokenizer(config)  # the vocab's errors, before anything starts
   vocab_bytes = _read_vocab_bytes(config.vocab_file)
   options = options if options is not None else pipeline_options()
   run_tag = "%s-%s" % (time.strftime("%Y%m%d%H%M%S"), uuid.uuid4().hex[:8])

@@ -80,6 +80,13 @@ if _stale_extension(_word_table):
       "(run `pip install -e .` to rebuild it)", _word_table.__file__)
   _word_table = None
 
+
+def native_extension():
+  """The C extension (_word_table, built by pip install from the _word_table.c beside this
+  file), or None: not built, stale, or BERT_KERAS_PURE_PYTHON=1."""
+  return _word_table
+
+
 _MAX_UNICODE = sys.maxunicode + 1
 
 

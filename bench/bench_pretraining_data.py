@@ -10,11 +10,11 @@ above the process's import cost (TensorFlow for the original: measured by a proc
 that only imports it; Python + numpy + our modules for ours, which never import
 TensorFlow for local files), and whether the records are identical to the original's
 (every feature of every record of every output file, parsed with the original
-run_pretraining's feature spec). For --num_workers the check is the statistics
-(instances, random-next rate, masking rate, tokens per instance) instead: end to end
-for --noise_seeds other seeds of ours (= the original's records), and, without
-writing, the mean and spread over --stat_seeds seeds of one process (the original's
-algorithm) and of each --num_workers split.
+run_pretraining's FixedLenFeature names, lengths and dtypes). For --num_workers the
+check is the statistics (instances, random-next rate, masking rate, tokens per
+instance) instead: end to end for --noise_seeds other seeds of ours (= the original's
+records), and, without writing, the mean and spread over --stat_seeds seeds of one
+process (the original's algorithm) and of each --num_workers split.
 
 Usage (the full run for the README: the ../shared books, dupe_factor 5):
   python bench/bench_pretraining_data.py
@@ -47,10 +47,10 @@ VOCAB = SHARED / "data" / "vocab" / "bert-base-uncased-vocab.txt"
 
 def _original_script():
   import importlib.util
-  spec = importlib.util.find_spec("bert")
-  if spec is None or not spec.submodule_search_locations:
+  found = importlib.util.find_spec("bert")
+  if found is None or not found.submodule_search_locations:
     return None
-  path = pathlib.Path(list(spec.submodule_search_locations)[0]) / "create_pretraining_data.py"
+  path = pathlib.Path(list(found.submodule_search_locations)[0]) / "create_pretraining_data.py"
   return str(path) if path.exists() else None
 
 
@@ -107,11 +107,11 @@ FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "ma
 
 
 def read_records(paths, max_seq_length, max_predictions_per_seq):
-  """Per file, the 7 features of every record as [N, length] arrays, parsed with the feature
-  spec of the original run_pretraining (names, dtypes and lengths must match exactly)."""
+  """Per file, the 7 features of every record as [N, length] arrays, parsed with the features
+  of the original run_pretraining (names, dtypes and lengths must match exactly)."""
   import tensorflow as tf
   seq, pred = max_seq_length, max_predictions_per_seq
-  spec = {
+  parsing = {
       "input_ids": tf.io.FixedLenFeature([seq], tf.int64),
       "input_mask": tf.io.FixedLenFeature([seq], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([seq], tf.int64),
@@ -124,7 +124,7 @@ def read_records(paths, max_seq_length, max_predictions_per_seq):
   for path in paths:
     parts = {name: [] for name in FEATURES}
     for batch in tf.data.TFRecordDataset(path).batch(8192):
-      parsed = tf.io.parse_example(batch, spec)
+      parsed = tf.io.parse_example(batch, parsing)
       for name in FEATURES:
         parts[name].append(parsed[name].numpy())
     out.append({name: (np.concatenate(v) if v else np.zeros((0, 1))) for name, v in parts.items()})
@@ -156,22 +156,25 @@ def seed_statistics(input_files, vocab_file, lower, dupe, max_seq, preds, worker
   records) if workers == 1, else the --num_workers parts, each with its derived seed."""
   import random
   from bert_keras import create_pretraining_data as cpd
+  from bert_keras import parallel_parts
+  from bert_keras import random_replay
   from bert_keras import tokenization
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=lower)
-  params = cpd._Params(tokenizer, max_seq, 0.1, 0.15, preds, False)  # pylint: disable=protected-access
+  params = cpd.InstanceParams(tokenizer, max_seq, 0.1, 0.15, preds, False)
   if workers == 1:
     parts = [input_files]
   else:
     total = sum(os.path.getsize(p) for p in input_files)
     part_bytes = 64 << 20
     num_parts = workers * max(1, -(-total // (workers * part_bytes)))
-    parts = cpd.plan_parts(input_files, num_parts)
+    parts = parallel_parts.plan_parts(input_files, num_parts)
   corpora = [cpd.read_corpus(part, tokenizer) for part in parts]
   out = []
   for seed in seeds:
     n = rnd = tokens = masked = 0
     for p, corpus in enumerate(corpora):
-      words = cpd.RandomWords(random.Random(seed if workers == 1 else cpd.part_seed(seed, p)))
+      words = random_replay.RandomWords(random.Random(
+          seed if workers == 1 else parallel_parts.part_seed(seed, p)))
       order = cpd.document_order(corpus, words)
       store = cpd.InstanceStore()
       cpd.generate_instances(corpus, order, params, words, dupe, store)

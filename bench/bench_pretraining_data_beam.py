@@ -10,7 +10,7 @@ one after the other, each as its own process with the same flags:
                 (--direct_running_mode=multi_processing)
 and reports wall time, input MB/s, instances, instances/s, the ratio to the single-process
 script, peak RSS (sampled over the process tree), and the statistics of the records
-written (parsed with the original run_pretraining feature spec): random-next rate,
+written (parsed with the original run_pretraining features): random-next rate,
 masked tokens per token, tokens per instance.
 
 Usage:

@@ -3,8 +3,8 @@
 Differential tests run the original (bert-tensorflow's create_pretraining_data,
 imported in-process through tests/oracle.py) and ours on the same corpora and
 flags and compare instance by instance / record by record. Whole-word masking
-(absent from bert-tensorflow 1.0.4) is checked against the golden digests of
-spec section 5.4. Speed is measured in bench/bench_pretraining_data.py, not here.
+(absent from bert-tensorflow 1.0.4) is checked against golden digests recorded
+for the shared bert_sample_text.txt. Speed is measured in bench/bench_pretraining_data.py, not here.
 """
 
 import hashlib
@@ -21,6 +21,10 @@ import oracle
 from conftest import REPO, shared_path
 
 from bert_keras import create_pretraining_data as cpd
+from bert_keras import file_io
+from bert_keras import progress
+from bert_keras import random_replay
+from bert_keras import tfrecord_encoding
 from bert_keras import tokenization
 
 SCRIPT = str(REPO / "create_pretraining_data.py")
@@ -115,7 +119,7 @@ def test_random_replay_equals_python_random():
   as random.Random, and sync() leaves the generator where the real one would be."""
   for seed in (0, 12345, 2**40 + 3):
     real = random.Random(seed)
-    ours = cpd.RandomWords(random.Random(seed))
+    ours = random_replay.RandomWords(random.Random(seed))
     for n in (1, 2, 3, 7, 128, 129, 255, 256, 257, 30522, 65535, 65536, 65537, 2**31,
               2**32 - 1, 2**32, 2**32 + 1, 2**41 + 5):
       for _ in range(20):
@@ -133,11 +137,37 @@ def test_random_replay_equals_python_random():
     assert ours.rng.getstate() == real.getstate()
 
 
+def test_randbelow_draws_in_c_equals_python():
+  """The C extension's randbelow_draws (when built) gives the pure-Python one's draws, list
+  updates, positions and errors, on top 8, top 16 and full 32-bit words."""
+  native, python = random_replay.randbelow_draws, random_replay.PYTHON_RANDBELOW_DRAWS
+  if native is python:
+    pytest.skip("the C extension is not built (or BERT_KERAS_PURE_PYTHON=1)")
+  words = random_replay.RandomWords(random.Random(7))
+  words.reserve(1 << 16)
+  full = words.full[:8192].tolist()
+  for top_bits, width in ((words.top8, 8), (words.top16, 16), (full, 32)):
+    for m in (1, 2, 3, 100, 128, 129, 255, 256, 30522, 65535, 65536, 2**31 + 5, 2**32 - 1):
+      if m.bit_length() <= width:
+        steps = (random_replay.draw_step(m, width),) * 50
+        assert native(top_bits, 3, steps) == python(top_bits, 3, steps), (width, m)
+  for n, keep in ((2, 1), (30, 7), (300, 20), (300, 300)):
+    for steps in random_replay.shuffle_steps(n, keep):
+      x, y = [str(v) for v in range(n)], [str(v) for v in range(n)]
+      top_bits = words.top16 if steps and steps[0][0] >= 255 else words.top8
+      assert native(top_bits, 11, steps, x) == python(top_bits, 11, steps, y)
+      assert x == y
+  for draw in (native, python):
+    with pytest.raises(IndexError):
+      draw(b"\xff\xff", 0, ((0, 0, 1),))
+
+
 # --------------------------------------------------------------------------
-# Golden values of the spec (section 5.4), whole-word masking included
+# Golden values (counts and digests on bert_sample_text.txt), whole-word masking included
 # --------------------------------------------------------------------------
 
-GOLDEN = [  # vocab, do_whole_word_mask, dupe_factor, instances, random-next, masked, min, max, digest
+# vocab, do_whole_word_mask, dupe_factor, instances, random-next, masked, min, max, digest
+GOLDEN = [
     ("A", False, 5, 54, 29, 890, 33, 128, "15158090e2ec1d5bfdf0e6db0090b7384e89f95c"),
     ("A", True, 5, 54, 29, 890, 33, 128, "15158090e2ec1d5bfdf0e6db0090b7384e89f95c"),
     ("A", False, 1, 11, 6, 167, 33, 128, "ed7bc277afe1b3d5c4ff195d4003757d7dd1526f"),
@@ -156,7 +186,8 @@ def _golden_vocabs(tmp_path, sample):
   chars = sorted(set("".join(tokens)))
   vocab_a = SPECIALS + sorted(tokens)
   vocab_b = SPECIALS + chars + ["##" + c for c in chars]
-  return {"A": _vocab_file(tmp_path, vocab_a, "a.txt"), "B": _vocab_file(tmp_path, vocab_b, "b.txt")}
+  return {"A": _vocab_file(tmp_path, vocab_a, "a.txt"),
+          "B": _vocab_file(tmp_path, vocab_b, "b.txt")}
 
 
 def _digest(instances):
@@ -169,15 +200,15 @@ def _digest(instances):
   return h.hexdigest()
 
 
-def test_golden_digests_of_the_spec(tmp_path):
-  """Spec 5.4: vocab A/B digests, then counts and instance digests for both vocabs, with and
-  without whole-word masking, dupe 1/5/10 (the reference for --do_whole_word_mask)."""
+def test_golden_digests(tmp_path):
+  """Vocab A/B digests, then counts and instance digests for both vocabs, with and without
+  whole-word masking, dupe 1/5/10 (the reference for --do_whole_word_mask)."""
   sample = shared_path("data", "text", "bert_sample_text.txt")
   vocabs = _golden_vocabs(tmp_path, sample)
-  assert hashlib.sha1(pathlib.Path(vocabs["A"]).read_bytes()).hexdigest() == \
-      "fb7b2afb2b4ba8c69e2ef510f69108c7fd568ee5"
-  assert hashlib.sha1(pathlib.Path(vocabs["B"]).read_bytes()).hexdigest() == \
-      "26254099e098ff940a9dfee03589af5716cc46d7"
+  assert hashlib.sha1(pathlib.Path(vocabs["A"]).read_bytes()).hexdigest() == (
+      "fb7b2afb2b4ba8c69e2ef510f69108c7fd568ee5")
+  assert hashlib.sha1(pathlib.Path(vocabs["B"]).read_bytes()).hexdigest() == (
+      "26254099e098ff940a9dfee03589af5716cc46d7")
   for vocab, wwm, dupe, count, rnd, masked, shortest, longest, digest in GOLDEN:
     tokenizer = tokenization.FullTokenizer(vocabs[vocab], do_lower_case=True)
     instances = cpd.create_training_instances(
@@ -185,20 +216,22 @@ def test_golden_digests_of_the_spec(tmp_path):
         do_whole_word_mask=wwm)
     lengths = [len(i.tokens) for i in instances]
     assert (len(instances), sum(i.is_random_next for i in instances),
-            sum(len(i.masked_lm_positions) for i in instances), min(lengths), max(lengths)) == \
-        (count, rnd, masked, shortest, longest), (vocab, wwm, dupe)
+            sum(len(i.masked_lm_positions) for i in instances), min(lengths),
+            max(lengths)) == (count, rnd, masked, shortest, longest), (vocab, wwm, dupe)
     assert _digest(instances) == digest, (vocab, wwm, dupe)
-    if (vocab, wwm, dupe) == ("B", True, 5):  # first instance as described in the spec
+    if (vocab, wwm, dupe) == ("B", True, 5):  # its first instance, as recorded
       first = instances[0]
       assert first.is_random_next and first.tokens[1:3] == ["##l", "##e"]
-      assert first.masked_lm_positions == [16, 17, 18, 31, 32, 46] + list(range(72, 83)) + [125, 126]
+      assert first.masked_lm_positions == (
+          [16, 17, 18, 31, 32, 46] + list(range(72, 83)) + [125, 126])
 
 
 # --------------------------------------------------------------------------
 # Instances equal the original's (in-process), across flags
 # --------------------------------------------------------------------------
 
-CASES = [  # max_seq_length, dupe_factor, short_seq_prob, masked_lm_prob, max_predictions, lower, seed
+# max_seq_length, dupe_factor, short_seq_prob, masked_lm_prob, max_predictions, lower, seed
+CASES = [
     (128, 3, 0.1, 0.15, 20, True, 12345),
     (32, 2, 0.5, 0.15, 5, True, 1),
     (16, 3, 1.0, 0.3, 3, False, 7),
@@ -226,7 +259,8 @@ def test_instances_equal_original(tmp_path, orig, orig_tok, case):
 
 
 class _SplitTokenizer(object):
-  """Whitespace tokenizer over a vocab: lets the corpus contain [CLS]/[SEP]/[MASK] and "##" tokens."""
+  """Whitespace tokenizer over a vocab: lets the corpus contain [CLS]/[SEP]/[MASK] and "##"
+  tokens."""
 
   def __init__(self, tokens):
     self.vocab = {t: i for i, t in enumerate(tokens)}
@@ -271,6 +305,24 @@ def test_document_of_70000_segments_equals_original(tmp_path, orig):
   rng_a, rng_b = random.Random(5), random.Random(5)
   expected = orig.create_training_instances([path], tokenizer, 128, 1, 0.1, 0.15, 20, rng_a)
   got = cpd.create_training_instances([path], tokenizer, 128, 1, 0.1, 0.15, 20, rng_b)
+  assert _as_tuples(got) == _as_tuples(expected)
+  assert rng_a.getstate() == rng_b.getstate()
+
+
+def test_very_long_lines_equal_original(tmp_path, orig):
+  """Lines of 8,000 tokens: truncation draws two words per removed token, far more than an
+  instance's usual share of words read ahead (the replay ran out of words here once)."""
+  words = ["w%d" % i for i in range(50)]
+  tokenizer = _SplitTokenizer(SPECIALS + words)
+  rng = random.Random(1)
+  lines = []
+  for _ in range(12):
+    lines.extend(" ".join(rng.choice(words) for _ in range(rng.randint(3, 20))) for _ in range(5))
+    lines.extend([" ".join(rng.choice(words) for _ in range(8000)), ""])
+  path = _write(tmp_path / "long_lines.txt", "\n".join(lines))
+  rng_a, rng_b = random.Random(5), random.Random(5)
+  expected = orig.create_training_instances([path], tokenizer, 128, 3, 0.1, 0.15, 20, rng_a)
+  got = cpd.create_training_instances([path], tokenizer, 128, 3, 0.1, 0.15, 20, rng_b)
   assert _as_tuples(got) == _as_tuples(expected)
   assert rng_a.getstate() == rng_b.getstate()
 
@@ -345,6 +397,21 @@ def test_records_equal_original_on_books(tmp_path, orig, orig_tok, lower, output
   assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(p) for p in files + ours + theirs)
 
 
+def original_parsing_features(max_seq_length, max_predictions_per_seq):
+  """The FixedLenFeatures the original run_pretraining input_fn parses the records with."""
+  import tensorflow as tf
+  seq, preds = max_seq_length, max_predictions_per_seq
+  return {
+      "input_ids": tf.io.FixedLenFeature([seq], tf.int64),
+      "input_mask": tf.io.FixedLenFeature([seq], tf.int64),
+      "segment_ids": tf.io.FixedLenFeature([seq], tf.int64),
+      "masked_lm_positions": tf.io.FixedLenFeature([preds], tf.int64),
+      "masked_lm_ids": tf.io.FixedLenFeature([preds], tf.int64),
+      "masked_lm_weights": tf.io.FixedLenFeature([preds], tf.float32),
+      "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
+  }
+
+
 def _crc32c(data):
   crc = 0xFFFFFFFF
   for byte in data:
@@ -355,9 +422,9 @@ def _crc32c(data):
   return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-def test_tfrecord_framing_and_feature_spec(tmp_path):
-  """Framing checked with an independent bitwise CRC32C; records parse with the feature spec
-  of the original run_pretraining input_fn (FixedLenFeature lengths and dtypes)."""
+def test_tfrecord_framing_and_parsing_features(tmp_path):
+  """Framing checked with an independent bitwise CRC32C; records parse with the features of
+  the original run_pretraining input_fn (FixedLenFeature lengths and dtypes)."""
   files = [_write(tmp_path / "c1.txt", CORPUS_1), _write(tmp_path / "c2.txt", CORPUS_2)]
   vocab = _corpus_vocab(tmp_path, [CORPUS_1, CORPUS_2])
   out = str(tmp_path / "out.tfrecord")
@@ -367,24 +434,17 @@ def test_tfrecord_framing_and_feature_spec(tmp_path):
   offset = n = 0
   while offset < len(data):
     length = int.from_bytes(data[offset:offset + 8], "little")
-    assert int.from_bytes(data[offset + 8:offset + 12], "little") == _crc32c(data[offset:offset + 8])
+    assert int.from_bytes(data[offset + 8:offset + 12], "little") == _crc32c(
+        data[offset:offset + 8])
     payload = data[offset + 12:offset + 12 + length]
-    assert int.from_bytes(data[offset + 12 + length:offset + 16 + length], "little") == \
-        _crc32c(payload)
+    assert int.from_bytes(data[offset + 12 + length:offset + 16 + length], "little") == (
+        _crc32c(payload))
     offset += 16 + length
     n += 1
   assert offset == len(data) and n == count
   import tensorflow as tf
-  spec = {
-      "input_ids": tf.io.FixedLenFeature([40], tf.int64),
-      "input_mask": tf.io.FixedLenFeature([40], tf.int64),
-      "segment_ids": tf.io.FixedLenFeature([40], tf.int64),
-      "masked_lm_positions": tf.io.FixedLenFeature([6], tf.int64),
-      "masked_lm_ids": tf.io.FixedLenFeature([6], tf.int64),
-      "masked_lm_weights": tf.io.FixedLenFeature([6], tf.float32),
-      "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
-  }
-  for rec in tf.data.TFRecordDataset(out).map(lambda r: tf.io.parse_single_example(r, spec)):
+  parsing = original_parsing_features(40, 6)
+  for rec in tf.data.TFRecordDataset(out).map(lambda r: tf.io.parse_single_example(r, parsing)):
     mask = rec["input_mask"].numpy()
     weights = rec["masked_lm_weights"].numpy()
     assert mask.sum() >= 5 and set(np.unique(weights)) <= {0.0, 1.0}
@@ -471,8 +531,8 @@ def test_no_partial_output_on_failure(tmp_path, monkeypatch):
       raise RuntimeError("disk full")
     return real(*args, **kwargs)
 
-  real = cpd.encode_records
-  monkeypatch.setattr(cpd, "encode_records", failing)
+  real = tfrecord_encoding.encode_records
+  monkeypatch.setattr(tfrecord_encoding, "encode_records", failing)
   with pytest.raises(RuntimeError):
     cpd.run(cpd.Config(files, [str(out_dir / "a"), str(out_dir / "b")], vocab,
                        max_seq_length=32, dupe_factor=2, progress=False))
@@ -539,7 +599,7 @@ def test_progress_lines_when_not_a_terminal(tmp_path, monkeypatch, caplog, worke
   import logging
   files = [_write(tmp_path / "c1.txt", CORPUS_1), _write(tmp_path / "c2.txt", CORPUS_2)]
   vocab = _corpus_vocab(tmp_path, [CORPUS_1, CORPUS_2])
-  monkeypatch.setattr(cpd.Progress, "LOG_INTERVAL_S", 0.0)
+  monkeypatch.setattr(progress.Progress, "LOG_INTERVAL_S", 0.0)
   with caplog.at_level(logging.INFO):
     cpd.run(cpd.Config(files, [str(tmp_path / "o")], vocab, max_seq_length=32, dupe_factor=2,
                        num_workers=workers, progress=True))
@@ -554,10 +614,11 @@ def test_paths_with_a_scheme_go_through_tf_io_gfile(tmp_path):
   _write(tmp_path / "c1.txt", CORPUS_1)
   _write(tmp_path / "c2.txt", CORPUS_2)
   vocab = _corpus_vocab(tmp_path, [CORPUS_1, CORPUS_2])
-  local = cpd.expand_input_patterns(str(tmp_path / "c*.txt"))
-  remote = cpd.expand_input_patterns("file://" + str(tmp_path / "c*.txt"))
+  local = file_io.expand_input_patterns(str(tmp_path / "c*.txt"))
+  remote = file_io.expand_input_patterns("file://" + str(tmp_path / "c*.txt"))
   assert [p.replace("file://", "") for p in remote] == local
-  for files, out in ((local, str(tmp_path / "local")), (remote, "file://" + str(tmp_path / "remote"))):
+  for files, out in ((local, str(tmp_path / "local")),
+                     (remote, "file://" + str(tmp_path / "remote"))):
     cpd.run(cpd.Config(files, [out], vocab, max_seq_length=40, dupe_factor=2, progress=False))
   assert (tmp_path / "local").read_bytes() == (tmp_path / "remote").read_bytes()
   assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]

@@ -3,7 +3,7 @@
 Checked here: the reader finds the single-process script's documents whatever
 the byte ranges; the output bytes do not depend on the runner's mode, its
 number of workers or the read ranges; the records parse with the original
-run_pretraining feature spec and through run_pretraining's input pipeline;
+run_pretraining features and through run_pretraining's input pipeline;
 the statistics (instances per document, random-next rate, masking rate,
 tokens per instance) are the single-process script's on the same corpus; bad
 input gives create_pretraining_data.py's errors and leaves nothing behind.
@@ -22,7 +22,8 @@ import pytest
 beam = pytest.importorskip("apache_beam")
 
 from conftest import REPO, shared_path  # noqa: E402
-from test_create_pretraining_data import CORPUS_1, CORPUS_2, _corpus_vocab, _records  # noqa: E402
+from test_create_pretraining_data import (  # noqa: E402
+    CORPUS_1, CORPUS_2, _corpus_vocab, _records, original_parsing_features)
 
 from bert_keras import create_pretraining_data as cpd  # noqa: E402
 from bert_keras import create_pretraining_data_beam as cpdb  # noqa: E402
@@ -151,8 +152,8 @@ def test_same_bytes_in_process_and_with_two_worker_processes(tmp_path):
   assert not [p for p in os.listdir(tmp_path / "run1") if ".tmp-" in p]
 
 
-def test_records_parse_with_the_original_spec_and_run_pretraining_reads_them(tmp_path):
-  """Every record parses with the original run_pretraining feature spec (lengths and dtypes);
+def test_records_parse_with_the_original_features_and_run_pretraining_reads_them(tmp_path):
+  """Every record parses with the original run_pretraining features (lengths and dtypes);
   masks, segments and masked positions are consistent; input_pipeline.training_dataset with
   run_pretraining.decode_fn reads the shards through a glob; an empty shard is still written."""
   import tensorflow as tf
@@ -163,19 +164,11 @@ def test_records_parse_with_the_original_spec_and_run_pretraining_reads_them(tmp
                   max_seq_length=40, max_predictions_per_seq=6)
   names = _outputs(out, "ex.tfrecord-")
   assert len(names) == 40 and any((out / n).stat().st_size == 0 for n in names)
-  spec = {
-      "input_ids": tf.io.FixedLenFeature([40], tf.int64),
-      "input_mask": tf.io.FixedLenFeature([40], tf.int64),
-      "segment_ids": tf.io.FixedLenFeature([40], tf.int64),
-      "masked_lm_positions": tf.io.FixedLenFeature([6], tf.int64),
-      "masked_lm_ids": tf.io.FixedLenFeature([6], tf.int64),
-      "masked_lm_weights": tf.io.FixedLenFeature([6], tf.float32),
-      "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
-  }
+  parsing = original_parsing_features(40, 6)
   paths = [str(out / n) for n in names]
   seen = 0
   vocab_ids = tokenization.load_vocab(vocab)
-  for rec in tf.data.TFRecordDataset(paths).map(lambda r: tf.io.parse_single_example(r, spec)):
+  for rec in tf.data.TFRecordDataset(paths).map(lambda r: tf.io.parse_single_example(r, parsing)):
     seen += 1
     mask = rec["input_mask"].numpy()
     length = int(mask.sum())
@@ -210,14 +203,14 @@ def test_records_parse_with_the_original_spec_and_run_pretraining_reads_them(tmp
 
 def _statistics(paths, max_seq_length=128, max_predictions_per_seq=20):
   """Instances, random-next rate, masked tokens per token and tokens per instance of the
-  records in `paths` (parsed with the original feature spec, a batch at a time)."""
+  records in `paths` (parsed with the original features, a batch at a time)."""
   import tensorflow as tf
-  spec = {"input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
-          "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
-          "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64)}
+  parsing = {"input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
+             "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
+             "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64)}
   n = rnd = tokens = masked = 0
   dataset = tf.data.TFRecordDataset([str(p) for p in paths]).batch(4096)
-  for batch in dataset.map(lambda r: tf.io.parse_example(r, spec)):
+  for batch in dataset.map(lambda r: tf.io.parse_example(r, parsing)):
     n += int(batch["input_mask"].shape[0])
     rnd += int(batch["next_sentence_labels"].numpy().sum())
     tokens += int(batch["input_mask"].numpy().sum())
@@ -387,5 +380,5 @@ def test_cli_writes_and_logs(tmp_path):
   count, _ = _run(sorted(files), str(api / "x"), vocab, dupe_factor=2, max_seq_length=48,
                   num_shards=2)
   assert written == count > 0
-  assert ([(out / n).read_bytes() for n in _outputs(out, "x-")] ==
-          [(api / n).read_bytes() for n in _outputs(api, "x-")])
+  assert [(out / n).read_bytes() for n in _outputs(out, "x-")] == (
+      [(api / n).read_bytes() for n in _outputs(api, "x-")])
