@@ -9,6 +9,15 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 SHARED = pathlib.Path(os.environ.get("BERT_SHARED_DIR", REPO.parent / "shared"))
 
 
+@pytest.fixture(autouse=True)
+def _absl_logging_at_info():
+  """absl's logger at INFO in every test, so that caplog sees what the scripts log: importing
+  an original script through tests/oracle.py re-parses absl's flags, which resets its
+  --verbosity (WARNING) for every later test."""
+  from absl import logging
+  logging.set_verbosity(logging.INFO)
+
+
 def shared_path(*parts):
   """Path under ../shared, or skip the test when ../shared (or that file) is absent."""
   path = SHARED.joinpath(*parts)
