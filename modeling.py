@@ -338,8 +338,20 @@ def _layer_norm_epsilon(config):
   return float(getattr(config, "layer_norm_eps", 1e-12))
 
 
+class ConfigLayer(keras.layers.Layer):
+  """A layer built from a BertConfig (or its dict): `self.config`, saved by get_config so that
+  from_config (and keras.models.load_model) rebuild the same layer."""
+
+  def __init__(self, config, **kwargs):
+    super().__init__(**kwargs)
+    self.config = _as_config(config)
+
+  def get_config(self):
+    return {**super().get_config(), "config": self.config.to_dict()}
+
+
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class Embeddings(keras.layers.Layer):
+class Embeddings(ConfigLayer):
   """Word + token-type + position embeddings, then LayerNorm and dropout.
 
   input_ids, segment_ids int [B, S] -> [B, S, H]. `word_embeddings` [V, H] is the table the
@@ -347,8 +359,7 @@ class Embeddings(keras.layers.Layer):
   """
 
   def __init__(self, config, **kwargs):
-    super().__init__(**kwargs)
-    self.config = _as_config(config)
+    super().__init__(config, **kwargs)
     self.layer_norm = LayerNorm(_layer_norm_epsilon(self.config), name="LayerNorm")
     self.dropout = Dropout(self.config.hidden_dropout_prob, name="dropout",
                            dtype=self.dtype_policy)
@@ -384,12 +395,9 @@ class Embeddings(keras.layers.Layer):
     x = ops.cast(self.layer_norm(x), self.compute_dtype)
     return self.dropout(x, training=training)
 
-  def get_config(self):
-    return {**super().get_config(), "config": self.config.to_dict()}
-
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SelfAttention(keras.layers.Layer):
+class SelfAttention(ConfigLayer):
   """Multi-head scaled dot-product self-attention with an output projection.
 
   x [B, S, H], input_mask int [B, S] (1 real token, 0 padding) -> [B, S, H]. Padding is
@@ -399,8 +407,8 @@ class SelfAttention(keras.layers.Layer):
   """
 
   def __init__(self, config, **kwargs):
-    super().__init__(**kwargs)
-    self.config = c = _as_config(config)
+    super().__init__(config, **kwargs)
+    c = self.config
     if c.hidden_size % c.num_attention_heads != 0:
       raise ValueError(
           "The hidden size (%d) is not a multiple of the number of attention heads (%d)"
@@ -438,17 +446,14 @@ class SelfAttention(keras.layers.Layer):
     b, s = ops.shape(x)[0], ops.shape(x)[1]
     return self.output_dense(ops.reshape(context, (b, s, self.config.hidden_size)))
 
-  def get_config(self):
-    return {**super().get_config(), "config": self.config.to_dict()}
-
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class FeedForward(keras.layers.Layer):
+class FeedForward(ConfigLayer):
   """Position-wise feed-forward: [B, S, H] -> dense(I, hidden_act) -> dense(H) -> [B, S, H]."""
 
   def __init__(self, config, **kwargs):
-    super().__init__(**kwargs)
-    self.config = c = _as_config(config)
+    super().__init__(config, **kwargs)
+    c = self.config
     self.intermediate = Dense(c.intermediate_size, activation=c.hidden_act,
                               initializer_range=c.initializer_range, name="intermediate",
                               dtype=self.dtype_policy)
@@ -463,12 +468,9 @@ class FeedForward(keras.layers.Layer):
   def call(self, x):
     return self.output_dense(self.intermediate(x))
 
-  def get_config(self):
-    return {**super().get_config(), "config": self.config.to_dict()}
-
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class TransformerBlock(keras.layers.Layer):
+class TransformerBlock(ConfigLayer):
   """One post-LN encoder layer:
        a = LayerNorm(x + dropout(SelfAttention(x)))
        y = LayerNorm(a + dropout(FeedForward(a)))
@@ -476,8 +478,8 @@ class TransformerBlock(keras.layers.Layer):
   """
 
   def __init__(self, config, **kwargs):
-    super().__init__(**kwargs)
-    self.config = c = _as_config(config)
+    super().__init__(config, **kwargs)
+    c = self.config
     eps = _layer_norm_epsilon(c)
     self.attention = SelfAttention(c, name="attention", dtype=self.dtype_policy)
     self.attention_dropout = Dropout(c.hidden_dropout_prob, name="attention_dropout",
@@ -502,17 +504,14 @@ class TransformerBlock(keras.layers.Layer):
     h = self.output_dropout(self.feed_forward(a), training=training)
     return ops.cast(self.output_layer_norm(a + h), self.compute_dtype)
 
-  def get_config(self):
-    return {**super().get_config(), "config": self.config.to_dict()}
-
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class Pooler(keras.layers.Layer):
+class Pooler(ConfigLayer):
   """tanh(dense(sequence_output[:, 0])): [B, S, H] -> [B, H]. No dropout."""
 
   def __init__(self, config, **kwargs):
-    super().__init__(**kwargs)
-    self.config = c = _as_config(config)
+    super().__init__(config, **kwargs)
+    c = self.config
     self.dense = Dense(c.hidden_size, activation="tanh", initializer_range=c.initializer_range,
                        name="dense", dtype=self.dtype_policy)
 
@@ -522,12 +521,9 @@ class Pooler(keras.layers.Layer):
   def call(self, sequence_output):
     return self.dense(sequence_output[:, 0])
 
-  def get_config(self):
-    return {**super().get_config(), "config": self.config.to_dict()}
-
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class MaskedLMHead(keras.layers.Layer):
+class MaskedLMHead(ConfigLayer):
   """Masked-LM head of run_pretraining (TF1 scope cls/predictions).
 
   Gathers sequence_output [B, S, H] at masked_lm_positions [B, P], transforms with
@@ -536,8 +532,8 @@ class MaskedLMHead(keras.layers.Layer):
   """
 
   def __init__(self, config, **kwargs):
-    super().__init__(**kwargs)
-    self.config = c = _as_config(config)
+    super().__init__(config, **kwargs)
+    c = self.config
     self.transform = Dense(c.hidden_size, activation=c.hidden_act,
                            initializer_range=c.initializer_range, name="transform",
                            dtype=self.dtype_policy)
@@ -558,20 +554,16 @@ class MaskedLMHead(keras.layers.Layer):
     logits = ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
     return ops.reshape(logits, (b, p, self.config.vocab_size))
 
-  def get_config(self):
-    return {**super().get_config(), "config": self.config.to_dict()}
-
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class NextSentenceHead(keras.layers.Layer):
+class NextSentenceHead(ConfigLayer):
   """Next-sentence head (TF1 scope cls/seq_relationship): pooled [B, H] -> float32 [B, 2].
 
   output_weights is [2, H] ([out, in], as in the original); label 0 = "is next".
   """
 
   def __init__(self, config, **kwargs):
-    super().__init__(**kwargs)
-    self.config = _as_config(config)
+    super().__init__(config, **kwargs)
 
   def build(self, input_shape=None):
     self.output_weights = self.add_weight(
@@ -582,9 +574,6 @@ class NextSentenceHead(keras.layers.Layer):
   def call(self, pooled_output):
     logits = ops.matmul(pooled_output, ops.transpose(self.output_weights))
     return ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
-
-  def get_config(self):
-    return {**super().get_config(), "config": self.config.to_dict()}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -788,7 +777,7 @@ class BertClassifier(keras.Model):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class SquadHead(keras.layers.Layer):
+class SquadHead(ConfigLayer):
   """run_squad's span head: logits = sequence_output . output_weights^T + output_bias,
   float32 [B, S, 2], returned as (start_logits [B, S], end_logits [B, S]).
 
@@ -799,8 +788,7 @@ class SquadHead(keras.layers.Layer):
   """
 
   def __init__(self, config, **kwargs):
-    super().__init__(**kwargs)
-    self.config = _as_config(config)
+    super().__init__(config, **kwargs)
 
   def build(self, input_shape=None):
     self.output_weights = self.add_weight(
@@ -813,9 +801,6 @@ class SquadHead(keras.layers.Layer):
     logits = ops.matmul(x, ops.transpose(ops.cast(self.output_weights, x.dtype)))
     logits = ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
     return logits[:, :, 0], logits[:, :, 1]
-
-  def get_config(self):
-    return {**super().get_config(), "config": self.config.to_dict()}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)

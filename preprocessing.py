@@ -65,16 +65,17 @@ def pack_tokens(tokens_a, tokens_b, max_seq_length, tokenizer):
   if tokens_b:
     tokens += tokens_b + ["[SEP]"]
     segment_ids += [1] * (len(tokens_b) + 1)
+  return (tokens,) + pad_inputs(tokens, segment_ids, max_seq_length, tokenizer)
+
+
+def pad_inputs(tokens, segment_ids, max_seq_length, tokenizer):
+  """Packed tokens and their segment ids -> (input_ids, input_mask, segment_ids), each a list
+  of max_seq_length ints: ids of the tokens, 1 for each real token, zeros after them."""
   input_ids = tokenizer.convert_tokens_to_ids(tokens)
-  input_mask = [1] * len(input_ids)
   padding = max_seq_length - len(input_ids)
-  input_ids = input_ids + [0] * padding
-  input_mask = input_mask + [0] * padding
-  segment_ids = segment_ids + [0] * padding
-  assert len(input_ids) == max_seq_length
-  assert len(input_mask) == max_seq_length
-  assert len(segment_ids) == max_seq_length
-  return tokens, input_ids, input_mask, segment_ids
+  assert padding >= 0 and len(segment_ids) == len(input_ids)
+  return (input_ids + [0] * padding, [1] * len(input_ids) + [0] * padding,
+          segment_ids + [0] * padding)
 
 
 # --------------------------------------------------------------------------

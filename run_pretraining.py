@@ -251,15 +251,8 @@ def _train(options, config, trainer, train_dataset):
   flops_per_sequence = flops.bert_training_flops_per_sequence(
       config, options.max_seq_length, options.max_predictions_per_seq)
   peak = flops.measured_peak_flops(options.dtype)
-  trainer.train(train_dataset, num_train_steps=options.num_train_steps,
-                steps_per_loop=options.iterations_per_loop, output_dir=options.output_dir,
-                save_checkpoints_steps=options.save_checkpoints_steps,
-                keep_checkpoint_max=options.keep_checkpoint_max,
-                init_fn=lambda: training_checkpoints.warm_start(trainer.model,
-                                                                options.init_checkpoint),
-                global_batch_size=options.train_batch_size,
-                log_every_steps=options.log_every_steps,
-                flops_per_sequence=flops_per_sequence, peak_flops=peak)
+  training.train_as_configured(trainer, train_dataset, options, options.num_train_steps,
+                               flops_per_sequence=flops_per_sequence, peak_flops=peak)
   if distribution.is_chief(trainer.strategy):
     prefix = os.path.join(options.output_dir, "bert_model.ckpt")
     checkpoints.save_tf1_checkpoint(trainer.model, prefix)

@@ -38,6 +38,7 @@ from bert_keras import distribution
 from bert_keras import inference
 from bert_keras import input_pipeline
 from bert_keras import modeling
+from bert_keras import preprocessing
 from bert_keras import tokenization
 from bert_keras import training
 from bert_keras import training_checkpoints
@@ -386,13 +387,8 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
       tokens.append("[SEP]")
       segment_ids += [1] * (span.length + 1)
 
-      input_ids = tokenizer.convert_tokens_to_ids(tokens)
-      input_mask = [1] * len(input_ids)
-      padding = max_seq_length - len(input_ids)
-      input_ids = input_ids + [0] * padding
-      input_mask = input_mask + [0] * padding
-      segment_ids = segment_ids + [0] * padding
-      assert len(input_ids) == len(input_mask) == len(segment_ids) == max_seq_length
+      input_ids, input_mask, segment_ids = preprocessing.pad_inputs(
+          tokens, segment_ids, max_seq_length, tokenizer)
 
       start_position = end_position = None
       if is_training:

@@ -431,11 +431,20 @@ def fine_tune(trainer, options, train_file, decode_fn, num_train_steps):
     return input_pipeline.training_dataset([train_file], decode_fn, per_replica, input_context,
                                            seed=options.seed, skip_records=skip_records)
 
-  trainer.train(dataset, num_train_steps=num_train_steps,
+  train_as_configured(trainer, dataset, options, num_train_steps)
+
+
+def train_as_configured(trainer, dataset_fn, options, num_train_steps, **extra):
+  """trainer.train on the scripts' training flags: options.iterations_per_loop steps a device
+  call, checkpoints every options.save_checkpoints_steps in options.output_dir (resumed when
+  there, else warm-started from options.init_checkpoint), options.train_batch_size sequences a
+  step, a progress line every options.log_every_steps steps. extra: more Trainer.train
+  arguments (run_pretraining's flops_per_sequence, peak_flops)."""
+  trainer.train(dataset_fn, num_train_steps=num_train_steps,
                 steps_per_loop=options.iterations_per_loop, output_dir=options.output_dir,
                 save_checkpoints_steps=options.save_checkpoints_steps,
                 keep_checkpoint_max=options.keep_checkpoint_max,
                 init_fn=lambda: training_checkpoints.warm_start(trainer.model,
                                                                 options.init_checkpoint),
                 global_batch_size=options.train_batch_size,
-                log_every_steps=options.log_every_steps)
+                log_every_steps=options.log_every_steps, **extra)
