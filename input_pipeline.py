@@ -86,3 +86,71 @@ def per_replica_batch_size(global_batch, strategy, accumulation_steps=1, flag="b
         f"{flag} {global_batch} is not divisible by {replicas} replica(s) x "
         f"{accumulation_steps} accumulation step(s)")
   return global_batch // (replicas * accumulation_steps)
+
+
+def check_record_files(files, flag, feature_lengths, vocab_size=None, id_features=(),
+                       vocab_source="", first_records=64):
+  """Checks TFRecord files before a model is built; a ValueError naming the flag and file.
+
+  Each file must be a whole TFRecord file: not empty, and (local files) its record framing
+  must end exactly at the end of the file (a file cut short inside a record, or a text file
+  given as records, is found here instead of training on part of it; a file cut exactly
+  between two records cannot be told from a shorter file). Its first `first_records`
+  records are read by TensorFlow (which checks their CRCs) and must hold the features of
+  `feature_lengths` ({name: values per record}, as the flags give them), and token ids
+  (`id_features`) below `vocab_size` (ids past the vocab give NaNs on GPU/TPU).
+  """
+  for path in files:
+    _check_record_framing(path, flag)
+    try:
+      records = [r.numpy() for r in tf.data.TFRecordDataset(path).take(first_records)]
+    except tf.errors.OpError as e:
+      message = (e.message or type(e).__name__).strip().splitlines()[0]
+      raise ValueError(f"{flag} {path}: not a readable TFRecord file ({message})") from None
+    for index, raw in enumerate(records):
+      _check_record(raw, index, path, flag, feature_lengths, vocab_size, id_features,
+                    vocab_source)
+
+
+def _check_record_framing(path, flag):
+  size = tf.io.gfile.stat(path).length
+  if size == 0:
+    raise ValueError(f"{flag} {path}: empty file (no records)")
+  if "://" in path:
+    return  # remote: walking every record would read the whole file; TF checks as it reads
+  offset = count = 0
+  with open(path, "rb") as f:
+    while offset < size:
+      f.seek(offset)
+      header = f.read(8)
+      if len(header) < 8:
+        break
+      offset += 16 + int.from_bytes(header, "little")  # length, its CRC, data, data CRC
+      count += 1
+  if offset != size:
+    raise ValueError(f"{flag} {path}: not a whole TFRecord file: record {count} ends at byte "
+                     f"{offset} of {size} (cut short, or not a TFRecord file)")
+
+
+def _check_record(raw, index, path, flag, feature_lengths, vocab_size, id_features,
+                  vocab_source):
+  try:
+    features = tf.train.Example.FromString(raw).features.feature
+  except Exception:  # pylint: disable=broad-except  (protobuf's DecodeError)
+    raise ValueError(f"{flag} {path}: record {index} is not a tf.train.Example") from None
+  for name, length in feature_lengths.items():
+    if name not in features:
+      raise ValueError(f"{flag} {path}: record {index} has no feature {name!r}")
+    feature = features[name]
+    found = len(feature.int64_list.value) or len(feature.float_list.value)
+    if found != length:
+      raise ValueError(f"{flag} {path}: record {index} has {found} values of {name}, the "
+                       f"flags give {length} (records written with other --max_seq_length / "
+                       f"--max_predictions_per_seq?)")
+  for name in id_features if vocab_size else ():
+    values = features[name].int64_list.value if name in features else ()
+    largest = max(values, default=0)
+    if largest >= vocab_size:
+      raise ValueError(f"{flag} {path}: record {index} has token id {largest} in {name}, but "
+                       f"{vocab_source} has vocab_size {vocab_size} (records made with a "
+                       f"larger vocab than the config's)")

@@ -134,7 +134,28 @@ class DataProcessor(object):
       raise ValueError(f"--data_dir: no such file {input_file}")
     with tf.io.gfile.GFile(input_file, "r") as f:
       reader = csv.reader(f, delimiter="\t", quotechar=quotechar)
-      return [row for row in reader]
+      try:
+        return [_Row(row, input_file, reader.line_num) for row in reader]
+      except UnicodeDecodeError as e:
+        raise ValueError(f"--data_dir: {input_file} is not UTF-8 text ({e.reason})") from None
+      except csv.Error as e:
+        raise ValueError(f"--data_dir: {input_file}, line {reader.line_num}: {e}") from None
+
+
+class _Row(list):
+  """A TSV row (a list of fields) that knows its file and line: a missing column is a
+  ValueError naming them, not an IndexError from inside a processor."""
+
+  def __init__(self, fields, path, line_number):
+    super().__init__(fields)
+    self.path, self.line_number = path, line_number
+
+  def __getitem__(self, index):
+    try:
+      return super().__getitem__(index)
+    except IndexError:
+      raise ValueError(f"--data_dir: {self.path}, line {self.line_number}: {len(self)} "
+                       f"tab-separated fields, the task reads field {index + 1}") from None
 
 
 def _u(text):
@@ -421,6 +442,7 @@ def _validate(options):
   if options.max_seq_length < 3:
     raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3 ([CLS] a [SEP] b "
                      "[SEP])")
+  training.check_training_numbers(options)
 
 
 def run(options, strategy=None):
@@ -444,21 +466,42 @@ def run(options, strategy=None):
   label_list = processor.get_labels()
   tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
                                          do_lower_case=options.do_lower_case)
+  tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
+                           required=("[UNK]", "[CLS]", "[SEP]"))
+  examples = read_examples(options, processor, label_list)
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
   with distribution.record_directory(strategy, options.output_dir) as record_dir:
-    return _train_eval_predict(options, strategy, config, processor, label_list, tokenizer,
+    return _train_eval_predict(options, strategy, config, examples, label_list, tokenizer,
                                distribution.is_chief(strategy), record_dir)
 
 
-def _train_eval_predict(options, strategy, config, processor, label_list, tokenizer, chief,
+def read_examples(options, processor, label_list):
+  """{"train", "dev", "test": list of InputExample, or None where the flags do not ask for
+  it}, read and checked before any model is built: a split without examples, or a train/dev
+  label that is not one of the task's, is a ValueError naming the file."""
+  wanted = {"train": (options.do_train, processor.get_train_examples),
+            "dev": (options.do_eval, processor.get_dev_examples),
+            "test": (options.do_predict, processor.get_test_examples)}
+  examples = {}
+  for split, (asked, read) in wanted.items():
+    examples[split] = read(options.data_dir) if asked else None
+    if asked and not examples[split]:
+      raise ValueError(f"--data_dir {options.data_dir}: the {split} file has no examples")
+    for example in examples[split] if split != "test" and asked else ():
+      if example.label not in label_list:
+        raise ValueError(f"--data_dir {options.data_dir}: {split} example {example.guid} has "
+                         f"label {example.label!r}, not one of {label_list}")
+  return examples
+
+
+def _train_eval_predict(options, strategy, config, examples, label_list, tokenizer, chief,
                         record_dir):
   """run() after the checks: train, eval and predict as the flags ask."""
-  train_examples = None
+  train_examples = examples["train"]
   num_train_steps = None
   num_warmup_steps = None
   if options.do_train:
-    train_examples = processor.get_train_examples(options.data_dir)
     num_train_steps = int(len(train_examples) / options.train_batch_size *
                           options.num_train_epochs)
     num_warmup_steps = int(num_train_steps * options.warmup_proportion)
@@ -487,18 +530,17 @@ def _train_eval_predict(options, strategy, config, processor, label_list, tokeni
                                                options.init_checkpoint)
   results = {"eval": None, "predict": None}
   if options.do_eval:
-    results["eval"] = _evaluate(options, trainer, processor, label_list, tokenizer, chief,
-                                record_dir)
+    results["eval"] = _evaluate(options, trainer, examples["dev"], label_list, tokenizer,
+                                chief, record_dir)
   if options.do_predict:
-    results["predict"] = _predict(options, trainer, processor, label_list, tokenizer, chief,
-                                  record_dir)
+    results["predict"] = _predict(options, trainer, examples["test"], label_list, tokenizer,
+                                  chief, record_dir)
   return results
 
 
-def _evaluate(options, trainer, processor, label_list, tokenizer, chief, record_dir):
+def _evaluate(options, trainer, eval_examples, label_list, tokenizer, chief, record_dir):
   """--do_eval: the dev set through eval.tf_record; logs the original's eval results, writes
   them to eval_results.txt (chief) and returns them."""
-  eval_examples = processor.get_dev_examples(options.data_dir)
   num_actual = len(eval_examples)
   eval_file = os.path.join(record_dir, "eval.tf_record")
   file_based_convert_examples_to_features(eval_examples, label_list, options.max_seq_length,
@@ -520,10 +562,9 @@ def _evaluate(options, trainer, processor, label_list, tokenizer, chief, record_
   return metrics
 
 
-def _predict(options, trainer, processor, label_list, tokenizer, chief, record_dir):
+def _predict(options, trainer, predict_examples, label_list, tokenizer, chief, record_dir):
   """--do_predict: the test set through predict.tf_record; writes the class probabilities of
   each real example to test_results.tsv (chief) and returns them (float32 [N, labels])."""
-  predict_examples = processor.get_test_examples(options.data_dir)
   num_actual = len(predict_examples)
   predict_file = os.path.join(record_dir, "predict.tf_record")
   file_based_convert_examples_to_features(predict_examples, label_list,

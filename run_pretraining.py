@@ -187,6 +187,7 @@ def _validate(options):
       raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
   if options.num_warmup_steps < 0:
     raise ValueError(f"--num_warmup_steps={options.num_warmup_steps}: must be >= 0")
+  training.check_training_numbers(options)
 
 
 def run(options, strategy=None):
@@ -209,6 +210,13 @@ def run(options, strategy=None):
   logging.info("*** Input Files ***")
   for path in input_files:
     logging.info("  %s", path)
+  seq, preds = options.max_seq_length, options.max_predictions_per_seq
+  input_pipeline.check_record_files(
+      input_files, "--input_file",
+      dict(input_ids=seq, input_mask=seq, segment_ids=seq, masked_lm_positions=preds,
+           masked_lm_ids=preds, masked_lm_weights=preds, next_sentence_labels=1),
+      vocab_size=config.vocab_size, id_features=("input_ids", "masked_lm_ids"),
+      vocab_source=f"--bert_config_file {options.bert_config_file}")
   strategy = distribution.strategy_for(options, strategy)
   per_replica_train = input_pipeline.per_replica_batch_size(
       options.train_batch_size, strategy, options.gradient_accumulation_steps,

@@ -758,6 +758,7 @@ def _check_options(options):
       raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
   if options.max_query_length < 0:
     raise ValueError(f"--max_query_length={options.max_query_length}: must be >= 0")
+  training.check_training_numbers(options)
 
 
 def validate_flags_or_throw(options, bert_config):
@@ -816,6 +817,8 @@ def run(options, strategy=None):
           f"/ --train_batch_size={options.train_batch_size} x epochs gives 0 training steps")
   tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
                                          do_lower_case=options.do_lower_case)
+  tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
+                           required=("[UNK]", "[CLS]", "[SEP]"))
   tf.io.gfile.makedirs(options.output_dir)
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)

@@ -392,6 +392,18 @@ def write_scalars(writer, step, values):
 # ----------------------------------------------------------------------------
 # What the run_* scripts call.
 
+def check_training_numbers(options):
+  """The run_* scripts' training numbers, checked before a model is built: a ValueError naming
+  the flag (a negative learning rate would train away from the data; a negative
+  --save_checkpoints_steps would never reach a checkpoint boundary)."""
+  if not options.learning_rate > 0:
+    raise ValueError(f"--learning_rate={options.learning_rate}: must be > 0")
+  for name in ("save_checkpoints_steps", "log_every_steps", "keep_checkpoint_max"):
+    value = getattr(options, name, 0)
+    if value is not None and value < 0:
+      raise ValueError(f"--{name}={value}: must be >= 0")
+
+
 def build_trainer(options, strategy, make_model, task, num_train_steps, num_warmup_steps):
   """A run_* script's Trainer, as its options say: sets the Keras dtype policy
   (options.dtype), then under strategy.scope() builds make_model() and the optimizer
@@ -400,6 +412,7 @@ def build_trainer(options, strategy, make_model, task, num_train_steps, num_warm
   for float16). The Trainer accumulates options.gradient_accumulation_steps micro-batches
   per step, compiles with XLA as options.use_xla says (None: on GPU/TPU only) and saves
   the model variables under their TF1 names. Its .model and .optimizer are the built ones."""
+  check_training_numbers(options)
   distribution.set_dtype_policy(options.dtype)
   with strategy.scope():
     model = make_model()

@@ -402,3 +402,41 @@ def test_multi_worker_mirrored_two_processes(glue, vocab, tmp_path):
   assert sorted(p.name for p in out.glob("*.tf_record")) == ["eval.tf_record", "train.tf_record"]
   assert (out / "eval_results.txt").exists() and (out / "model.ckpt-4.index").exists()
   assert not list(out.glob("workertemp_*"))
+
+
+def test_bad_data_is_found_before_training(glue, vocab, tmp_path):
+  """Rows with too few fields, unknown labels, an empty dev set, a vocab without [CLS],
+  negative numbers: one-line errors naming the file and line, before any training."""
+  data = tmp_path / "MRPC"
+  data.mkdir()
+  for name in ("train.tsv", "dev.tsv", "test.tsv"):
+    (data / name).write_text((glue / "MRPC" / name).read_text(encoding="utf-8"),
+                             encoding="utf-8")
+  out = tmp_path / "out"
+  base = dict(task_name="MRPC", do_train=True, do_eval=True, data_dir=str(data),
+              vocab_file=vocab, bert_config_file=str(glue / "bert_config.json"),
+              max_seq_length=32, output_dir=str(out))
+
+  def error(**overrides):
+    with pytest.raises(ValueError) as info:
+      run_classifier.run(run_classifier.options(**{**base, **overrides}))
+    assert not list(out.glob("model.ckpt*")) and not (out / "train.tf_record").exists()
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+  dev = (data / "dev.tsv").read_text(encoding="utf-8").splitlines(keepends=True)
+  (data / "dev.tsv").write_text("".join(dev[:3] + ["1\tonly two fields\n"] + dev[3:]),
+                                encoding="utf-8")
+  assert error() == (f"--data_dir: {data}/dev.tsv, line 4: 2 tab-separated fields, the task "
+                     "reads field 4")
+  (data / "dev.tsv").write_text("".join(dev[:3] + ["7\t1\t2\ta\tb\n"] + dev[3:]),
+                                encoding="utf-8")
+  assert error() == (f"--data_dir {data}: dev example dev-3 has label '7', not one of "
+                     "['0', '1']")
+  (data / "dev.tsv").write_text(dev[0], encoding="utf-8")  # the header only
+  assert error() == f"--data_dir {data}: the dev file has no examples"
+  (data / "dev.tsv").write_text("".join(dev), encoding="utf-8")
+  no_cls = tmp_path / "vocab.txt"
+  no_cls.write_text("".join(t + "\n" for t in ["[PAD]", "[UNK]", "[SEP]", "the", "a"]))
+  assert "has no [CLS] token" in error(vocab_file=str(no_cls))
+  assert error(learning_rate=-2e-5) == "--learning_rate=-2e-05: must be > 0"

@@ -436,3 +436,60 @@ def test_xla_is_on_by_default_only_where_it_helps():
   class FakeExtended:
     worker_devices = ("/job:localhost/replica:0/task:0/device:GPU:0",)
   assert distribution.default_use_xla(type("FakeStrategy", (), {"extended": FakeExtended})())
+
+
+# ----------------------------------------------------------------------------
+# Bad inputs found before the model is built: a one-line ValueError naming the flag and file.
+
+def _bad_run(data, tmp_path, **kw):
+  out = tmp_path / "out"
+  with pytest.raises(ValueError) as info:
+    run_pretraining.run(_options(data, out, **kw))
+  assert not list(out.glob("model.ckpt*")), "failed after training started"
+  message = str(info.value)
+  assert "\n" not in message
+  return message
+
+
+def test_bad_record_files_are_one_line_errors_before_training(data, tmp_path):
+  empty = tmp_path / "empty.tfrecord"
+  empty.write_bytes(b"")
+  assert _bad_run(data, tmp_path, input_file=str(empty)) == (
+      f"--input_file {empty}: empty file (no records)")
+  whole = (data / "part-0.tfrecord").read_bytes()
+  cut = tmp_path / "cut.tfrecord"
+  cut.write_bytes(whole[:len(whole) // 2 + 100])  # a copy interrupted inside a record
+  assert _bad_run(data, tmp_path, input_file=str(cut)).startswith(
+      f"--input_file {cut}: not a whole TFRecord file: record ")
+  text = tmp_path / "corpus.txt"
+  text.write_text("This is a sentence, not a record file.\n" * 20)
+  assert f"--input_file {text}: not a whole TFRecord file" in _bad_run(
+      data, tmp_path, input_file=str(text))
+  corrupt = tmp_path / "corrupt.tfrecord"
+  corrupt.write_bytes(whole[:40] + bytes([whole[40] ^ 0xFF]) + whole[41:])  # a flipped byte
+  assert _bad_run(data, tmp_path, input_file=str(corrupt)).startswith(
+      f"--input_file {corrupt}: not a readable TFRecord file")
+
+
+def test_records_that_do_not_match_the_flags_or_config(data, tmp_path):
+  records = str(data / "part-0.tfrecord")
+  assert _bad_run(data, tmp_path, input_file=records, max_seq_length=64).startswith(
+      f"--input_file {records}: record 0 has {SEQ} values of input_ids, the flags give 64")
+  assert _bad_run(data, tmp_path, input_file=records, max_predictions_per_seq=7).startswith(
+      f"--input_file {records}: record 0 has {PRED} values of masked_lm_positions")
+  small = dict(json.loads((data / "config_nodropout.json").read_text()), vocab_size=20)
+  (tmp_path / "small.json").write_text(json.dumps(small))
+  message = _bad_run(data, tmp_path, input_file=records,
+                     bert_config_file=str(tmp_path / "small.json"))
+  assert message.startswith(f"--input_file {records}: record 0 has token id ")
+  assert message.endswith(f"but --bert_config_file {tmp_path}/small.json has vocab_size 20 "
+                          "(records made with a larger vocab than the config's)")
+
+
+@pytest.mark.parametrize("flag, value, expected", [
+    ("learning_rate", -1e-4, "--learning_rate=-0.0001: must be > 0"),
+    ("save_checkpoints_steps", -5, "--save_checkpoints_steps=-5: must be >= 0"),
+    ("log_every_steps", -1, "--log_every_steps=-1: must be >= 0"),
+])
+def test_bad_training_numbers(data, tmp_path, flag, value, expected):
+  assert _bad_run(data, tmp_path, **{flag: value}) == expected
