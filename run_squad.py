@@ -20,6 +20,7 @@ get_final_text); run().
 """
 
 from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
+import bisect
 import collections
 import functools
 import json
@@ -309,12 +310,26 @@ def doc_spans_of(num_tokens, max_tokens_for_doc, doc_stride):
   return spans
 
 
-def _check_is_max_context(doc_spans, cur_span_index, position):
+def _window_starts(doc_spans):
+  """(the windows' starts, the widest window's length): what _check_is_max_context bisects."""
+  return [span.start for span in doc_spans], max((span.length for span in doc_spans), default=0)
+
+
+def _check_is_max_context(doc_spans, cur_span_index, position, starts=None):
   """True if window cur_span_index is the one where the piece at `position` has the most
   context: the highest min(left, right context) + 0.01 * window length, the first window
-  on ties."""
+  on ties.
+
+  Only the windows that can contain `position` are scored (a bisect over their starts, which
+  doc_spans_of makes increasing): a context of n pieces costs O(n * width / stride), not
+  the O(n^2 / stride) of scoring every window for every piece. `starts`: the windows'
+  (start list, widest length), computed once per example by the caller (or here)."""
+  window_starts, widest = starts or _window_starts(doc_spans)
+  first = bisect.bisect_right(window_starts, position - widest)
+  last = bisect.bisect_right(window_starts, position)
   best_index, best_score = None, None
-  for index, span in enumerate(doc_spans):
+  for index in range(first, last):
+    span = doc_spans[index]
     end = span.start + span.length - 1
     if span.start <= position <= end:
       score = min(position - span.start, end - position) + 0.01 * span.length
@@ -372,6 +387,7 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
       raise ValueError(f"max_seq_length={max_seq_length} leaves no room for the document "
                        f"after a {len(query_tokens)}-token question")
     doc_spans = doc_spans_of(len(all_doc_tokens), max_tokens_for_doc, doc_stride)
+    starts = _window_starts(doc_spans)
 
     for doc_span_index, span in enumerate(doc_spans):
       tokens = ["[CLS]"] + query_tokens + ["[SEP]"]
@@ -381,8 +397,8 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
       for split_token_index in range(span.start, span.start + span.length):
         position = len(tokens)
         token_to_orig_map[position] = tok_to_orig_index[split_token_index]
-        token_is_max_context[position] = _check_is_max_context(doc_spans, doc_span_index,
-                                                               split_token_index)
+        token_is_max_context[position] = _check_is_max_context(
+            doc_spans, doc_span_index, split_token_index, starts)
         tokens.append(all_doc_tokens[split_token_index])
       tokens.append("[SEP]")
       segment_ids += [1] * (span.length + 1)
