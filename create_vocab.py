@@ -24,6 +24,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from bert_keras import quiet_tensorflow
 from bert_keras import tokenization
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -94,7 +95,8 @@ def count_words(input_files, tokenizer, chunk_lines=20000, lenient_decoding=Fals
 def learn_vocab(word_counts, vocab_size, num_unused=99, extra_reserved_tokens=(),
                 max_unique_chars=1000, max_token_length=50):
   """Returns the vocab as a list of tokens: reserved tokens first, then learned pieces."""
-  from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
+  with quiet_tensorflow.quietly():
+    from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib as learner
   reserved = (["[PAD]"] + [f"[unused{i}]" for i in range(num_unused)] + list(SPECIAL_TOKENS)
               + [t for t in extra_reserved_tokens if t not in SPECIAL_TOKENS])
   if vocab_size <= len(reserved):

@@ -10,6 +10,7 @@ one of those, so real errors are still shown. Set BERT_KERAS_TF_NOISE=1 to see e
 On a machine with an NVIDIA device node the CUDA lines are real news and are kept.
 """
 
+import contextlib
 import os
 import re
 import sys
@@ -31,20 +32,20 @@ def _has_nvidia_device():
   return os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia")
 
 
-def import_quietly():
-  """Imports tensorflow (if not yet imported) and lists its devices, dropping the noise."""
-  if "tensorflow" in sys.modules or os.environ.get("BERT_KERAS_TF_NOISE") == "1":
-    return
-  if _has_nvidia_device():
-    import tensorflow  # noqa: F401
+@contextlib.contextmanager
+def quietly():
+  """Runs its body (an import of TensorFlow, or of a library that loads TensorFlow's shared
+  objects again, like tensorflow_text) with fd 2 captured; writes back what is not start-up
+  noise. Does nothing where an NVIDIA device node exists or with BERT_KERAS_TF_NOISE=1."""
+  if os.environ.get("BERT_KERAS_TF_NOISE") == "1" or _has_nvidia_device():
+    yield
     return
   sys.stderr.flush()
   saved = os.dup(2)
   with tempfile.TemporaryFile() as capture:
     os.dup2(capture.fileno(), 2)
     try:
-      import tensorflow as tf
-      tf.config.list_physical_devices()  # the CUDA probe happens here
+      yield
     finally:
       sys.stderr.flush()
       os.dup2(saved, 2)
@@ -53,6 +54,15 @@ def import_quietly():
       lines = capture.read().decode("utf-8", "replace").splitlines(keepends=True)
       sys.stderr.write("".join(line for line in lines if not _NOISE.search(line)))
       sys.stderr.flush()
+
+
+def import_quietly():
+  """Imports tensorflow (if not yet imported) and lists its devices, dropping the noise."""
+  if "tensorflow" in sys.modules:
+    return
+  with quietly():
+    import tensorflow as tf
+    tf.config.list_physical_devices()  # the CUDA probe happens here
 
 
 import_quietly()
