@@ -458,7 +458,6 @@ def run(options, strategy=None):
     raise ValueError(
         "Cannot use sequence length %d because the BERT model was only trained up to "
         "sequence length %d" % (options.max_seq_length, config.max_position_embeddings))
-  tf.io.gfile.makedirs(options.output_dir)
   task_name = options.task_name.lower()
   if task_name not in PROCESSORS:
     raise ValueError("Task not found: %s" % task_name)
@@ -469,6 +468,7 @@ def run(options, strategy=None):
   tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
                            required=("[UNK]", "[CLS]", "[SEP]"))
   examples = read_examples(options, processor, label_list)
+  tf.io.gfile.makedirs(options.output_dir)  # (after the checks: no empty directory on error)
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
   with distribution.record_directory(strategy, options.output_dir) as record_dir:
@@ -541,17 +541,9 @@ def _train_eval_predict(options, strategy, config, examples, label_list, tokeniz
 def _evaluate(options, trainer, eval_examples, label_list, tokenizer, chief, record_dir):
   """--do_eval: the dev set through eval.tf_record; logs the original's eval results, writes
   them to eval_results.txt (chief) and returns them."""
-  num_actual = len(eval_examples)
-  eval_file = os.path.join(record_dir, "eval.tf_record")
-  file_based_convert_examples_to_features(eval_examples, label_list, options.max_seq_length,
-                                          tokenizer, eval_file)
-  logging.info("***** Running evaluation *****")
-  logging.info("  Num examples = %d (%d actual, %d padding)", len(eval_examples),
-               num_actual, len(eval_examples) - num_actual)
-  logging.info("  Batch size = %d", options.eval_batch_size)
-  logits, labels, real, sizes = predict_logits(trainer.model, eval_file, options.max_seq_length,
-                                               options.eval_batch_size, trainer.strategy,
-                                               trainer.use_xla)
+  logits, labels, real, sizes = _logits_over(
+      eval_examples, "eval", "***** Running evaluation *****", options.eval_batch_size,
+      options, trainer, label_list, tokenizer, record_dir)
   metrics = eval_metrics(logits, labels, real, sizes, int(trainer.global_step.numpy()))
   logging.info("***** Eval results *****")
   for key in sorted(metrics):
@@ -562,20 +554,27 @@ def _evaluate(options, trainer, eval_examples, label_list, tokenizer, chief, rec
   return metrics
 
 
+def _logits_over(examples, split, heading, batch_size, options, trainer, label_list, tokenizer,
+                 record_dir):
+  """Writes the examples to <split>.tf_record, logs the original's heading for them, and
+  returns predict_logits over the records (logits, labels, real, sizes)."""
+  record_file = os.path.join(record_dir, "%s.tf_record" % split)
+  file_based_convert_examples_to_features(examples, label_list, options.max_seq_length,
+                                          tokenizer, record_file)
+  logging.info(heading)
+  logging.info("  Num examples = %d (%d actual, %d padding)", len(examples), len(examples), 0)
+  logging.info("  Batch size = %d", batch_size)
+  return predict_logits(trainer.model, record_file, options.max_seq_length, batch_size,
+                        trainer.strategy, trainer.use_xla)
+
+
 def _predict(options, trainer, predict_examples, label_list, tokenizer, chief, record_dir):
   """--do_predict: the test set through predict.tf_record; writes the class probabilities of
   each real example to test_results.tsv (chief) and returns them (float32 [N, labels])."""
   num_actual = len(predict_examples)
-  predict_file = os.path.join(record_dir, "predict.tf_record")
-  file_based_convert_examples_to_features(predict_examples, label_list,
-                                          options.max_seq_length, tokenizer, predict_file)
-  logging.info("***** Running prediction*****")
-  logging.info("  Num examples = %d (%d actual, %d padding)", len(predict_examples),
-               num_actual, len(predict_examples) - num_actual)
-  logging.info("  Batch size = %d", options.predict_batch_size)
-  logits, _, real, _ = predict_logits(trainer.model, predict_file, options.max_seq_length,
-                                      options.predict_batch_size, trainer.strategy,
-                                      trainer.use_xla)
+  logits, _, real, _ = _logits_over(
+      predict_examples, "predict", "***** Running prediction*****", options.predict_batch_size,
+      options, trainer, label_list, tokenizer, record_dir)
   probabilities = softmax(logits)[real.astype(bool)]
   lines = ["\t".join(str(p) for p in row) + "\n" for row in probabilities]
   assert len(lines) == num_actual

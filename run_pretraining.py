@@ -202,10 +202,6 @@ def run(options, strategy=None):
     raise ValueError(f"--max_seq_length={options.max_seq_length} exceeds "
                      f"max_position_embeddings {config.max_position_embeddings} of "
                      f"{options.bert_config_file}")
-  tf.io.gfile.makedirs(options.output_dir)
-  # Seeds the initial weights and the dropout seed generators (the input order has its
-  # own seeds in training_dataset), so that a run is reproducible.
-  keras.utils.set_random_seed(options.seed)
   input_files = input_pipeline.expand_input_files(options.input_file)
   logging.info("*** Input Files ***")
   for path in input_files:
@@ -217,6 +213,10 @@ def run(options, strategy=None):
            masked_lm_ids=preds, masked_lm_weights=preds, next_sentence_labels=1),
       vocab_size=config.vocab_size, id_features=("input_ids", "masked_lm_ids"),
       vocab_source=f"--bert_config_file {options.bert_config_file}")
+  tf.io.gfile.makedirs(options.output_dir)  # (after the checks: no empty directory on error)
+  # Seeds the initial weights and the dropout seed generators (the input order has its
+  # own seeds in training_dataset), so that a run is reproducible.
+  keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
   per_replica_train = input_pipeline.per_replica_batch_size(
       options.train_batch_size, strategy, options.gradient_accumulation_steps,
