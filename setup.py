@@ -48,6 +48,9 @@ setup(
             "safetensors>=0.4",
             # The house-style linter that test.sh runs (pycodestyle with indent-size 2).
             "flake8>=7",
+            # Independent oracles for run_classifier's metrics (F1, Matthews, Pearson, Spearman).
+            "scikit-learn>=1.3",
+            "scipy>=1.11",
         ],
         # create_pretraining_data_beam.py. apache-beam 2.77 needs protobuf < 7, TensorFlow
         # 2.21 >= 6.31.1: both install with protobuf 6.x. For Dataflow (gs:// paths) install
