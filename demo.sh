@@ -37,9 +37,18 @@ if [ "$REAL" = 1 ]; then
   EPOCHS=${EPOCHS:-3}
   FT_VOCAB="$MINILM/vocab.txt"; FT_CONFIG="$MINILM/config.json"; FT_INIT="$MINILM"
   PAIRS=(--task_name=MRPC --data_dir="$SHARED/glue/MRPC")
-  SQUAD=(--train_file="$SHARED/squad/squad2_part_a.json" --predict_file="$SHARED/squad/xquad.en.json"
-         --version_2_with_negative=False)
-  FT_SEQ=128; FT_BATCH=32; EVAL_EVERY=100
+  # xquad.en.json (SQuAD v1.1 dev questions) split by article: 32 articles to train, 8 to predict.
+  mkdir -p "$OUT/squad_data"
+  $PY - "$SHARED/squad/xquad.en.json" "$OUT/squad_data" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1], encoding="utf-8"))
+for name, articles in (("train", data["data"][:32]), ("dev", data["data"][32:])):
+  with open(f"{sys.argv[2]}/{name}-v1.1.json", "w", encoding="utf-8") as f:
+    json.dump({"version": "1.1", "data": articles}, f)
+PY
+  SQUAD=(--train_file="$OUT/squad_data/train-v1.1.json"
+         --predict_file="$OUT/squad_data/dev-v1.1.json")
+  FT_SEQ=128; FT_BATCH=32; FT_LR=5e-5; EVAL_EVERY=50; SQ_SEQ=256; SQ_STRIDE=128; SQ_QLEN=64
 else
   INPUT=${INPUT:-sample_text.txt}
   VOCAB_SIZE=${VOCAB_SIZE:-1000}; STEPS=${STEPS:-300}; SEQ=${SEQ:-64}; PREDS=${PREDS:-10}
@@ -49,7 +58,7 @@ else
   PAIRS=(--task_name=custom --data_dir=sample_tasks/pairs)
   SQUAD=(--train_file=sample_tasks/squad/train-v1.1.json
          --predict_file=sample_tasks/squad/dev-v1.1.json)
-  FT_SEQ=$SEQ; FT_BATCH=8; EVAL_EVERY=10
+  FT_SEQ=$SEQ; FT_BATCH=8; FT_LR=5e-4; EVAL_EVERY=10; SQ_SEQ=$SEQ; SQ_STRIDE=32; SQ_QLEN=24
 fi
 mkdir -p "$OUT"
 STEPS_FILE="$OUT/steps.tsv"
@@ -99,7 +108,7 @@ rm -rf "$OUT/classifier_output"
 $PY run_classifier.py "${PAIRS[@]}" --do_train=True --do_eval=True --do_predict=True \
   --vocab_file="$FT_VOCAB" --bert_config_file="$FT_CONFIG" --init_checkpoint="$FT_INIT" \
   --do_lower_case=True --max_seq_length="$FT_SEQ" --train_batch_size="$FT_BATCH" \
-  --learning_rate=5e-4 --num_train_epochs="$EPOCHS" --eval_every_steps="$EVAL_EVERY" \
+  --learning_rate="$FT_LR" --num_train_epochs="$EPOCHS" --eval_every_steps="$EVAL_EVERY" \
   --save_checkpoints_steps=1000 --output_dir="$OUT/classifier_output"
 cat "$OUT/classifier_output/eval_results.txt"
 done_step classifier "$OUT/classifier_output/eval_results.txt"
@@ -108,8 +117,9 @@ begin "5. question answering: run_squad.py, evaluated by evaluate_squad.py"
 rm -rf "$OUT/squad_output"
 $PY run_squad.py "${SQUAD[@]}" --do_train=True --do_predict=True \
   --vocab_file="$FT_VOCAB" --bert_config_file="$FT_CONFIG" --init_checkpoint="$FT_INIT" \
-  --do_lower_case=True --max_seq_length="$FT_SEQ" --doc_stride=32 --max_query_length=24 \
-  --train_batch_size="$FT_BATCH" --learning_rate=5e-4 --num_train_epochs="$EPOCHS" \
+  --do_lower_case=True --max_seq_length="$SQ_SEQ" --doc_stride="$SQ_STRIDE" \
+  --max_query_length="$SQ_QLEN" --train_batch_size="$FT_BATCH" --learning_rate="$FT_LR" \
+  --num_train_epochs="$EPOCHS" \
   --output_dir="$OUT/squad_output"
 SQUAD_DATA=$(printf '%s\n' "${SQUAD[@]}" | sed -n 's/^--predict_file=//p')
 $PY evaluate_squad.py "$SQUAD_DATA" "$OUT/squad_output/predictions.json" \
