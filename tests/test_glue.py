@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 import oracle
+from conftest import shared_path
 from bert_keras import checkpoints
 from bert_keras import metrics
 from bert_keras import modeling
@@ -149,6 +150,25 @@ def test_mnli_mismatched_and_diagnostic(tmp_path):
     ax.get_train_examples(str(tmp_path))
   with pytest.raises(ValueError, match="predict only"):
     ax.get_dev_examples(str(tmp_path))
+
+
+@pytest.mark.parametrize("task,counts", [("SST-2", (67349, 872, 1821)),
+                                         ("WNLI", (635, 71, 146))])
+def test_real_glue_files(task, counts):
+  """The real SST-2 and WNLI files of ../shared (skipped without them): every row read, the
+  labels the task's, test guids = the index column in file order."""
+  import csv
+  data_dir = str(shared_path("data", "glue", task))
+  p = _processor(task)
+  splits = [p.get_train_examples(data_dir), p.get_dev_examples(data_dir),
+            p.get_test_examples(data_dir)]
+  assert tuple(len(x) for x in splits) == counts
+  assert {e.label for e in splits[0] + splits[1]} == {"0", "1"}
+  with open(os.path.join(data_dir, "test.tsv"), encoding="utf-8", newline="") as f:
+    rows = list(csv.reader(f, delimiter="\t", quotechar=None))[1:]
+  assert [e.guid for e in splits[2]] == ["test-%s" % r[0] for r in rows]
+  assert [e.text_a for e in splits[2]] == [r[1] for r in rows]
+  assert all((e.text_b is None) == (task == "SST-2") for x in splits for e in x)
 
 
 def test_original_tasks_keep_their_metric_and_registry():
@@ -455,20 +475,22 @@ def _results(out):
   return dict(line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines())
 
 
-def _model_logits(tiny, out, num_labels, split, regression=False):
+def _model_logits(tiny, out, num_labels, split, regression=False, records_dir=None):
   """The saved model's logits on <split>.tf_record and its labels (NumPy float64): the model
-  run eagerly on all records at once, checked against run_classifier.predict_logits (the
+  (in records_dir, default out) run eagerly on all records at once, checked against
+  run_classifier.predict_logits (the
   run's inference path), whose values are returned (the same float rounding as the run's:
   the correlations of a tiny model's near-constant predictions are sensitive to it)."""
   model = modeling.BertClassifier(tiny[1], num_labels)
   checkpoints.load_checkpoint(model, str(out))
   decode = run_classifier.decode_fn(16, regression)
-  records = [decode(r) for r in tf.data.TFRecordDataset(str(out / f"{split}.tf_record"))]
+  record_file = str((records_dir or out) / f"{split}.tf_record")
+  records = [decode(r) for r in tf.data.TFRecordDataset(record_file)]
   inputs = {k: np.stack([r[k].numpy() for r in records])
             for k in ("input_ids", "input_mask", "segment_ids")}
   eager = run_classifier.classifier_logits(model(inputs, training=False)).numpy()
-  logits, labels, real, _ = run_classifier.predict_logits(
-      model, str(out / f"{split}.tf_record"), 16, 4, is_regression=regression)
+  logits, labels, real, _ = run_classifier.predict_logits(model, record_file, 16, 4,
+                                                          is_regression=regression)
   np.testing.assert_allclose(logits, eager, atol=1e-5)
   np.testing.assert_array_equal(labels, [r["label_ids"].numpy() for r in records])
   assert real.all()
@@ -544,6 +566,46 @@ def test_stsb_end_to_end(tiny, tmp_path):
   with pytest.raises(ValueError, match="dev example dev-0 has label 'high', not a number"):
     _run(tiny, "stsb", data, tmp_path / "out2")
   assert not (tmp_path / "out2").exists()
+
+
+def test_mnli_mismatched_then_diagnostic_end_to_end(tiny, tmp_path):
+  """Train on MNLI, evaluate on dev_mismatched (mnli-mm), then predict the diagnostic set
+  (ax) from the fine-tuned output_dir: its probabilities are the MNLI model's."""
+  rng = np.random.RandomState(3)
+  labels = ["contradiction", "entailment", "neutral"]
+  data = tmp_path / "MNLI"
+  for name, n in (("train.tsv", 16), ("dev_mismatched.tsv", 6)):
+    _write(data, name, [MNLI_HEADER + ["gold_label"]] + [
+        [str(i)] + ["p"] * 7 + [_sentence(rng), _sentence(rng), labels[rng.randint(3)]]
+        for i in range(n)])
+  _write(data, "test_mismatched.tsv", [MNLI_HEADER] + [
+      [str(i)] + ["p"] * 7 + [_sentence(rng), _sentence(rng)] for i in range(3)])
+  _run(tiny, "mnli-mm", data, tmp_path / "mnli")
+  assert list(_results(tmp_path / "mnli")) == ["eval_accuracy", "eval_loss", "global_step",
+                                               "loss"]
+  assert len((tmp_path / "mnli" / "test_results.tsv").read_text().splitlines()) == 3
+  ax = tmp_path / "AX"
+  _write(ax, "diagnostic.tsv", [["index", "sentence1", "sentence2"]] + [
+      [str(i), _sentence(rng), _sentence(rng)] for i in range(6)])
+  root, _ = tiny
+  result = run_classifier.run(run_classifier.options(
+      task_name="AX", data_dir=str(ax), vocab_file=str(root / "vocab.txt"),
+      bert_config_file=str(root / "bert_config.json"), output_dir=str(tmp_path / "ax_out"),
+      init_checkpoint=str(tmp_path / "mnli"), do_predict=True, max_seq_length=16,
+      predict_batch_size=4))
+  assert result["eval"] is None and result["predict"].shape == (6, 3)
+  rows = [line.split("\t")
+          for line in (tmp_path / "ax_out" / "test_results.tsv").read_text().splitlines()]
+  assert len(rows) == 6 and all(len(r) == 3 for r in rows)
+  logits, _ = _model_logits(tiny, tmp_path / "mnli", 3, "predict",
+                            records_dir=tmp_path / "ax_out")
+  np.testing.assert_allclose(np.array(rows, np.float64),
+                             np.exp(logits) / np.exp(logits).sum(1, keepdims=True), atol=1e-5)
+  with pytest.raises(ValueError, match="--task_name=ax: the diagnostic set has no training"):
+    run_classifier.run(run_classifier.options(
+        task_name="ax", data_dir=str(ax), vocab_file=str(root / "vocab.txt"),
+        bert_config_file=str(root / "bert_config.json"), output_dir=str(tmp_path / "ax2"),
+        do_train=True, max_seq_length=16))
 
 
 def test_custom_end_to_end_and_command_line(tiny, tmp_path):
