@@ -1,6 +1,7 @@
 # coding=utf-8
 r"""BERT fine-tuning on sentence (pair) classification: GLUE MRPC, CoLA, MNLI and XNLI
-(the original run_classifier.py).
+(the original run_classifier.py), plus SST-2, QQP, QNLI, RTE, WNLI, STS-B (regression),
+MNLI mismatched, the diagnostic set (AX) and --task_name=custom (your own TSV files).
 
 Same flags, defaults, processors, features, TFRecords (train/eval/predict.tf_record),
 eval_results.txt and test_results.tsv as the original; the TPUEstimator is replaced by
@@ -29,6 +30,7 @@ from bert_keras import cli
 from bert_keras import distribution
 from bert_keras import inference
 from bert_keras import input_pipeline
+from bert_keras import metrics
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import tokenization
@@ -44,6 +46,8 @@ DEFAULTS = dict(
     save_checkpoints_steps=1000, iterations_per_loop=1000,
     tpu_job_name=None,
     **cli.TPU_DEFAULTS, **cli.TRAINING_DEFAULTS)
+# --task_name=custom's columns and labels (CustomProcessor).
+DEFAULTS.update(text_a_column=None, text_b_column=None, label_column=None, labels=None)
 
 
 def options(**overrides):
@@ -58,6 +62,7 @@ def define_flags():
       "The input data dir. Should contain the .tsv files (or other data files) for the task.")
   cli.define_model_flags(max_seq_length=128)
   flags.DEFINE_string("task_name", None, "The name of the task to train.")
+  _define_custom_task_flags()
   flags.DEFINE_bool("do_train", False, "Whether to run training.")
   flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
   flags.DEFINE_bool("do_predict", False,
@@ -74,6 +79,21 @@ def define_flags():
   for name in ("data_dir", "task_name", "vocab_file", "bert_config_file", "output_dir"):
     flags.mark_flag_as_required(name)
   flags.adopt_module_key_flags(cli)  # --help lists them too, not only --helpfull
+
+
+def _define_custom_task_flags():
+  flags.DEFINE_string("text_a_column", None,
+                      "--task_name=custom: the header name of the first text's column "
+                      "(default sentence1, or sentence where there is no sentence1).")
+  flags.DEFINE_string("text_b_column", None,
+                      "--task_name=custom: the second text's column (default sentence2 where "
+                      "there is one, else single sentences; 'none': single sentences).")
+  flags.DEFINE_string("label_column", None,
+                      "--task_name=custom: the label column (default label; test.tsv may "
+                      "lack it).")
+  flags.DEFINE_string("labels", None,
+                      "--task_name=custom: comma-separated labels in the order of the model's "
+                      "outputs (default: the sorted distinct labels of train.tsv).")
 
 
 # ----------------------------------------------------------------------------
@@ -107,7 +127,15 @@ class InputFeatures(object):
 
 
 class DataProcessor(object):
-  """Base class of the data converters of the sequence classification data sets."""
+  """Base class of the data converters of the sequence classification data sets.
+
+  metric_name: the eval_results.txt key of the task's official metric (the one that picks a
+  best checkpoint); is_regression: the label is a float score (get_labels() is None, the model
+  has one output trained with mean squared error).
+  """
+
+  metric_name = "eval_accuracy"
+  is_regression = False
 
   def get_train_examples(self, data_dir):
     """A list of InputExample for the train set."""
@@ -234,14 +262,16 @@ class MnliProcessor(_GlueProcessor):
       if i == 0:
         continue
       guid = "%s-%s" % (set_type, _u(line[0]))
-      label = _u("contradiction") if set_type == "test" else _u(line[-1])
+      label = _u("contradiction") if set_type.startswith("test") else _u(line[-1])
       examples.append(InputExample(guid=guid, text_a=_u(line[8]), text_b=_u(line[9]),
                                    label=label))
     return examples
 
 
 class MrpcProcessor(_GlueProcessor):
-  """MRPC (GLUE): sentence pairs, labels "0" / "1"."""
+  """MRPC (GLUE): sentence pairs, labels "0" / "1", metric F1."""
+
+  metric_name = "eval_f1"
 
   def get_labels(self):
     return ["0", "1"]
@@ -258,7 +288,10 @@ class MrpcProcessor(_GlueProcessor):
 
 
 class ColaProcessor(_GlueProcessor):
-  """CoLA (GLUE): single sentences, labels "0" / "1"; only the test file has a header."""
+  """CoLA (GLUE): single sentences, labels "0" / "1", metric Matthews correlation; only the
+  test file has a header."""
+
+  metric_name = "eval_matthews_corr"
 
   def get_labels(self):
     return ["0", "1"]
@@ -277,8 +310,243 @@ class ColaProcessor(_GlueProcessor):
     return examples
 
 
+class _ColumnsProcessor(_GlueProcessor):
+  """A GLUE task read by column position; the first line of every file is a header.
+
+  TRAIN_COLUMNS (train and dev files) = (id, text_a, text_b, label) and TEST_COLUMNS (the
+  test file) = (id, text_a, text_b): 0-based positions, text_b None for single sentences,
+  id None where the file has no id column (the guid then uses the line number, as the
+  original's MRPC and CoLA). Guids are "<set_type>-<id>"; test examples get a dummy label
+  (the first label; "0" for regression). SKIP_SHORT_ROWS: rows with too few fields are
+  skipped with a logged count (QQP) instead of being an error naming the line.
+  """
+
+  TRAIN_COLUMNS = (0, 1, 2, 3)
+  TEST_COLUMNS = (0, 1, 2)
+  SKIP_SHORT_ROWS = False
+
+  def _create_examples(self, lines, set_type):
+    test = set_type.startswith("test")
+    id_column, a, b, label_column = (self.TEST_COLUMNS + (None,) if test
+                                     else self.TRAIN_COLUMNS)
+    width = 1 + max(c for c in (id_column, a, b, label_column) if c is not None)
+    examples, skipped = [], 0
+    for (i, line) in enumerate(lines):
+      if i == 0:
+        continue
+      if self.SKIP_SHORT_ROWS and len(line) < width:
+        skipped += 1
+        continue
+      key = i if id_column is None else _u(line[id_column])
+      if test:
+        label = "0" if self.is_regression else self.get_labels()[0]
+      else:
+        label = _u(line[label_column])
+      examples.append(InputExample(guid="%s-%s" % (set_type, key), text_a=_u(line[a]),
+                                   text_b=None if b is None else _u(line[b]), label=label))
+    if skipped:
+      logging.warning("%s: skipped %d of %d rows with fewer than %d tab-separated fields",
+                      lines[0].path, skipped, len(lines) - 1, width)
+    return examples
+
+
+class Sst2Processor(_ColumnsProcessor):
+  """SST-2 (GLUE): single sentences, labels "0" / "1". train/dev: sentence, label; test:
+  index, sentence."""
+
+  TRAIN_COLUMNS = (None, 0, None, 1)
+  TEST_COLUMNS = (0, 1, None)
+
+  def get_labels(self):
+    return ["0", "1"]
+
+
+class QqpProcessor(_ColumnsProcessor):
+  """QQP (GLUE): question pairs, labels "0" / "1", metric F1. train/dev: id, qid1, qid2,
+  question1, question2, is_duplicate; test: id, question1, question2. Rows with too few
+  fields (a few in the public distribution) are skipped with a logged count."""
+
+  TRAIN_COLUMNS = (0, 3, 4, 5)
+  TEST_COLUMNS = (0, 1, 2)
+  SKIP_SHORT_ROWS = True
+  metric_name = "eval_f1"
+
+  def get_labels(self):
+    return ["0", "1"]
+
+
+class QnliProcessor(_ColumnsProcessor):
+  """QNLI (GLUE): index, question, sentence, label (entailment / not_entailment)."""
+
+  def get_labels(self):
+    return ["entailment", "not_entailment"]
+
+
+class RteProcessor(_ColumnsProcessor):
+  """RTE (GLUE): index, sentence1, sentence2, label (entailment / not_entailment)."""
+
+  def get_labels(self):
+    return ["entailment", "not_entailment"]
+
+
+class WnliProcessor(_ColumnsProcessor):
+  """WNLI (GLUE): index, sentence1, sentence2, label ("0" / "1")."""
+
+  def get_labels(self):
+    return ["0", "1"]
+
+
+class StsbProcessor(_ColumnsProcessor):
+  """STS-B (GLUE), a regression task: the label is the similarity score, a float in [0, 5]
+  (get_labels() is None; the model has one output, trained with mean squared error).
+  train/dev: index, genre, filename, year, old_index, source1, source2, sentence1,
+  sentence2, score; test: the same without score."""
+
+  TRAIN_COLUMNS = (0, 7, 8, 9)
+  TEST_COLUMNS = (0, 7, 8)
+  is_regression = True
+  metric_name = "eval_pearson"
+
+  def get_labels(self):
+    return None
+
+
+class MnliMismatchedProcessor(MnliProcessor):
+  """MultiNLI with the mismatched dev and test sets (dev_mismatched.tsv, test_mismatched.tsv;
+  guids dev_mismatched-<index>, test_mismatched-<index>); the same training set."""
+
+  FILES = {"train": ("train.tsv", "train"), "dev": ("dev_mismatched.tsv", "dev_mismatched"),
+           "test": ("test_mismatched.tsv", "test_mismatched")}
+
+
+class DiagnosticProcessor(_ColumnsProcessor):
+  """GLUE's diagnostic set (AX): diagnostic.tsv (index, sentence1, sentence2), prediction
+  only, with MNLI's labels: predict with a model fine-tuned on MNLI (--init_checkpoint or its
+  output_dir)."""
+
+  FILES = {"test": ("diagnostic.tsv", "test")}
+
+  def get_labels(self):
+    return MnliProcessor().get_labels()
+
+  def get_train_examples(self, data_dir):
+    raise ValueError("--task_name=ax: the diagnostic set has no training data (predict only: "
+                     "--do_predict with an MNLI model)")
+
+  def get_dev_examples(self, data_dir):
+    raise ValueError("--task_name=ax: the diagnostic set has no labelled dev data (predict "
+                     "only: --do_predict with an MNLI model)")
+
+
+class CustomProcessor(DataProcessor):
+  """--task_name=custom: train.tsv, dev.tsv and test.tsv of data_dir, tab-separated, quotes
+  ordinary characters, the first line a header naming the columns.
+
+  text_a_column (None: "sentence1", or "sentence" where there is no such column),
+  text_b_column (None: "sentence2" where the file has one, else single sentences; "" or
+  "none": single sentences) and label_column (None: "label") pick the columns by name, in
+  each file's own header. Labels: `labels` (a list, e.g. from --labels=a,b,c) or the sorted
+  distinct values of train.tsv's label column. test.tsv may lack the label column (its
+  examples then get the first label as a dummy). A missing column or a row with fewer fields
+  than the header is a ValueError naming the file (and line). Guids "<set_type>-<line - 1>".
+  """
+
+  def __init__(self, data_dir, text_a_column=None, text_b_column=None, label_column=None,
+               labels=None):
+    self.data_dir = data_dir
+    self.text_a_column, self.text_b_column = text_a_column, text_b_column
+    self.label_column = label_column or "label"
+    self._labels = list(labels) if labels else None
+
+  def get_labels(self):
+    if self._labels is None:
+      path = os.path.join(self.data_dir, "train.tsv")
+      if not tf.io.gfile.exists(path):
+        raise ValueError(f"--data_dir: no such file {path} (--task_name=custom reads its "
+                         "labels from it; or give --labels)")
+      self._labels = sorted({e.label for e in self.get_train_examples(self.data_dir)})
+    return self._labels
+
+  def get_train_examples(self, data_dir):
+    return self._create_examples(data_dir, "train.tsv", "train")
+
+  def get_dev_examples(self, data_dir):
+    return self._create_examples(data_dir, "dev.tsv", "dev")
+
+  def get_test_examples(self, data_dir):
+    return self._create_examples(data_dir, "test.tsv", "test")
+
+  def _create_examples(self, data_dir, name, set_type):
+    path = os.path.join(data_dir, name)
+    lines = self._read_tsv(path)
+    if not lines:
+      raise ValueError(f"--data_dir: {path} is empty (--task_name=custom needs a header line)")
+    a, b, label = self._columns(lines[0], set_type == "test")
+    examples = []
+    for (i, line) in enumerate(lines[1:], 1):
+      if len(line) < len(lines[0]):
+        raise ValueError(f"--data_dir: {line.path}, line {line.line_number}: {len(line)} "
+                         f"tab-separated fields, the header has {len(lines[0])}")
+      examples.append(InputExample(
+          guid="%s-%s" % (set_type, i), text_a=_u(line[a]),
+          text_b=None if b is None else _u(line[b]),
+          label=self.get_labels()[0] if label is None else _u(line[label])))
+    return examples
+
+  def _columns(self, header, test):
+    """The header row -> positions (text_a, text_b or None, label or None)."""
+    names = [_u(name).lstrip("\ufeff").strip() for name in header]
+
+    def find(name, flag):
+      if name not in names:
+        raise ValueError(f"--{flag}={name}: {header.path} has no such column (its header: "
+                         f"{', '.join(names)})")
+      return names.index(name)
+
+    a = find(self.text_a_column or ("sentence" if "sentence1" not in names and
+                                    "sentence" in names else "sentence1"), "text_a_column")
+    if self.text_b_column is None:
+      b = names.index("sentence2") if "sentence2" in names else None
+    elif self.text_b_column.strip().lower() in ("", "none"):
+      b = None
+    else:
+      b = find(self.text_b_column, "text_b_column")
+    label = None if test and self.label_column not in names else find(self.label_column,
+                                                                       "label_column")
+    return a, b, label
+
+
 PROCESSORS = {"cola": ColaProcessor, "mnli": MnliProcessor, "mrpc": MrpcProcessor,
-              "xnli": XnliProcessor}
+              "xnli": XnliProcessor, "sst-2": Sst2Processor, "qqp": QqpProcessor,
+              "qnli": QnliProcessor, "rte": RteProcessor, "wnli": WnliProcessor,
+              "sts-b": StsbProcessor, "mnli-mm": MnliMismatchedProcessor,
+              "ax": DiagnosticProcessor}
+TASK_ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli_mm": "mnli-mm",
+                "mnli-mismatched": "mnli-mm", "diagnostic": "ax"}
+CUSTOM_TASK_FLAGS = ("text_a_column", "text_b_column", "label_column", "labels")
+
+
+def get_processor(options):
+  """The processor of options.task_name (case-insensitive; PROCESSORS, TASK_ALIASES or
+  "custom", built from the custom-task flags). An unknown name is a ValueError listing the
+  known ones; a custom-task flag with another task is one too."""
+  name = options.task_name.strip().lower()
+  name = TASK_ALIASES.get(name, name)
+  if name == "custom":
+    labels = None
+    if options.labels:
+      labels = [label.strip() for label in options.labels.split(",")]
+      if len(set(labels)) != len(labels) or "" in labels:
+        raise ValueError(f"--labels={options.labels}: labels must be distinct and non-empty")
+    return CustomProcessor(options.data_dir, options.text_a_column, options.text_b_column,
+                           options.label_column, labels)
+  if name not in PROCESSORS:
+    raise ValueError("Task not found: %s (known tasks: %s; also accepted: %s)" % (
+        name, ", ".join(sorted(list(PROCESSORS) + ["custom"])), ", ".join(sorted(TASK_ALIASES))))
+  for flag in CUSTOM_TASK_FLAGS:
+    if getattr(options, flag) is not None:
+      raise ValueError(f"--{flag} is only for --task_name=custom (not {options.task_name})")
+  return PROCESSORS[name]()
 
 
 # ----------------------------------------------------------------------------
@@ -286,16 +554,17 @@ PROCESSORS = {"cola": ColaProcessor, "mnli": MnliProcessor, "mrpc": MrpcProcesso
 
 def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer):
   """InputExample -> InputFeatures: [CLS] a [SEP] (segment 0) [b [SEP]] (segment 1),
-  zero-padded to max_seq_length (preprocessing.pack_tokens). Logs the first 5 examples."""
+  zero-padded to max_seq_length (preprocessing.pack_tokens). Logs the first 5 examples.
+  label_list None: a regression task, label_id = float(example.label)."""
   if isinstance(example, PaddingInputExample):
     return InputFeatures(input_ids=[0] * max_seq_length, input_mask=[0] * max_seq_length,
                          segment_ids=[0] * max_seq_length, label_id=0, is_real_example=False)
-  label_map = {label: i for i, label in enumerate(label_list)}
+  label_map = {label: i for i, label in enumerate(label_list or ())}
   tokens_a = tokenizer.tokenize(example.text_a)
   tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
   tokens, input_ids, input_mask, segment_ids = preprocessing.pack_tokens(
       tokens_a, tokens_b, max_seq_length, tokenizer)
-  label_id = label_map[example.label]
+  label_id = float(example.label) if label_list is None else label_map[example.label]
   if ex_index < 5:
     logging.info("*** Example ***")
     logging.info("guid: %s", example.guid)
@@ -303,7 +572,10 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
     logging.info("input_ids: %s", " ".join(str(x) for x in input_ids))
     logging.info("input_mask: %s", " ".join(str(x) for x in input_mask))
     logging.info("segment_ids: %s", " ".join(str(x) for x in segment_ids))
-    logging.info("label: %s (id = %d)", example.label, label_id)
+    if label_list is None:
+      logging.info("label: %s", example.label)
+    else:
+      logging.info("label: %s (id = %d)", example.label, label_id)
   return InputFeatures(input_ids=input_ids, input_mask=input_mask, segment_ids=segment_ids,
                        label_id=label_id, is_real_example=True)
 
@@ -322,7 +594,8 @@ def convert_examples_to_features(examples, label_list, max_seq_length, tokenizer
 def file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
                                             output_file):
   """Writes one tf.train.Example per example (int64 input_ids, input_mask, segment_ids [S],
-  label_ids [1], is_real_example [1]) to output_file (via a temporary name)."""
+  label_ids [1], is_real_example [1]) to output_file (via a temporary name). label_list None
+  (regression): label_ids is a float feature [1] instead."""
   tmp = output_file + ".tmp"
   with tf.io.TFRecordWriter(tmp) as writer:
     for (ex_index, example) in enumerate(examples):
@@ -334,7 +607,8 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
           "input_ids": input_pipeline.int64_feature(feature.input_ids),
           "input_mask": input_pipeline.int64_feature(feature.input_mask),
           "segment_ids": input_pipeline.int64_feature(feature.segment_ids),
-          "label_ids": input_pipeline.int64_feature([feature.label_id]),
+          "label_ids": (_float_feature([feature.label_id]) if label_list is None
+                        else input_pipeline.int64_feature([feature.label_id])),
           "is_real_example": input_pipeline.int64_feature([int(feature.is_real_example)]),
       }
       writer.write(tf.train.Example(
@@ -342,44 +616,113 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
   tf.io.gfile.rename(tmp, output_file, overwrite=True)
 
 
-def decode_fn(seq_length):
+def _float_feature(values):
+  return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+
+
+def decode_fn(seq_length, is_regression=False):
   """Serialized tf.train.Example -> dict of int32 tensors (label_ids, is_real_example
-  scalars), as the original's file_based_input_fn_builder."""
+  scalars), as the original's file_based_input_fn_builder; is_regression: label_ids is a
+  float32 scalar."""
   feature_types = {
       "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
-      "label_ids": tf.io.FixedLenFeature([], tf.int64),
+      "label_ids": tf.io.FixedLenFeature([], tf.float32 if is_regression else tf.int64),
       "is_real_example": tf.io.FixedLenFeature([], tf.int64),
   }
 
   def decode(record):
     example = tf.io.parse_single_example(record, feature_types)
-    return {k: tf.cast(v, tf.int32) for k, v in example.items()}
+    return {k: v if v.dtype == tf.float32 else tf.cast(v, tf.int32) for k, v in example.items()}
 
   return decode
 
 
 # ----------------------------------------------------------------------------
-# Training loss.
+# The model and its loss.
+
+def classifier_logits(outputs):
+  """A BertClassifier's outputs -> its logits float32 [B, num_labels]: the one place that
+  reads them (a dict with "logits", or the logits tensor itself)."""
+  return outputs["logits"] if isinstance(outputs, dict) else outputs
+
+
+def classifier_outputs(logits, labels, is_regression=False):
+  """The original create_model's (loss, per_example_loss, logits, probabilities) from the
+  logits float32 [B, num_labels] and labels [B].
+
+  Classification: per_example_loss = -log softmax(logits)[label] (int labels), float32 [B];
+  probabilities = softmax(logits) float32 [B, num_labels]. Regression (num_labels 1, float
+  labels): per_example_loss = (logits[:, 0] - label)^2, float32 [B]; "probabilities" = the
+  predicted scores logits[:, 0], float32 [B]. loss = the mean of per_example_loss (scalar).
+  """
+  logits = tf.cast(logits, tf.float32)
+  if is_regression:
+    predictions = logits[:, 0]
+    per_example_loss = tf.square(predictions - tf.reshape(tf.cast(labels, tf.float32), [-1]))
+    probabilities = predictions
+  else:
+    per_example_loss = modeling.classifier_loss(logits, labels)
+    probabilities = tf.nn.softmax(logits, axis=-1)
+  return tf.reduce_mean(per_example_loss), per_example_loss, logits, probabilities
+
+
+def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, labels,
+                 num_labels, use_one_hot_embeddings=False, model=None, is_regression=None):
+  """The original's create_model: the fine-tuning model on a batch -> (loss [],
+  per_example_loss [B], logits [B, num_labels], probabilities) as classifier_outputs.
+
+  The model is a modeling.BertClassifier(bert_config, num_labels) (BertModel, dropout 0.1 on
+  the pooled output when is_training, output_weights [num_labels, H] / output_bias
+  [num_labels]): `model` when given (the training loop's own), else a new one, whose weights
+  are freshly initialised (Keras has no variable scope to reuse: pass `model` to use trained
+  weights). input_ids, input_mask, segment_ids int [B, S]; labels int [B] (float [B] for
+  regression). is_regression None: num_labels == 1 (one output, mean squared error).
+  use_one_hot_embeddings (the original's TPU embedding lookup) gives the same numbers and is
+  accepted for the signature's sake only.
+  """
+  del use_one_hot_embeddings
+  if model is None:
+    model = modeling.BertClassifier(bert_config, num_labels)
+  if is_regression is None:
+    is_regression = num_labels == 1
+  outputs = model({"input_ids": input_ids, "input_mask": input_mask,
+                   "segment_ids": segment_ids}, training=is_training)
+  return classifier_outputs(classifier_logits(outputs), labels, is_regression)
+
 
 class ClassifierTask(training.ExampleMeanTask):
-  """The batch mean of classifier_loss over the GLOBAL batch."""
+  """The batch mean over the GLOBAL batch of create_model's per_example_loss (cross-entropy,
+  or the squared error when is_regression). metric_name: the task's official metric in the
+  eval results (a processor's metric_name)."""
+
+  def __init__(self, is_regression=False, metric_name="eval_accuracy"):
+    self.is_regression = is_regression
+    self.metric_name = metric_name
 
   def per_example_loss(self, outputs, batch):
-    return modeling.classifier_loss(outputs["logits"], batch["label_ids"])
+    return classifier_outputs(classifier_logits(outputs), batch["label_ids"],
+                              self.is_regression)[1]
 
 
-def predict_logits(model, record_file, seq_length, batch_size, strategy=None, use_xla=False):
+def predict_logits(model, record_file, seq_length, batch_size, strategy=None, use_xla=False,
+                   is_regression=False):
   """Runs the model (inference) over every record of record_file in order, batch_size
   records a step split over the replicas of `strategy` (default: the current one), the last
   batch padded (and the padding dropped); returns (logits float32 [N, num_labels], label_ids
-  int [N], is_real_example int [N], batch boundaries list)."""
+  int [N] (float32 for regression), is_real_example int [N], batch boundaries list). The
+  logits are create_model's (is_training False) on the model."""
   strategy = strategy or tf.distribute.get_strategy()
-  ds = tf.data.TFRecordDataset(record_file).map(decode_fn(seq_length)).batch(batch_size)
-  infer = inference.make_inference_fn(
-      strategy, lambda batch: model(ClassifierTask().model_inputs(batch),
-                                    training=False)["logits"], use_xla)
+  ds = tf.data.TFRecordDataset(record_file).map(decode_fn(seq_length, is_regression))
+  ds = ds.batch(batch_size)
+
+  def forward(batch):
+    return create_model(None, False, batch["input_ids"], batch["input_mask"],
+                        batch["segment_ids"], batch["label_ids"], model.num_labels,
+                        model=model, is_regression=is_regression)[2]
+
+  infer = inference.make_inference_fn(strategy, forward, use_xla)
   logits, labels, real, sizes = [], [], [], []
   for batch, batch_logits in inference.infer_dataset(infer, ds, batch_size):
     logits.append(batch_logits)
@@ -388,8 +731,8 @@ def predict_logits(model, record_file, seq_length, batch_size, strategy=None, us
     sizes.append(len(labels[-1]))
   num_labels = model.num_labels
   if not logits:
-    return np.zeros([0, num_labels], np.float32), np.zeros([0], np.int32), \
-        np.zeros([0], np.int32), []
+    return np.zeros([0, num_labels], np.float32), \
+        np.zeros([0], np.float32 if is_regression else np.int32), np.zeros([0], np.int32), []
   return np.concatenate(logits), np.concatenate(labels), np.concatenate(real), sizes
 
 
@@ -400,22 +743,40 @@ def log_softmax(logits):
   return (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))).astype(np.float32)
 
 
-def eval_metrics(logits, label_ids, is_real_example, batch_sizes, global_step):
+def eval_metrics(logits, label_ids, is_real_example, batch_sizes, global_step,
+                 metric_name="eval_accuracy", is_regression=False):
   """The original's eval results from the per-example logits: eval_accuracy and eval_loss
   weighted by is_real_example; loss = mean over batches of the batch-mean per-example
-  loss (the Estimator's "loss", padding included); global_step. NumPy float32 / int64."""
-  per_example = -np.take_along_axis(log_softmax(logits), label_ids[:, None].astype(np.int64),
-                                    axis=1)[:, 0].astype(np.float64)
+  loss (the Estimator's "loss", padding included); global_step. NumPy float32 / int64.
+
+  Plus the task's official metric (metric_name, the processor's) over the real examples:
+  eval_f1 (class 1) or eval_matthews_corr of the argmax predictions (metrics.py). Regression
+  (logits [N, 1], float labels): eval_loss and loss are the mean squared error, and
+  eval_pearson and eval_spearman replace eval_accuracy.
+  """
+  real = is_real_example.astype(bool)
   weights = is_real_example.astype(np.float64)
-  correct = (np.argmax(logits, axis=-1) == label_ids).astype(np.float64)
+  if is_regression:
+    predictions = logits[:, 0].astype(np.float64)
+    per_example = (predictions - label_ids.astype(np.float64)) ** 2
+    results = {"eval_pearson": metrics.pearson(predictions[real], label_ids[real]),
+               "eval_spearman": metrics.spearman(predictions[real], label_ids[real])}
+  else:
+    per_example = -np.take_along_axis(log_softmax(logits), label_ids[:, None].astype(np.int64),
+                                      axis=1)[:, 0].astype(np.float64)
+    predictions = np.argmax(logits, axis=-1)
+    correct = (predictions == label_ids).astype(np.float64)
+    results = {"eval_accuracy": (weights * correct).sum() / max(weights.sum(), 1e-12)}
+    official = {"eval_f1": metrics.f1, "eval_matthews_corr": metrics.matthews_corr}
+    if metric_name in official:
+      results[metric_name] = official[metric_name](label_ids[real], predictions[real])
   bounds = np.cumsum([0] + list(batch_sizes))
   batch_losses = [per_example[a:b].mean() for a, b in zip(bounds[:-1], bounds[1:])]
-  return {
-      "eval_accuracy": np.float32((weights * correct).sum() / max(weights.sum(), 1e-12)),
-      "eval_loss": np.float32((weights * per_example).sum() / max(weights.sum(), 1e-12)),
-      "global_step": np.int64(global_step),
-      "loss": np.float32(np.mean(batch_losses) if batch_losses else 0.0),
-  }
+  results.update(eval_loss=(weights * per_example).sum() / max(weights.sum(), 1e-12),
+                 loss=np.mean(batch_losses) if batch_losses else 0.0)
+  results = {key: np.float32(value) for key, value in results.items()}
+  results["global_step"] = np.int64(global_step)
+  return results
 
 
 def softmax(logits):
@@ -458,10 +819,7 @@ def run(options, strategy=None):
     raise ValueError(
         "Cannot use sequence length %d because the BERT model was only trained up to "
         "sequence length %d" % (options.max_seq_length, config.max_position_embeddings))
-  task_name = options.task_name.lower()
-  if task_name not in PROCESSORS:
-    raise ValueError("Task not found: %s" % task_name)
-  processor = PROCESSORS[task_name]()
+  processor = get_processor(options)
   label_list = processor.get_labels()
   tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
                                          do_lower_case=options.do_lower_case)
@@ -473,13 +831,16 @@ def run(options, strategy=None):
   strategy = distribution.strategy_for(options, strategy)
   with distribution.record_directory(strategy, options.output_dir) as record_dir:
     return _train_eval_predict(options, strategy, config, examples, label_list, tokenizer,
-                               distribution.is_chief(strategy), record_dir)
+                               distribution.is_chief(strategy), record_dir,
+                               ClassifierTask(processor.is_regression, processor.metric_name))
 
 
 def read_examples(options, processor, label_list):
   """{"train", "dev", "test": list of InputExample, or None where the flags do not ask for
-  it}, read and checked before any model is built: a split without examples, or a train/dev
-  label that is not one of the task's, is a ValueError naming the file."""
+  it}, read and checked before any model is built: a split without examples, or a label that
+  is not one of the task's (label_list; None: a regression task, whose labels must be finite
+  numbers), is a ValueError naming the file. (Test examples carry the task's dummy label, or,
+  for --task_name=custom, test.tsv's own when it has a label column.)"""
   wanted = {"train": (options.do_train, processor.get_train_examples),
             "dev": (options.do_eval, processor.get_dev_examples),
             "test": (options.do_predict, processor.get_test_examples)}
@@ -488,16 +849,30 @@ def read_examples(options, processor, label_list):
     examples[split] = read(options.data_dir) if asked else None
     if asked and not examples[split]:
       raise ValueError(f"--data_dir {options.data_dir}: the {split} file has no examples")
-    for example in examples[split] if split != "test" and asked else ():
-      if example.label not in label_list:
+    for example in examples[split] if asked else ():
+      if label_list is None and not _is_number(example.label):
+        raise ValueError(f"--data_dir {options.data_dir}: {split} example {example.guid} has "
+                         f"label {example.label!r}, not a number (a regression task)")
+      if label_list is not None and example.label not in label_list:
         raise ValueError(f"--data_dir {options.data_dir}: {split} example {example.guid} has "
                          f"label {example.label!r}, not one of {label_list}")
   return examples
 
 
+def _is_number(text):
+  try:
+    return bool(np.isfinite(float(text)))
+  except (TypeError, ValueError):
+    return False
+
+
 def _train_eval_predict(options, strategy, config, examples, label_list, tokenizer, chief,
-                        record_dir):
-  """run() after the checks: train, eval and predict as the flags ask."""
+                        record_dir, task=None):
+  """run() after the checks: train, eval and predict as the flags ask. task: the
+  ClassifierTask (regression or not, official metric; default a classification by
+  accuracy). label_list None: regression (one output)."""
+  task = task or ClassifierTask()
+  num_labels = 1 if label_list is None else len(label_list)
   train_examples = examples["train"]
   num_train_steps = None
   num_warmup_steps = None
@@ -512,8 +887,8 @@ def _train_eval_predict(options, strategy, config, examples, label_list, tokeniz
           "training steps")
 
   trainer = training.build_trainer(
-      options, strategy, lambda: modeling.BertClassifier(config, len(label_list)),
-      ClassifierTask(), num_train_steps or 1, num_warmup_steps or 0)
+      options, strategy, lambda: modeling.BertClassifier(config, num_labels),
+      task, num_train_steps or 1, num_warmup_steps or 0)
 
   if options.do_train:
     train_file = os.path.join(record_dir, "train.tf_record")
@@ -523,8 +898,8 @@ def _train_eval_predict(options, strategy, config, examples, label_list, tokeniz
     logging.info("  Num examples = %d", len(train_examples))
     logging.info("  Batch size = %d", options.train_batch_size)
     logging.info("  Num steps = %d", num_train_steps)
-    training.fine_tune(trainer, options, train_file, decode_fn(options.max_seq_length),
-                       num_train_steps)
+    training.fine_tune(trainer, options, train_file,
+                       decode_fn(options.max_seq_length, task.is_regression), num_train_steps)
   else:
     training_checkpoints.restore_for_inference(trainer, options.output_dir,
                                                options.init_checkpoint)
@@ -544,14 +919,15 @@ def _evaluate(options, trainer, eval_examples, label_list, tokenizer, chief, rec
   logits, labels, real, sizes = _logits_over(
       eval_examples, "eval", "***** Running evaluation *****", options.eval_batch_size,
       options, trainer, label_list, tokenizer, record_dir)
-  metrics = eval_metrics(logits, labels, real, sizes, int(trainer.global_step.numpy()))
+  results = eval_metrics(logits, labels, real, sizes, int(trainer.global_step.numpy()),
+                         trainer.task.metric_name, trainer.task.is_regression)
   logging.info("***** Eval results *****")
-  for key in sorted(metrics):
-    logging.info("  %s = %s", key, str(metrics[key]))
+  for key in sorted(results):
+    logging.info("  %s = %s", key, str(results[key]))
   if chief:
     cli.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
-                          cli.format_results(metrics))
-  return metrics
+                          cli.format_results(results))
+  return results
 
 
 def _logits_over(examples, split, heading, batch_size, options, trainer, label_list, tokenizer,
@@ -565,18 +941,23 @@ def _logits_over(examples, split, heading, batch_size, options, trainer, label_l
   logging.info("  Num examples = %d (%d actual, %d padding)", len(examples), len(examples), 0)
   logging.info("  Batch size = %d", batch_size)
   return predict_logits(trainer.model, record_file, options.max_seq_length, batch_size,
-                        trainer.strategy, trainer.use_xla)
+                        trainer.strategy, trainer.use_xla, label_list is None)
 
 
 def _predict(options, trainer, predict_examples, label_list, tokenizer, chief, record_dir):
   """--do_predict: the test set through predict.tf_record; writes the class probabilities of
-  each real example to test_results.tsv (chief) and returns them (float32 [N, labels])."""
+  each real example to test_results.tsv (chief) and returns them (float32 [N, labels]); for
+  regression (label_list None) the predicted score, one a line (float32 [N])."""
   num_actual = len(predict_examples)
   logits, _, real, _ = _logits_over(
       predict_examples, "predict", "***** Running prediction*****", options.predict_batch_size,
       options, trainer, label_list, tokenizer, record_dir)
-  probabilities = softmax(logits)[real.astype(bool)]
-  lines = ["\t".join(str(p) for p in row) + "\n" for row in probabilities]
+  if label_list is None:
+    probabilities = logits[:, 0][real.astype(bool)]
+    lines = ["%s\n" % score for score in probabilities]
+  else:
+    probabilities = softmax(logits)[real.astype(bool)]
+    lines = ["\t".join(str(p) for p in row) + "\n" for row in probabilities]
   assert len(lines) == num_actual
   logging.info("***** Predict results *****")
   if chief:

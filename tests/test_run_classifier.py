@@ -295,7 +295,8 @@ def test_readme_command_end_to_end(glue, vocab, tmp_path):
   assert not list(out.glob("*.tmp"))
   results = dict(line.split(" = ") for line in
                  (out / "eval_results.txt").read_text().splitlines())
-  assert list(results) == ["eval_accuracy", "eval_loss", "global_step", "loss"]
+  # The original's keys plus MRPC's official metric, F1.
+  assert list(results) == ["eval_accuracy", "eval_f1", "eval_loss", "global_step", "loss"]
   assert results["global_step"] == "4"
   # The metrics restated in NumPy from the trained model run on eval.tf_record.
   model = modeling.BertClassifier(modeling.BertConfig(**TINY), 2)
@@ -310,10 +311,13 @@ def test_readme_command_end_to_end(glue, vocab, tmp_path):
   per_example = -log_p[np.arange(32), labels]
   np.testing.assert_allclose(float(results["eval_accuracy"]),
                              np.mean(logits.argmax(1) == labels), rtol=1e-6)
+  sk = pytest.importorskip("sklearn.metrics")
+  np.testing.assert_allclose(float(results["eval_f1"]),
+                             sk.f1_score(labels, logits.argmax(1), zero_division=0), rtol=1e-6)
   np.testing.assert_allclose(float(results["eval_loss"]), per_example.mean(), rtol=1e-5)
   # eval_batch_size 8: four full batches, so the mean of batch means is the mean.
   np.testing.assert_allclose(float(results["loss"]), per_example.mean(), rtol=1e-5)
-  for key in ("eval_accuracy", "eval_loss", "loss"):
+  for key in ("eval_accuracy", "eval_f1", "eval_loss", "loss"):
     assert results[key] == str(np.float32(results[key]))
   rows = [line.split("\t") for line in (out / "test_results.tsv").read_text().splitlines()]
   assert len(rows) == 16 and all(len(r) == 2 for r in rows)
@@ -349,7 +353,7 @@ def test_bad_input_raises_one_line_errors(glue, vocab, tmp_path):
 
   assert "At least one of `do_train`, `do_eval` or `do_predict' must be True." == error(
       do_train=False)
-  assert error(task_name="SST-2") == "Task not found: sst-2"
+  assert error(task_name="Nope").startswith("Task not found: nope (known tasks: ax, cola, ")
   assert error(max_seq_length=128) == ("Cannot use sequence length 128 because the BERT "
                                        "model was only trained up to sequence length 64")
   assert str(tmp_path / "MRPC" / "train.tsv") in error(data_dir=str(tmp_path / "MRPC"))
