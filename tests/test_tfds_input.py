@@ -1,12 +1,12 @@
 """tfds_input.py: GLUE and SQuAD through TensorFlow Datasets, never downloading.
 
-The TFDS side of every comparison is made by TFDS's own dataset code: its glue / squad
-builders' _generate_examples run over the same files that run_classifier's processors and
-run_squad's JSON reader read (for MRPC, over the original Microsoft files that TFDS builds
-from, against GLUE's TSVs), encoded with the builder's features and served, in a shuffled
-order as TFDS stores them, through tfds.testing.mock_data. The metadata (dataset_info.json)
-is written into a temporary --tfds_data_dir, so that the not-prepared check passes as on a
-prepared directory.
+The TFDS side of every comparison is made by TFDS's own dataset code. glue/mrpc is really
+built (TFRecords) offline from the Microsoft files TFDS builds it from, and compared with GLUE's
+TSVs. Elsewhere the glue / squad builders' _generate_examples run over the same files that
+run_classifier's processors and run_squad's JSON reader read, encoded with the builder's
+features and served, shuffled as TFDS stores them, through tfds.testing.mock_data; the metadata
+(dataset_info.json) is written into a temporary --tfds_data_dir, so that the not-prepared check
+passes as on a prepared directory.
 """
 
 import contextlib
@@ -101,24 +101,54 @@ def _as_tuples(examples):
 # ----------------------------------------------------------------------------
 # GLUE on the real files of ../shared.
 
-def test_mrpc_from_the_microsoft_files_equals_glue_tsvs(tmp_path):
-  """TFDS builds MRPC from msr_paraphrase_*.txt (not GLUE's TSVs): same examples, guids,
-  labels and order as MrpcProcessor on GLUE's train/dev/test.tsv."""
+@pytest.fixture(scope="module")
+def real_mrpc(tmp_path_factory):
+  """glue/mrpc really built by TFDS (TFRecords, dataset_info.json) offline: its download
+  manager takes the Microsoft files and GLUE's dev ids from a manual_dir (checksums verified
+  against TFDS's registered ones); any network download fails the test."""
+  import importlib.resources
   src = shared_path("data", "glue", "MRPC")
-  fake = FakeTfds(tmp_path / "tfds")
-  files = {"dev_ids": str(src / "dev_ids.tsv"), "train": str(src / "msr_paraphrase_train.txt"),
-           "test": str(src / "msr_paraphrase_test.txt")}
-  for split, tfds_split in (("train", "train"), ("dev", "validation"), ("test", "test")):
-    fake.add("glue/mrpc", tfds_split,
-             _generate("glue/mrpc", fake.data_dir, data_file=None, split=split, mrpc_files=files))
+  manual = tmp_path_factory.mktemp("manual")
+  for name, target in (("msr_paraphrase_train.txt", None), ("msr_paraphrase_test.txt", None),
+                       ("dev_ids.tsv", "data_mrpc_dev_ids.tsv")):
+    (manual / (target or name)).write_bytes((src / name).read_bytes())
+  data_dir = tmp_path_factory.mktemp("tfds")
+  # etils reads TFDS's checksum files through importlib_resources, absent from this venv; the
+  # standard library's importlib.resources has the same files() API.
+  sys.modules.setdefault("importlib_resources", importlib.resources)
+  from tensorflow_datasets.core.download import downloader
+
+  def no_network(*args, **kwargs):
+    raise AssertionError("TFDS tried to download")
+
+  saved, downloader._Downloader.download = downloader._Downloader.download, no_network
+  try:
+    tfds.builder("glue/mrpc", data_dir=str(data_dir)).download_and_prepare(
+        download_config=tfds.download.DownloadConfig(manual_dir=str(manual)))
+  finally:
+    downloader._Downloader.download = saved
+  return str(data_dir)
+
+
+def test_real_tfds_mrpc_equals_glue_tsvs(real_mrpc, tmp_path):
+  """TFDS builds MRPC from msr_paraphrase_*.txt (not GLUE's TSVs), stores it shuffled: read
+  back (not mocked), the same examples, guids, labels and order as MrpcProcessor on GLUE's
+  train/dev/test.tsv, and the same feature records."""
+  src = shared_path("data", "glue", "MRPC")
   processor = run_classifier.MrpcProcessor()
-  with fake.mocked():
-    reader = tfds_input.GlueReader("glue/mrpc", fake.data_dir, processor, "mrpc")
-    for split in ("train", "dev", "test"):
-      got = _as_tuples(getattr(reader, f"get_{split}_examples")())
-      want = _as_tuples(getattr(processor, f"get_{split}_examples")(str(src)))
-      assert len(got) > 400 and got == want, split
-    assert {e.label for e in reader.get_dev_examples()} == {"0", "1"}
+  reader = tfds_input.GlueReader("glue/mrpc", real_mrpc, processor, "mrpc")
+  for split, count in (("train", 3668), ("dev", 408), ("test", 1725)):
+    got = getattr(reader, f"get_{split}_examples")()
+    want = getattr(processor, f"get_{split}_examples")(str(src))
+    assert len(got) == count and _as_tuples(got) == _as_tuples(want), split
+  vocab = str(shared_path("data", "vocab", "bert-base-uncased-vocab.txt"))
+  tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
+  for name, examples in (("tfds", reader.get_dev_examples()),
+                         ("tsv", processor.get_dev_examples(str(src)))):
+    run_classifier.file_based_convert_examples_to_features(
+        examples, ["0", "1"], 32, tokenizer, str(tmp_path / f"{name}.tf_record"))
+  assert (tmp_path / "tfds.tf_record").read_bytes() == (tmp_path / "tsv.tf_record").read_bytes()
+  assert {e.label for e in reader.get_dev_examples()} == {"0", "1"}
 
 
 @pytest.mark.parametrize("config,task,directory", [("cola", "cola", "CoLA"),
