@@ -223,7 +223,7 @@ class GlueReader(object):
                        f"{', '.join(self.splits)})")
     where = self.splits[split]
     config, tfds_split = (where if isinstance(where, tuple) else (self.config, where))
-    name = "glue/" + config
+    name = self.tfds_name if config == self.config else "glue/" + config  # (keeps a version)
     alternative = ", or pass --data_dir with the task's TSV files instead of --tfds_name"
     tfds_builder = builder(name, self.data_dir, alternative)
     label_feature = tfds_builder.info.features["label"]

@@ -137,6 +137,8 @@ def test_real_tfds_mrpc_equals_glue_tsvs(real_mrpc, tmp_path):
   src = shared_path("data", "glue", "MRPC")
   processor = run_classifier.MrpcProcessor()
   reader = tfds_input.GlueReader("glue/mrpc", real_mrpc, processor, "mrpc")
+  assert _as_tuples(tfds_input.GlueReader("glue/mrpc:2.0.0", real_mrpc, processor, "mrpc")
+                    .get_dev_examples()) == _as_tuples(processor.get_dev_examples(str(src)))
   for split, count in (("train", 3668), ("dev", 408), ("test", 1725)):
     got = getattr(reader, f"get_{split}_examples")()
     want = getattr(processor, f"get_{split}_examples")(str(src))
@@ -560,3 +562,34 @@ def test_real_squad_dev_sets_and_their_evaluation(tmp_path, name, v2):
   assert (evaluate_squad.evaluate(dataset, predictions, version=version) ==
           evaluate_squad.evaluate(original, predictions, version=version))
   assert sorted(qa["id"] for qa in evaluate_squad.questions(dataset)) == sorted(predictions)
+
+
+def test_run_squad_with_tfds_name_predicts_as_with_predict_file(tmp_path):
+  """run_squad.run --do_predict on the v2.0 fixture: the same predictions, n-best lists and
+  null odds per question from TFDS as from --predict_file (the key order is TFDS's)."""
+  path = shared_path("data", "squad", "hf_tiny_squad2_fixture.json")
+  fake = _squad_fake(tmp_path, "squad/v2.0", path, path)
+  config = modeling.BertConfig(**{**TINY, "max_position_embeddings": 64})
+  (tmp_path / "bert_config.json").write_text(config.to_json_string())
+  checkpoints.save_tf1_checkpoint(modeling.BertPretrainer(config),
+                                  str(tmp_path / "pretrained" / "bert_model.ckpt"))
+  base = dict(vocab_file=str(shared_path("data", "vocab", "bert-base-uncased-vocab.txt")),
+              bert_config_file=str(tmp_path / "bert_config.json"),
+              init_checkpoint=str(tmp_path / "pretrained" / "bert_model.ckpt"),
+              do_predict=True, version_2_with_negative=True, max_seq_length=64,
+              doc_stride=32, max_query_length=16, predict_batch_size=5)
+  want = run_squad.run(run_squad.options(**base, predict_file=str(path),
+                                         output_dir=str(tmp_path / "json_out")))["predictions"]
+  with fake.mocked():
+    got = run_squad.run(run_squad.options(**base, tfds_name="squad/v2.0",
+                                          tfds_data_dir=fake.data_dir,
+                                          output_dir=str(tmp_path / "tfds_out")))["predictions"]
+  assert len(got[0]) == 14 and dict(got[0]) == dict(want[0])
+  assert sorted(got[1]) == sorted(want[1]) and sorted(got[2]) == sorted(want[2])
+  for qid in want[1]:
+    assert [e["text"] for e in got[1][qid]] == [e["text"] for e in want[1][qid]]
+    np.testing.assert_allclose([e["probability"] for e in got[1][qid]],
+                               [e["probability"] for e in want[1][qid]], rtol=1e-5)
+    np.testing.assert_allclose(got[2][qid], want[2][qid], rtol=1e-5, atol=1e-6)
+  on_disk = json.loads((tmp_path / "tfds_out" / "predictions.json").read_text())
+  assert on_disk == json.loads((tmp_path / "json_out" / "predictions.json").read_text())
