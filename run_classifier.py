@@ -33,6 +33,7 @@ from bert_keras import input_pipeline
 from bert_keras import metrics
 from bert_keras import modeling
 from bert_keras import preprocessing
+from bert_keras import tfds_input
 from bert_keras import tokenization
 from bert_keras import training
 from bert_keras import training_checkpoints
@@ -44,7 +45,7 @@ DEFAULTS = dict(
     do_eval=False, do_predict=False, train_batch_size=32, eval_batch_size=8,
     predict_batch_size=8, learning_rate=5e-5, num_train_epochs=3.0, warmup_proportion=0.1,
     save_checkpoints_steps=1000, iterations_per_loop=1000,
-    tpu_job_name=None,
+    tpu_job_name=None, tfds_name=None, tfds_data_dir=None,
     **cli.TPU_DEFAULTS, **cli.TRAINING_DEFAULTS)
 # --task_name=custom's columns and labels (CustomProcessor).
 DEFAULTS.update(text_a_column=None, text_b_column=None, label_column=None, labels=None)
@@ -76,7 +77,13 @@ def define_flags():
   flags.DEFINE_string("tpu_job_name", None,
                       "Name of TPU worker, if anything other than 'tpu_worker'")
   cli.define_training_flags()
-  for name in ("data_dir", "task_name", "vocab_file", "bert_config_file", "output_dir"):
+  flags.DEFINE_string(
+      "tfds_name", None,
+      "Read the task through TensorFlow Datasets instead of --data_dir: glue/<config> (e.g. "
+      "glue/mrpc, glue/mnli); it implies --task_name. Never downloads.")
+  flags.DEFINE_string("tfds_data_dir", None,
+                      "TensorFlow Datasets data directory of --tfds_name (default: TFDS's).")
+  for name in ("vocab_file", "bert_config_file", "output_dir"):  # (data_dir, task_name: below)
     flags.mark_flag_as_required(name)
   flags.adopt_module_key_flags(cli)  # --help lists them too, not only --helpfull
 
@@ -787,8 +794,11 @@ def softmax(logits):
 # ----------------------------------------------------------------------------
 
 def _validate(options):
+  optional = ("data_dir", "task_name") if options.tfds_name else ()  # (--tfds_name: from TFDS)
+  if options.tfds_name and options.data_dir:
+    raise ValueError("--tfds_name replaces --data_dir: pass one or the other")
   for name in ("data_dir", "task_name", "vocab_file", "bert_config_file", "output_dir"):
-    if not getattr(options, name):
+    if not getattr(options, name) and name not in optional:
       raise ValueError(f"--{name} is required")
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
   if not options.do_train and not options.do_eval and not options.do_predict:
@@ -819,42 +829,53 @@ def run(options, strategy=None):
     raise ValueError(
         "Cannot use sequence length %d because the BERT model was only trained up to "
         "sequence length %d" % (options.max_seq_length, config.max_position_embeddings))
-  processor = get_processor(options)
+  task_name = None
+  if options.tfds_name:
+    task_name = tfds_input.glue_task_name(options.tfds_name, options.task_name, PROCESSORS)
+    task_name = TASK_ALIASES.get(task_name, task_name)
+    processor = PROCESSORS[task_name]()
+  else:
+    processor = get_processor(options)
   label_list = processor.get_labels()
+  task = ClassifierTask(processor.is_regression, processor.metric_name)
   tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
                                          do_lower_case=options.do_lower_case)
   tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
                            required=("[UNK]", "[CLS]", "[SEP]"))
+  if options.tfds_name:
+    processor = tfds_input.GlueReader(options.tfds_name, options.tfds_data_dir, processor,
+                                      task_name)
   examples = read_examples(options, processor, label_list)
   tf.io.gfile.makedirs(options.output_dir)  # (after the checks: no empty directory on error)
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
   with distribution.record_directory(strategy, options.output_dir) as record_dir:
     return _train_eval_predict(options, strategy, config, examples, label_list, tokenizer,
-                               distribution.is_chief(strategy), record_dir,
-                               ClassifierTask(processor.is_regression, processor.metric_name))
+                               distribution.is_chief(strategy), record_dir, task)
 
 
 def read_examples(options, processor, label_list):
   """{"train", "dev", "test": list of InputExample, or None where the flags do not ask for
   it}, read and checked before any model is built: a split without examples, or a label that
   is not one of the task's (label_list; None: a regression task, whose labels must be finite
-  numbers), is a ValueError naming the file. (Test examples carry the task's dummy label, or,
-  for --task_name=custom, test.tsv's own when it has a label column.)"""
+  numbers), is a ValueError naming the file (or --tfds_name). (Test examples carry the task's
+  dummy label, or, for --task_name=custom, test.tsv's own when it has a label column.)"""
   wanted = {"train": (options.do_train, processor.get_train_examples),
             "dev": (options.do_eval, processor.get_dev_examples),
             "test": (options.do_predict, processor.get_test_examples)}
   examples = {}
+  source = (f"--tfds_name {options.tfds_name}" if getattr(options, "tfds_name", None) else
+            f"--data_dir {options.data_dir}")
   for split, (asked, read) in wanted.items():
     examples[split] = read(options.data_dir) if asked else None
     if asked and not examples[split]:
-      raise ValueError(f"--data_dir {options.data_dir}: the {split} file has no examples")
+      raise ValueError(f"{source}: the {split} file has no examples")
     for example in examples[split] if asked else ():
       if label_list is None and not _is_number(example.label):
-        raise ValueError(f"--data_dir {options.data_dir}: {split} example {example.guid} has "
+        raise ValueError(f"{source}: {split} example {example.guid} has "
                          f"label {example.label!r}, not a number (a regression task)")
       if label_list is not None and example.label not in label_list:
-        raise ValueError(f"--data_dir {options.data_dir}: {split} example {example.guid} has "
+        raise ValueError(f"{source}: {split} example {example.guid} has "
                          f"label {example.label!r}, not one of {label_list}")
   return examples
 

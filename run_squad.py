@@ -40,6 +40,7 @@ from bert_keras import inference
 from bert_keras import input_pipeline
 from bert_keras import modeling
 from bert_keras import preprocessing
+from bert_keras import tfds_input
 from bert_keras import tokenization
 from bert_keras import training
 from bert_keras import training_checkpoints
@@ -52,7 +53,8 @@ DEFAULTS = dict(
     train_batch_size=32, predict_batch_size=8, learning_rate=5e-5, num_train_epochs=3.0,
     warmup_proportion=0.1, save_checkpoints_steps=1000, iterations_per_loop=1000,
     n_best_size=20, max_answer_length=30, verbose_logging=False,
-    version_2_with_negative=False, null_score_diff_threshold=0.0,
+    version_2_with_negative=False, null_score_diff_threshold=0.0, tfds_name=None,
+    tfds_data_dir=None,
     **cli.TPU_DEFAULTS, **cli.TRAINING_DEFAULTS)
 
 
@@ -99,6 +101,13 @@ def define_flags():
       "null_score_diff_threshold", 0.0,
       "If null_score - best_non_null is greater than the threshold predict null.")
   cli.define_training_flags()
+  flags.DEFINE_string(
+      "tfds_name", None,
+      "Read SQuAD through TensorFlow Datasets instead of --train_file/--predict_file: "
+      "squad/v1.1 or squad/v2.0 (train split for training, validation for predictions). "
+      "Never downloads.")
+  flags.DEFINE_string("tfds_data_dir", None,
+                      "TensorFlow Datasets data directory of --tfds_name (default: TFDS's).")
   for name in ("vocab_file", "bert_config_file", "output_dir"):
     flags.mark_flag_as_required(name)
   flags.adopt_module_key_flags(cli)  # --help lists them too, not only --helpfull
@@ -782,9 +791,11 @@ def validate_flags_or_throw(options, bert_config):
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
   if not options.do_train and not options.do_predict:
     raise ValueError("At least one of `do_train` or `do_predict` must be True.")
-  if options.do_train and not options.train_file:
+  if options.tfds_name and (options.train_file or options.predict_file):
+    raise ValueError("--tfds_name replaces --train_file and --predict_file: pass one or the other")
+  if options.do_train and not options.train_file and not options.tfds_name:
     raise ValueError("If `do_train` is True, then `train_file` must be specified.")
-  if options.do_predict and not options.predict_file:
+  if options.do_predict and not options.predict_file and not options.tfds_name:
     raise ValueError("If `do_predict` is True, then `predict_file` must be specified.")
   if options.max_seq_length > bert_config.max_position_embeddings:
     raise ValueError(
@@ -795,7 +806,7 @@ def validate_flags_or_throw(options, bert_config):
                      % (options.max_seq_length, options.max_query_length))
   for flag, needed in (("train_file", options.do_train), ("predict_file", options.do_predict)):
     path = getattr(options, flag)
-    if needed and not tf.io.gfile.exists(path):
+    if needed and not options.tfds_name and not tf.io.gfile.exists(path):
       raise ValueError(f"--{flag} {path}: no such file")
 
 
@@ -818,11 +829,13 @@ def run(options, strategy=None):
   config = cli.load_bert_config(options.bert_config_file)
   validate_flags_or_throw(options, config)
   train_examples = predict_examples = None
+  read = (tfds_input.squad_reader(options.tfds_name, options.tfds_data_dir) if options.tfds_name
+          else _read)
   if options.do_train:
-    train_examples = _read("train_file", options.train_file, True, options.version_2_with_negative)
+    train_examples = read("train_file", options.train_file, True, options.version_2_with_negative)
   if options.do_predict:
-    predict_examples = _read("predict_file", options.predict_file, False,
-                             options.version_2_with_negative)
+    predict_examples = read("predict_file", options.predict_file, False,
+                            options.version_2_with_negative)
   num_train_steps = None
   if options.do_train:
     # Steps count the examples (questions), not their windows, as the original.
