@@ -486,8 +486,8 @@ class EvalHook:
     return since
 
   def __call__(self, step):
-    metrics = {k: _json_number(v) for k, v in self.evaluate(step).items()}
-    metrics["global_step"] = int(step)
+    raw = {**self.evaluate(step), "global_step": int(step)}  # as eval_results.txt shows them
+    metrics = {k: _json_number(v) for k, v in raw.items()}
     if self.metric_name not in metrics:
       raise ValueError(f"the evaluation gives no {self.metric_name} (it gives "
                        f"{sorted(metrics)})")
@@ -503,7 +503,7 @@ class EvalHook:
       write_scalars(self._writer, step,
                     {k: v for k, v in metrics.items() if k != "global_step"})
       if improved and self.save_best is not None:
-        self._write_best(metrics)
+        self._write_best(raw)
       cli.write_text_atomic(os.path.join(self.output_dir, self.HISTORY), "".join(
           json.dumps(e, sort_keys=True) + "\n" for e in self.history))
     if improved:
@@ -518,6 +518,7 @@ class EvalHook:
     tf.io.gfile.makedirs(tmp)
     self.save_best(tmp)
     cli.write_text_atomic(os.path.join(tmp, "eval_results.txt"), cli.format_results(metrics))
+    metrics = {k: _json_number(v) for k, v in metrics.items()}
     if tf.io.gfile.exists(self.best_dir):
       tf.io.gfile.rename(self.best_dir, old)
     tf.io.gfile.rename(tmp, self.best_dir)
@@ -565,8 +566,13 @@ def best_metric(output_dir, metric_name):
   path = os.path.join(output_dir, EvalHook.BEST, "eval_results.txt")
   if not tf.io.gfile.exists(path):
     return None
-  value = read_results(path).get(metric_name)
-  return None if value is None else float(value)
+  text = read_results(path).get(metric_name)
+  if text is None:
+    return None
+  # A float32 metric (the original's) is written as its shortest repr: read it back as the
+  # same float32, to compare equal to a re-evaluation (a float64 one is exact as it is).
+  single = np.float32(text)
+  return float(single) if str(single) == text else float(text)
 
 
 # ----------------------------------------------------------------------------
