@@ -83,9 +83,9 @@ def trim_batch(arrays, mask_key="input_mask", multiple=8):
   """A dict of numpy arrays, `arrays[mask_key]` [B, S] (1 = real token, 0 = padding at the
   end) -> (the dict with every array of shape [B, S, ...] cut to [B, L, ...], L). L is the
   longest sequence of the batch (max of sum(mask)) rounded up to a multiple of `multiple`
-  (fewer distinct shapes to trace; an all-padding batch counts as 1 long), at most S. BERT's outputs at the real
-  positions do not depend on the padding beyond them (the attention masks it out), so the
-  model gives the same results on the trimmed batch."""
+  (fewer distinct shapes to trace; an all-padding batch counts as 1 long), at most S.
+  BERT's outputs at the real positions do not depend on the padding beyond them (the
+  attention masks it out), so the model gives the same results on the trimmed batch."""
   mask = arrays[mask_key]
   seq_length = mask.shape[1]
   longest = int(mask.sum(axis=1).max()) if len(mask) else 0

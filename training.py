@@ -234,9 +234,9 @@ class Trainer:
     Evaluation during training (eval_every_steps > 0 and eval_fn given, e.g. an EvalHook):
     the device calls also stop at every multiple of eval_every_steps; there and at
     num_train_steps a checkpoint is saved, then eval_fn(step) is called, and training stops
-    early when it returns True. On a resume, an evaluation that a kill skipped (a boundary
-    step without eval_fn.evaluated(step)) is made first, and nothing is trained when
-    eval_fn.stopped() (early stopping already happened).
+    early when it returns True. On a resume, when eval_fn has them (EvalHook does), an
+    evaluation that a kill skipped (a boundary step without eval_fn.evaluated(step)) is made
+    first, and nothing is trained when eval_fn.stopped() (early stopping already happened).
     """
     if log_every_steps < 0:
       raise ValueError(f"--log_every_steps={log_every_steps}: must be >= 0")
@@ -298,12 +298,14 @@ class Trainer:
     """At the start of train(): makes the evaluation of `step` when it is an evaluation step
     that eval_fn has not recorded (a kill between the checkpoint and the evaluation); True
     when training must not go on (eval_fn says it stopped early)."""
+    evaluated = getattr(eval_fn, "evaluated", lambda step: True)  # (a plain callable: no
+    stopped = getattr(eval_fn, "stopped", lambda: False)            # memory of past runs)
     if (step and _is_eval_step(step, num_train_steps, eval_every_steps) and
-        not eval_fn.evaluated(step)):
+        not evaluated(step)):
       logging.info("Evaluating step %d (its evaluation is missing)", step)
       if eval_fn(step):
         return True
-    if eval_fn.stopped():
+    if stopped():
       logging.info("Early stopping already happened (see the history): nothing to train")
       return True
     return False
