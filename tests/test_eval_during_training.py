@@ -228,3 +228,39 @@ def test_trimmed_logits_equal_the_padded_ones(tmp_path):
   for a, b in zip(trimmed[1:3], padded[1:3]):
     np.testing.assert_array_equal(a, b)
   assert trimmed[3] == padded[3] == [8, 8, 5]
+
+
+def test_eval_hook_alone(tmp_path):
+  """EvalHook without a model: improvement is strictly greater, patience, best/ replaced and
+  recovered after a kill mid-replacement, a re-evaluated step replacing the later entries."""
+  values = {2: 0.5, 4: 0.7, 6: 0.6, 8: 0.7}
+
+  def save_best(directory):
+    (tmp_path / "saved").write_text(directory)
+    open(os.path.join(directory, "weights"), "w").close()
+
+  def make():
+    return training.EvalHook(
+        lambda s: {"eval_accuracy": np.float32(values[s]), "global_step": np.int64(s)},
+        str(tmp_path), patience=2, save_best=save_best)
+
+  hook = make()
+  assert [hook(s) for s in (2, 4, 6, 8)] == [False, False, False, True]
+  assert _results(tmp_path / "best" / "eval_results.txt") == {
+      "eval_accuracy": "0.7", "global_step": "4"}
+  assert (tmp_path / "best" / "weights").exists()
+  assert ".tmp-" in (tmp_path / "saved").read_text()  # written aside, then renamed
+  # A kill between the two renames of a replacement: best/ renamed aside, the new one unused.
+  os.rename(tmp_path / "best", tmp_path / "best.old-123")
+  (tmp_path / "best.tmp-7").mkdir()
+  again = make()
+  assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("best")) == ["best"]
+  assert again.best_value == float(np.float32(0.7)) and again.stopped()
+  assert again.evaluated(8) and not again.evaluated(5)
+  values[6] = 0.9
+  assert not again(6)  # a resumed run evaluating step 6 again: the entries from 6 on go
+  assert [e["global_step"] for e in _history(tmp_path)] == [2, 4, 6]
+  assert _results(tmp_path / "best" / "eval_results.txt")["global_step"] == "6"
+  with pytest.raises(ValueError, match="no eval_f1"):
+    training.EvalHook(lambda s: {"eval_accuracy": 1.0}, str(tmp_path / "x"),
+                      metric_name="eval_f1")(1)
