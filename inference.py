@@ -21,7 +21,7 @@ def make_inference_fn(strategy, forward, use_xla=False):
     forward = tf.function(forward, jit_compile=True)
   structure = []  # the structure of forward's outputs, seen when step is traced
 
-  @tf.function
+  @tf.function(reduce_retracing=True)  # trimmed batches (trim_batch) vary in length
   def step(batch):
     outputs = strategy.run(forward, args=(batch,))
     structure[:] = [outputs]
@@ -63,12 +63,34 @@ def pad_batch(arrays, batch_size):
           for k, v in arrays.items()}, n
 
 
-def infer_dataset(infer, dataset, batch_size):
+def infer_dataset(infer, dataset, batch_size, trim_key=None):
   """Runs infer (make_inference_fn) over a dataset of batches of at most batch_size (a dict
   of tensors each), every batch zero-padded to batch_size (one shape for every step) and the
   padding rows dropped from the outputs. Yields (batch as numpy arrays, outputs as numpy
-  arrays) per batch, in order."""
+  arrays) per batch, in order.
+
+  trim_key: e.g. "input_mask": each batch's sequence features are cut to the batch's longest
+  sequence first (trim_batch), which saves the work on the padding; outputs with a sequence
+  axis then have the trimmed length (a caller pads them back if it needs to)."""
   for batch in dataset:
     arrays = {k: v.numpy() for k, v in batch.items()}
-    padded, n = pad_batch(arrays, batch_size)
+    inputs = trim_batch(arrays, trim_key)[0] if trim_key else arrays
+    padded, n = pad_batch(inputs, batch_size)
     yield arrays, tf.nest.map_structure(lambda x: x[:n], infer(padded))
+
+
+def trim_batch(arrays, mask_key="input_mask", multiple=8):
+  """A dict of numpy arrays, `arrays[mask_key]` [B, S] (1 = real token, 0 = padding at the
+  end) -> (the dict with every array of shape [B, S, ...] cut to [B, L, ...], L). L is the
+  longest sequence of the batch (max of sum(mask)) rounded up to a multiple of `multiple`
+  (fewer distinct shapes to trace; an all-padding batch counts as 1 long), at most S.
+  BERT's outputs at the real positions do not depend on the padding beyond them (the
+  attention masks it out), so the model gives the same results on the trimmed batch."""
+  mask = arrays[mask_key]
+  seq_length = mask.shape[1]
+  longest = int(mask.sum(axis=1).max()) if len(mask) else 0
+  length = min(seq_length, max(1, -(-longest // multiple)) * multiple)
+  if length == seq_length:
+    return arrays, length
+  return {k: v[:, :length] if v.ndim >= 2 and v.shape[1] == seq_length else v
+          for k, v in arrays.items()}, length

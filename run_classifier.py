@@ -26,6 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from bert_keras import checkpoints
 from bert_keras import cli
 from bert_keras import distribution
 from bert_keras import inference
@@ -45,7 +46,8 @@ DEFAULTS = dict(
     do_eval=False, do_predict=False, train_batch_size=32, eval_batch_size=8,
     predict_batch_size=8, learning_rate=5e-5, num_train_epochs=3.0, warmup_proportion=0.1,
     save_checkpoints_steps=1000, iterations_per_loop=1000,
-    tpu_job_name=None, tfds_name=None, tfds_data_dir=None,
+    tpu_job_name=None, tfds_name=None, tfds_data_dir=None, eval_every_steps=0,
+    early_stopping_patience=0, trim_eval_batches=True,
     **cli.TPU_DEFAULTS, **cli.TRAINING_DEFAULTS)
 # --task_name=custom's columns and labels (CustomProcessor).
 DEFAULTS.update(text_a_column=None, text_b_column=None, label_column=None, labels=None)
@@ -83,6 +85,7 @@ def define_flags():
       "glue/mrpc, glue/mnli); it implies --task_name. Never downloads.")
   flags.DEFINE_string("tfds_data_dir", None,
                       "TensorFlow Datasets data directory of --tfds_name (default: TFDS's).")
+  define_eval_during_training_flags()
   for name in ("vocab_file", "bert_config_file", "output_dir"):  # (data_dir, task_name: below)
     flags.mark_flag_as_required(name)
   flags.adopt_module_key_flags(cli)  # --help lists them too, not only --helpfull
@@ -101,6 +104,25 @@ def _define_custom_task_flags():
   flags.DEFINE_string("labels", None,
                       "--task_name=custom: comma-separated labels in the order of the model's "
                       "outputs (default: the sorted distinct labels of train.tsv).")
+
+
+def define_eval_during_training_flags():
+  """Flags beyond the original: evaluation during training and trimmed eval batches."""
+  flags.DEFINE_integer(
+      "eval_every_steps", 0,
+      "Evaluate on the dev set every this many training steps and at the end (needs "
+      "--do_train and --do_eval): logged, written to TensorBoard (output_dir/eval) and to "
+      "output_dir/eval_history.jsonl; the best model by the task's metric is kept in "
+      "output_dir/best (a TF1 checkpoint and its eval_results.txt), which --do_eval and "
+      "--do_predict then use. 0: no evaluation during training (the original's behaviour).")
+  flags.DEFINE_integer(
+      "early_stopping_patience", 0,
+      "With --eval_every_steps: stop training when the task's metric has not improved for "
+      "this many evaluations. 0: never stop early.")
+  flags.DEFINE_bool(
+      "trim_eval_batches", True,
+      "Cut each eval/predict batch to its longest sequence (rounded up to a multiple of 8): "
+      "the same results, less work on the padding. Ignored on TPU.")
 
 
 # ----------------------------------------------------------------------------
@@ -714,24 +736,22 @@ class ClassifierTask(training.ExampleMeanTask):
 
 
 def predict_logits(model, record_file, seq_length, batch_size, strategy=None, use_xla=False,
-                   is_regression=False):
+                   is_regression=False, trim=True, infer=None):
   """Runs the model (inference) over every record of record_file in order, batch_size
   records a step split over the replicas of `strategy` (default: the current one), the last
   batch padded (and the padding dropped); returns (logits float32 [N, num_labels], label_ids
   int [N] (float32 for regression), is_real_example int [N], batch boundaries list). The
-  logits are create_model's (is_training False) on the model."""
+  logits are create_model's (is_training False) on the model. trim: each batch cut to its
+  longest sequence (inference.trim_batch; same logits, less work), except on TPU (one shape
+  per compilation). infer: a classifier_inference_fn to reuse (else one is made)."""
   strategy = strategy or tf.distribute.get_strategy()
   ds = tf.data.TFRecordDataset(record_file).map(decode_fn(seq_length, is_regression))
   ds = ds.batch(batch_size)
-
-  def forward(batch):
-    return create_model(None, False, batch["input_ids"], batch["input_mask"],
-                        batch["segment_ids"], batch["label_ids"], model.num_labels,
-                        model=model, is_regression=is_regression)[2]
-
-  infer = inference.make_inference_fn(strategy, forward, use_xla)
+  infer = infer or classifier_inference_fn(model, strategy, use_xla, is_regression)
+  trim_key = "input_mask" if trim and not isinstance(strategy, tf.distribute.TPUStrategy) \
+      else None
   logits, labels, real, sizes = [], [], [], []
-  for batch, batch_logits in inference.infer_dataset(infer, ds, batch_size):
+  for batch, batch_logits in inference.infer_dataset(infer, ds, batch_size, trim_key):
     logits.append(batch_logits)
     labels.append(batch["label_ids"])
     real.append(batch["is_real_example"])
@@ -741,6 +761,18 @@ def predict_logits(model, record_file, seq_length, batch_size, strategy=None, us
     return np.zeros([0, num_labels], np.float32), \
         np.zeros([0], np.float32 if is_regression else np.int32), np.zeros([0], np.int32), []
   return np.concatenate(logits), np.concatenate(labels), np.concatenate(real), sizes
+
+
+def classifier_inference_fn(model, strategy, use_xla=False, is_regression=False):
+  """inference.make_inference_fn of the model's logits (float32 [B, num_labels]): create_model
+  with is_training False on the model."""
+
+  def forward(batch):
+    return create_model(None, False, batch["input_ids"], batch["input_mask"],
+                        batch["segment_ids"], batch["label_ids"], model.num_labels,
+                        model=model, is_regression=is_regression)[2]
+
+  return inference.make_inference_fn(strategy, forward, use_xla)
 
 
 def log_softmax(logits):
@@ -810,6 +842,9 @@ def _validate(options):
                "iterations_per_loop", "gradient_accumulation_steps", "max_seq_length"):
     if getattr(options, name) < 1:
       raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
+  if options.eval_every_steps and not (options.do_train and options.do_eval):
+    raise ValueError(f"--eval_every_steps={options.eval_every_steps} needs --do_train and "
+                     "--do_eval (it evaluates on the dev set during training)")
   if options.max_seq_length < 3:
     raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3 ([CLS] a [SEP] b "
                      "[SEP])")
@@ -920,10 +955,14 @@ def _train_eval_predict(options, strategy, config, examples, label_list, tokeniz
     logging.info("  Batch size = %d", options.train_batch_size)
     logging.info("  Num steps = %d", num_train_steps)
     training.fine_tune(trainer, options, train_file,
-                       decode_fn(options.max_seq_length, task.is_regression), num_train_steps)
+                       decode_fn(options.max_seq_length, task.is_regression), num_train_steps,
+                       **_eval_during_training(options, trainer, examples["dev"], label_list,
+                                               tokenizer, chief, record_dir, task))
   else:
     training_checkpoints.restore_for_inference(trainer, options.output_dir,
                                                options.init_checkpoint)
+  if options.do_eval or options.do_predict:
+    _restore_best(options, trainer)
   results = {"eval": None, "predict": None}
   if options.do_eval:
     results["eval"] = _evaluate(options, trainer, examples["dev"], label_list, tokenizer,
@@ -932,6 +971,51 @@ def _train_eval_predict(options, strategy, config, examples, label_list, tokeniz
     results["predict"] = _predict(options, trainer, examples["test"], label_list, tokenizer,
                                   chief, record_dir)
   return results
+
+
+def _eval_during_training(options, trainer, eval_examples, label_list, tokenizer, chief,
+                          record_dir, task):
+  """--eval_every_steps: the Trainer.train arguments that evaluate on the dev set
+  (eval.tf_record) during training, keep the best model by the task's metric_name in
+  output_dir/best (TF1 names: checkpoints.save_tf1_checkpoint) and stop early after
+  --early_stopping_patience evaluations without improvement (training.EvalHook); {} when
+  --eval_every_steps is 0."""
+  if not options.eval_every_steps:
+    return {}
+  record_file = os.path.join(record_dir, "eval.tf_record")
+  file_based_convert_examples_to_features(eval_examples, label_list, options.max_seq_length,
+                                          tokenizer, record_file)
+  infer = classifier_inference_fn(trainer.model, trainer.strategy, trainer.use_xla,
+                                  task.is_regression)
+
+  def evaluate(step):
+    logits, labels, real, sizes = predict_logits(
+        trainer.model, record_file, options.max_seq_length, options.eval_batch_size,
+        trainer.strategy, trainer.use_xla, task.is_regression, options.trim_eval_batches, infer)
+    return eval_metrics(logits, labels, real, sizes, step, task.metric_name, task.is_regression)
+
+  hook = training.EvalHook(
+      evaluate, options.output_dir, metric_name=task.metric_name,
+      patience=options.early_stopping_patience, chief=chief,
+      save_best=lambda d: checkpoints.save_tf1_checkpoint(trainer.model,
+                                                          os.path.join(d, "model.ckpt")))
+  return {"eval_every_steps": options.eval_every_steps, "eval_fn": hook}
+
+
+def _restore_best(options, trainer):
+  """--do_eval / --do_predict use output_dir/best (the best of the evaluations during
+  training) when it exists: its weights and step are loaded into trainer. Logs which."""
+  best = os.path.join(options.output_dir, training.EvalHook.BEST)
+  results = os.path.join(best, "eval_results.txt")
+  if not tf.io.gfile.exists(results):
+    if options.eval_every_steps:
+      logging.info("No %s: evaluating/predicting with the final weights", best)
+    return
+  checkpoints.load_checkpoint(trainer.model, best)
+  step = int(training.read_results(results)["global_step"])
+  trainer.global_step.assign(step)
+  logging.info("Evaluating/predicting with the best model of the evaluations during training: "
+               "%s (step %d)", best, step)
 
 
 def _evaluate(options, trainer, eval_examples, label_list, tokenizer, chief, record_dir):
@@ -962,7 +1046,8 @@ def _logits_over(examples, split, heading, batch_size, options, trainer, label_l
   logging.info("  Num examples = %d (%d actual, %d padding)", len(examples), len(examples), 0)
   logging.info("  Batch size = %d", batch_size)
   return predict_logits(trainer.model, record_file, options.max_seq_length, batch_size,
-                        trainer.strategy, trainer.use_xla, label_list is None)
+                        trainer.strategy, trainer.use_xla, label_list is None,
+                        options.trim_eval_batches)
 
 
 def _predict(options, trainer, predict_examples, label_list, tokenizer, chief, record_dir):

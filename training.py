@@ -24,14 +24,18 @@ inference.py, flops.py (MFU) and cli.py (flags, main, result files).
 
 import abc
 import datetime
+import json
+import os
 import time
 
 from absl import logging
 import keras
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from bert_keras import checkpoints
+from bert_keras import cli
 from bert_keras import distribution
 from bert_keras import input_pipeline
 from bert_keras import optimization
@@ -214,7 +218,7 @@ class Trainer:
   def train(self, dataset_fn, *, num_train_steps, steps_per_loop, output_dir,
             save_checkpoints_steps, keep_checkpoint_max=5, init_fn=None,
             global_batch_size, log_every_steps=100, flops_per_sequence=None, peak_flops=None,
-            log_fn=None):
+            log_fn=None, eval_every_steps=0, eval_fn=None):
     """Trains to num_train_steps (global), resuming from output_dir.
 
     dataset_fn(input_context, skip_records_per_pipeline) -> per-replica batched
@@ -226,9 +230,20 @@ class Trainer:
     flops_per_sequence and peak_flops are given, ETA), the same values are written as
     TensorBoard scalars and passed to log_fn(step, stats) if given, and a checkpoint is
     saved at the save_checkpoints_steps multiples and at the end. Returns the final step.
+
+    Evaluation during training (eval_every_steps > 0 and eval_fn given, e.g. an EvalHook):
+    the device calls also stop at every multiple of eval_every_steps; there and at
+    num_train_steps a checkpoint is saved, then eval_fn(step) is called, and training stops
+    early when it returns True. On a resume, when eval_fn has them (EvalHook does), an
+    evaluation that a kill skipped (a boundary step without eval_fn.evaluated(step)) is made
+    first, and nothing is trained when eval_fn.stopped() (early stopping already happened).
     """
     if log_every_steps < 0:
       raise ValueError(f"--log_every_steps={log_every_steps}: must be >= 0")
+    if eval_every_steps < 0:
+      raise ValueError(f"--eval_every_steps={eval_every_steps}: must be >= 0")
+    if eval_fn is None:
+      eval_every_steps = 0
     chief = distribution.is_chief(self.strategy)
     directory = distribution.worker_dir(self.strategy, output_dir)
     tf.io.gfile.makedirs(directory)
@@ -238,6 +253,9 @@ class Trainer:
     if not self.restore_latest(output_dir) and init_fn is not None:
       init_fn()
     step = int(self.global_step.numpy())
+    if eval_every_steps and self._resume_evaluation(step, num_train_steps, eval_every_steps,
+                                                    eval_fn):
+      return step
     if step >= num_train_steps:
       logging.info("global step %d >= num_train_steps %d: nothing to train", step,
                    num_train_steps)
@@ -250,7 +268,7 @@ class Trainer:
     progress = Progress(step, num_train_steps, self.task.examples_name)
     while step < num_train_steps:
       n = steps_to_run(step, num_train_steps, steps_per_loop, log_every_steps,
-                       save_checkpoints_steps)
+                       save_checkpoints_steps, eval_every_steps)
       start = time.perf_counter()
       sums = self._train_loop(iterator, tf.constant(n, tf.int32))
       sums = {k: float(v.numpy()) for k, v in sums.items()}
@@ -262,14 +280,35 @@ class Trainer:
       if log_fn is not None:
         log_fn(step, stats)
       write_scalars(writer, step, stats)
-      if step == num_train_steps or (save_checkpoints_steps and
-                                     step % save_checkpoints_steps == 0):
+      evaluate = _is_eval_step(step, num_train_steps, eval_every_steps)
+      if evaluate or step == num_train_steps or (save_checkpoints_steps and
+                                                 step % save_checkpoints_steps == 0):
         path = manager.save(checkpoint_number=step)
         if chief:
           logging.info("Saved checkpoint %s", path)
+      if evaluate and eval_fn(step):
+        logging.info("Early stopping at step %d", step)
+        break
     if not chief:
       tf.io.gfile.rmtree(directory)
     return step
+
+  @staticmethod
+  def _resume_evaluation(step, num_train_steps, eval_every_steps, eval_fn):
+    """At the start of train(): makes the evaluation of `step` when it is an evaluation step
+    that eval_fn has not recorded (a kill between the checkpoint and the evaluation); True
+    when training must not go on (eval_fn says it stopped early)."""
+    evaluated = getattr(eval_fn, "evaluated", lambda step: True)  # (a plain callable: no
+    stopped = getattr(eval_fn, "stopped", lambda: False)            # memory of past runs)
+    if (step and _is_eval_step(step, num_train_steps, eval_every_steps) and
+        not evaluated(step)):
+      logging.info("Evaluating step %d (its evaluation is missing)", step)
+      if eval_fn(step):
+        return True
+    if stopped():
+      logging.info("Early stopping already happened (see the history): nothing to train")
+      return True
+    return False
 
   def _checkpoint(self):
     """A tf.train.Checkpoint of model, optimizer and step (training_checkpoints)."""
@@ -328,15 +367,21 @@ class Trainer:
 # Progress.
 
 def steps_to_run(step, num_train_steps, steps_per_loop, log_every_steps,
-                 save_checkpoints_steps):
+                 save_checkpoints_steps, eval_every_steps=0):
   """The number of steps of the next device call from `step`: at most steps_per_loop, ending
-  at num_train_steps or at the next multiple of log_every_steps or of
-  save_checkpoints_steps (0: no such boundary), whichever comes first."""
+  at num_train_steps or at the next multiple of log_every_steps, of save_checkpoints_steps
+  or of eval_every_steps (0: no such boundary), whichever comes first."""
   end = min(num_train_steps, step + steps_per_loop)
-  for every in (log_every_steps, save_checkpoints_steps):
+  for every in (log_every_steps, save_checkpoints_steps, eval_every_steps):
     if every > 0:
       end = min(end, (step // every + 1) * every)
   return end - step
+
+
+def _is_eval_step(step, num_train_steps, eval_every_steps):
+  """Whether train() evaluates after `step`: a multiple of eval_every_steps or the last step
+  (never when eval_every_steps is 0)."""
+  return bool(eval_every_steps) and (step % eval_every_steps == 0 or step == num_train_steps)
 
 
 # The stats that every progress line shows in its own place (the task's others follow loss).
@@ -390,6 +435,149 @@ def write_scalars(writer, step, values):
 
 
 # ----------------------------------------------------------------------------
+# Evaluation during training.
+
+class EvalHook:
+  """Trainer.train's eval_fn: evaluation every N steps with a history, the best model kept
+  and early stopping.
+
+  hook(step) calls evaluate(step) -> {name: number} (the metrics, e.g. eval_accuracy,
+  eval_loss, global_step), logs them, and on the chief writes them as TensorBoard scalars
+  under <output_dir>/eval (as the Estimator did) and appends them as one JSON object
+  ({"global_step": step, name: value, ...}) to <output_dir>/eval_history.jsonl (rewritten
+  atomically; an entry for a step at or after `step`, left by a killed run, is replaced).
+  When metrics[metric_name] beats (>) the best so far, save_best(directory) writes the model
+  into a temporary directory that also gets the metrics as eval_results.txt and is then
+  renamed <output_dir>/best. Returns True (stop) when `patience` > 0 and the metric has not
+  improved for `patience` evaluations. A resumed run reads the history back and the best
+  value from best/eval_results.txt.
+  """
+
+  HISTORY = "eval_history.jsonl"
+  BEST = "best"
+
+  def __init__(self, evaluate, output_dir, *, metric_name="eval_accuracy", patience=0,
+               save_best=None, chief=True):
+    if patience < 0:
+      raise ValueError(f"--early_stopping_patience={patience}: must be >= 0")
+    self.evaluate, self.output_dir, self.metric_name = evaluate, output_dir, metric_name
+    self.patience, self.save_best, self.chief = patience, save_best, chief
+    self.best_dir = os.path.join(output_dir, self.BEST)
+    self.history = read_eval_history(output_dir)
+    if chief:
+      _recover_best_dir(self.best_dir)
+    self.best_value = best_metric(output_dir, metric_name)
+    self._writer = None
+
+  def evaluated(self, step):
+    """Whether the history holds an evaluation of `step`."""
+    return any(entry["global_step"] == step for entry in self.history)
+
+  def stopped(self):
+    """Whether the history ends with `patience` evaluations without improvement."""
+    return bool(self.patience) and self._since_improvement() >= self.patience
+
+  def _since_improvement(self):
+    best, since = None, 0
+    for entry in self.history:
+      value = entry.get(self.metric_name)
+      if value is not None and (best is None or value > best):
+        best, since = value, 0
+      else:
+        since += 1
+    return since
+
+  def __call__(self, step):
+    raw = {**self.evaluate(step), "global_step": int(step)}  # as eval_results.txt shows them
+    metrics = {k: _json_number(v) for k, v in raw.items()}
+    if self.metric_name not in metrics:
+      raise ValueError(f"the evaluation gives no {self.metric_name} (it gives "
+                       f"{sorted(metrics)})")
+    value = metrics[self.metric_name]
+    improved = self.best_value is None or value > self.best_value
+    logging.info("Evaluation at step %d: %s%s", step, ", ".join(
+        f"{k} = {v:.6g}" for k, v in sorted(metrics.items()) if k != "global_step"),
+        " (best so far)" if improved else f" (best {self.metric_name} = {self.best_value:.6g})")
+    self.history = [e for e in self.history if e["global_step"] < step] + [metrics]
+    if self.chief:
+      if self._writer is None:
+        self._writer = tf.summary.create_file_writer(os.path.join(self.output_dir, "eval"))
+      write_scalars(self._writer, step,
+                    {k: v for k, v in metrics.items() if k != "global_step"})
+      if improved and self.save_best is not None:
+        self._write_best(raw)
+      cli.write_text_atomic(os.path.join(self.output_dir, self.HISTORY), "".join(
+          json.dumps(e, sort_keys=True) + "\n" for e in self.history))
+    if improved:
+      self.best_value = value
+    return self.stopped()
+
+  def _write_best(self, metrics):
+    tmp = "%s.tmp-%d" % (self.best_dir, os.getpid())
+    old = "%s.old-%d" % (self.best_dir, os.getpid())
+    if tf.io.gfile.exists(tmp):
+      tf.io.gfile.rmtree(tmp)
+    tf.io.gfile.makedirs(tmp)
+    self.save_best(tmp)
+    cli.write_text_atomic(os.path.join(tmp, "eval_results.txt"), cli.format_results(metrics))
+    metrics = {k: _json_number(v) for k, v in metrics.items()}
+    if tf.io.gfile.exists(self.best_dir):
+      tf.io.gfile.rename(self.best_dir, old)
+    tf.io.gfile.rename(tmp, self.best_dir)
+    if tf.io.gfile.exists(old):
+      tf.io.gfile.rmtree(old)
+    logging.info("Saved the best model (step %d, %s = %.6g) in %s", metrics["global_step"],
+                 self.metric_name, metrics[self.metric_name], self.best_dir)
+
+
+def _json_number(value):
+  """A metric (Python or NumPy number) -> int or float."""
+  if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+    return int(value)
+  return float(value)
+
+
+def _recover_best_dir(best_dir):
+  """A kill while best/ was being replaced: puts back the previous best/ (renamed
+  best.old-<pid>) when best/ is missing, and removes the leftover temporaries."""
+  leftovers = tf.io.gfile.glob(best_dir + ".old-*") + tf.io.gfile.glob(best_dir + ".tmp-*")
+  for path in leftovers:
+    if ".old-" in os.path.basename(path) and not tf.io.gfile.exists(best_dir):
+      tf.io.gfile.rename(path, best_dir)
+    else:
+      tf.io.gfile.rmtree(path)
+
+
+def read_eval_history(output_dir):
+  """The entries (dicts) of <output_dir>/eval_history.jsonl, in order; [] without it."""
+  path = os.path.join(output_dir, EvalHook.HISTORY)
+  if not tf.io.gfile.exists(path):
+    return []
+  with tf.io.gfile.GFile(path) as f:
+    return [json.loads(line) for line in f if line.strip()]
+
+
+def read_results(path):
+  """An eval_results.txt ("key = value" lines) -> {key: value string}."""
+  with tf.io.gfile.GFile(path) as f:
+    return dict(line.rstrip("\n").split(" = ", 1) for line in f if " = " in line)
+
+
+def best_metric(output_dir, metric_name):
+  """metric_name's value (float) in <output_dir>/best/eval_results.txt, or None."""
+  path = os.path.join(output_dir, EvalHook.BEST, "eval_results.txt")
+  if not tf.io.gfile.exists(path):
+    return None
+  text = read_results(path).get(metric_name)
+  if text is None:
+    return None
+  # A float32 metric (the original's) is written as its shortest repr: read it back as the
+  # same float32, to compare equal to a re-evaluation (a float64 one is exact as it is).
+  single = np.float32(text)
+  return float(single) if str(single) == text else float(text)
+
+
+# ----------------------------------------------------------------------------
 # What the run_* scripts call.
 
 def check_training_numbers(options):
@@ -398,7 +586,8 @@ def check_training_numbers(options):
   --save_checkpoints_steps would never reach a checkpoint boundary)."""
   if not options.learning_rate > 0:
     raise ValueError(f"--learning_rate={options.learning_rate}: must be > 0")
-  for name in ("save_checkpoints_steps", "log_every_steps", "keep_checkpoint_max"):
+  for name in ("save_checkpoints_steps", "log_every_steps", "keep_checkpoint_max",
+               "eval_every_steps", "early_stopping_patience"):
     value = getattr(options, name, 0)
     if value is not None and value < 0:
       raise ValueError(f"--{name}={value}: must be >= 0")
@@ -430,12 +619,13 @@ def build_trainer(options, strategy, make_model, task, num_train_steps, num_warm
                  variable_names=checkpoints.tf1_variable_map(model))
 
 
-def fine_tune(trainer, options, train_file, decode_fn, num_train_steps):
+def fine_tune(trainer, options, train_file, decode_fn, num_train_steps, **extra):
   """The fine-tuning scripts' training (run_classifier, run_squad): the records of
   train_file decoded by decode_fn, options.train_batch_size sequences a step (split over the
   replicas and options.gradient_accumulation_steps micro-batches), num_train_steps steps,
   warm-started from options.init_checkpoint, checkpoints in options.output_dir (resumed
-  when there); a progress line every options.log_every_steps steps."""
+  when there); a progress line every options.log_every_steps steps. extra: more
+  Trainer.train arguments (eval_every_steps, eval_fn)."""
   per_replica = input_pipeline.per_replica_batch_size(
       options.train_batch_size, trainer.strategy, options.gradient_accumulation_steps,
       "--train_batch_size")
@@ -444,7 +634,7 @@ def fine_tune(trainer, options, train_file, decode_fn, num_train_steps):
     return input_pipeline.training_dataset([train_file], decode_fn, per_replica, input_context,
                                            seed=options.seed, skip_records=skip_records)
 
-  train_as_configured(trainer, dataset, options, num_train_steps)
+  train_as_configured(trainer, dataset, options, num_train_steps, **extra)
 
 
 def train_as_configured(trainer, dataset_fn, options, num_train_steps, **extra):
@@ -452,7 +642,7 @@ def train_as_configured(trainer, dataset_fn, options, num_train_steps, **extra):
   call, checkpoints every options.save_checkpoints_steps in options.output_dir (resumed when
   there, else warm-started from options.init_checkpoint), options.train_batch_size sequences a
   step, a progress line every options.log_every_steps steps. extra: more Trainer.train
-  arguments (run_pretraining's flops_per_sequence, peak_flops)."""
+  arguments (run_pretraining's flops_per_sequence, peak_flops; eval_every_steps, eval_fn)."""
   trainer.train(dataset_fn, num_train_steps=num_train_steps,
                 steps_per_loop=options.iterations_per_loop, output_dir=options.output_dir,
                 save_checkpoints_steps=options.save_checkpoints_steps,

