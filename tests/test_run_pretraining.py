@@ -479,7 +479,7 @@ def test_records_that_do_not_match_the_flags_or_config(data, tmp_path):
       f"--input_file {records}: record 0 has {PRED} values of masked_lm_positions")
   small = dict(json.loads((data / "config_nodropout.json").read_text()), vocab_size=20)
   (tmp_path / "small.json").write_text(json.dumps(small))
-  message = _bad_run(data, tmp_path, input_file=records,
+  message = _bad_run(data, tmp_path, input_file=records, init_checkpoint=None,
                      bert_config_file=str(tmp_path / "small.json"))
   assert message.startswith(f"--input_file {records}: record 0 has token id ")
   assert message.endswith(f"but --bert_config_file {tmp_path}/small.json has vocab_size 20 "
