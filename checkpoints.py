@@ -288,12 +288,13 @@ def config_sizes(shapes):
   return sizes
 
 
-def check_config_matches(config, path):
-  """CheckpointError (one line) when the BertConfig `config` cannot load the checkpoint at
-  `path`, found from the checkpoint's shapes before any model is built: a vocab, hidden,
-  intermediate, position or token-type size that differs, or more layers than it holds
-  (fewer load: the first ones)."""
-  sizes = config_sizes(checkpoint_shapes(path))
+def check_config_matches(config, checkpoint):
+  """CheckpointError (one line) when the BertConfig `config` cannot load `checkpoint` (a path,
+  or its checkpoint_shapes), found from the checkpoint's shapes before any model is built: a
+  vocab, hidden, intermediate, position or token-type size that differs, or more layers than
+  it holds (fewer load: the first ones)."""
+  shapes = checkpoint if isinstance(checkpoint, dict) else checkpoint_shapes(checkpoint)
+  sizes = config_sizes(shapes)
   wrong = []
   for field, size in sizes.items():
     value = getattr(config, field, None)

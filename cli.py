@@ -233,12 +233,17 @@ def load_and_check_config(options):
     sources.append(("--output_dir", training_checkpoints.latest_checkpoint(output_dir,
                                                                            warn=False)))
   for flag, path in sources:
-    if path:
-      try:
-        checkpoints.check_config_matches(config, path)
-      except ValueError as e:
-        raise ValueError(f"--bert_config_file {options.bert_config_file} does not fit {flag} "
-                         f"{path}: {e}") from None
+    if not path:
+      continue
+    try:
+      shapes = checkpoints.checkpoint_shapes(path)
+    except (ValueError, tf.errors.OpError):
+      continue  # not a checkpoint: reported where the script loads it, in its own words
+    try:
+      checkpoints.check_config_matches(config, shapes)
+    except ValueError as e:
+      raise ValueError(f"--bert_config_file {options.bert_config_file} does not fit {flag} "
+                       f"{path}: {e}") from None
   check_memory(config, options)
   return config
 

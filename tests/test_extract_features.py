@@ -354,7 +354,7 @@ def test_bad_input_raises_one_line_errors(tiny, tmp_path):
       f"--init_checkpoint {tmp_path}/corrupt.ckpt: ")
   wider = modeling.BertConfig(**{**CONFIG, "hidden_size": 64, "intermediate_size": 128})
   (tmp_path / "wider.json").write_text(wider.to_json_string())
-  assert "does not match the checkpoint" in error(bert_config_file=str(tmp_path / "wider.json"))
+  assert "does not fit --init_checkpoint" in error(bert_config_file=str(tmp_path / "wider.json"))
   (tmp_path / "latin1.txt").write_bytes(b"the dog\nis \xe9 hairy\n")
   assert error(input_file=str(tmp_path / "latin1.txt")) == \
       f"--input_file {tmp_path}/latin1.txt, line 2: not valid UTF-8 (invalid continuation byte)"
