@@ -212,6 +212,20 @@ def test_output_dir_that_cannot_be_made(data, tmp_path, monkeypatch, where):  # 
   assert "\n" not in str(info.value)
 
 
+def test_failed_run_removes_the_output_dir_it_made(data, tmp_path, monkeypatch):  # noqa: F811
+  def fail(config):
+    raise ValueError("no model today")
+  monkeypatch.setattr(modeling, "BertPretrainer", fail)
+  out = tmp_path / "new" / "out"
+  with pytest.raises(ValueError, match="no model today"):
+    run_pretraining.run(_options(data, out))
+  assert not out.exists()
+  out.mkdir(parents=True)                                  # one that was there stays
+  with pytest.raises(ValueError, match="no model today"):
+    run_pretraining.run(_options(data, out))
+  assert out.is_dir() and not os.listdir(out)
+
+
 def test_command_line_output_dir_below_a_file(data, tmp_path):  # noqa: F811
   proc = subprocess.run(
       [sys.executable, str(REPO / "run_pretraining.py"), f"--input_file={data}/part-0.tfrecord",
@@ -329,6 +343,14 @@ def test_config_sizes_of_every_checkpoint_format(data, tmp_path, write_bin):  # 
                            list(value.shape), [value.shape[1], 1] if value.ndim == 2 else [1])
              for i, (name, value) in enumerate(state.items())}
   assert checkpoints.config_sizes(checkpoints.checkpoint_shapes(write_bin(tensors))) == expected
+  # A config changed between two runs into one --output_dir: refused before the model.
+  wide = _config_file(tmp_path, "wide.json", hidden_size=64, intermediate_size=128)
+  with pytest.raises(ValueError) as info:
+    run_pretraining.run(_options(data, out, bert_config_file=str(wide), init_checkpoint=None))
+  assert str(info.value) == (
+      f"--bert_config_file {wide} does not fit --output_dir {out}/model.ckpt-3: hidden_size 64 "
+      "in the config, 32 in the checkpoint; intermediate_size 128 in the config, 64 in the "
+      "checkpoint")
   big = modeling.BertConfig.from_dict(dict(config.to_dict(), hidden_size=16384))
   with pytest.raises(checkpoints.CheckpointError, match="hidden_size 16384 in the config, 32"):
     checkpoints.check_config_matches(big, str(st.parent))

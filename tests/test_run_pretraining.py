@@ -423,6 +423,8 @@ def test_sigkill_and_restart_resumes_exactly(data, tmp_path):
   proc = subprocess.run(command(out), env=ENV, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert f"Restoring from {killed_at}" in proc.stderr
+  assert not [p.name for p in out.iterdir() if ".tmp" in p.name or "_temp" in p.name
+              or p.name == cli.LOCK_NAME]
   assert "skipping" in proc.stderr
   _assert_same_weights(_weights(tmp_path / "ref" / "bert_model.ckpt"),
                        _weights(out / "bert_model.ckpt"), atol=1e-6)
