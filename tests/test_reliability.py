@@ -429,3 +429,36 @@ def test_tsv_field_over_the_csv_limit_is_read(tmp_path):
   small.write_text(f"sentence\tlabel\n{'word ' * 20000}\t1\n", encoding="utf-8")
   assert original.DataProcessor._read_tsv(str(small)) == run_classifier.DataProcessor._read_tsv(
       str(small))
+
+
+def test_fine_tuning_scripts_take_the_lock(tmp_path):
+  """run_classifier and run_squad refuse a held --output_dir too (before any model)."""
+  from bert_keras import run_squad  # pylint: disable=g-import-not-at-top
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(t + "\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                              "the", "dog", "runs", "who"]))
+  config = _config_file(tmp_path, "config.json")
+  cola = tmp_path / "cola"
+  cola.mkdir()
+  (cola / "train.tsv").write_text("src\t1\t\tthe dog runs\nsrc\t0\t\tdog the runs\n")
+  squad = tmp_path / "train.json"
+  squad.write_text(json.dumps({"data": [{"paragraphs": [{"context": "the dog runs", "qas": [
+      {"id": "q1", "question": "who runs", "answers": [{"text": "dog", "answer_start": 4}]}]}]}]}))
+  out = str(tmp_path / "out")
+  runs = {
+      "run_classifier": lambda: run_classifier.run(run_classifier.options(
+          data_dir=str(cola), task_name="CoLA", vocab_file=str(vocab), do_train=True,
+          bert_config_file=str(config), output_dir=out, max_seq_length=16,
+          train_batch_size=1)),
+      "run_squad": lambda: run_squad.run(run_squad.options(
+          train_file=str(squad), vocab_file=str(vocab), do_train=True, max_seq_length=32,
+          max_query_length=8, doc_stride=8, bert_config_file=str(config), output_dir=out,
+          train_batch_size=1)),
+  }
+  with cli.output_directory(_one_device(), out):
+    for name, run in runs.items():
+      with pytest.raises(ValueError) as info:
+        run()
+      assert str(info.value).startswith(f"--output_dir {out}: another run (pid {os.getpid()}"), (
+          name)
+  assert os.listdir(out) == []
