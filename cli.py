@@ -422,10 +422,13 @@ class _OutputLock(object):
       fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
       try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-      except OSError:
+      except BlockingIOError:
         text = os.read(fd, 4096).decode("utf-8", "replace")
         os.close(fd)
         raise self._refuse(text) from None
+      except OSError:  # a file system without flock (some NFS mounts): the pid alone
+        os.close(fd)
+        return self._acquire_by_pid(take_empty=True)
       try:  # the holder may have removed the file between our open and flock: use the new one
         same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
       except FileNotFoundError:
@@ -442,16 +445,19 @@ class _OutputLock(object):
     os.write(fd, _owner_text().encode("utf-8"))
     self.fd = fd
 
-  def _acquire_by_pid(self):
+  def _acquire_by_pid(self, take_empty=False):
     gfile = tf.io.gfile
     if gfile.exists(self.path):
       with gfile.GFile(self.path, "r") as f:
         text = f.read()
       pid, host = _parse_owner(text)
+      if pid is None and take_empty and not text.strip():
+        pid, host = 0, socket.gethostname()  # the empty file our failed flock made
       if pid is None or host != socket.gethostname() or file_io.process_is_alive(pid):
         raise self._refuse(text)
-      logging.warning("%s: taking over the lock of pid %d, a run that ended without "
-                      "releasing it", self.directory, pid)
+      if pid:
+        logging.warning("%s: taking over the lock of pid %d, a run that ended without "
+                        "releasing it", self.directory, pid)
       gfile.remove(self.path)
     with gfile.GFile(self.path, "w") as f:
       f.write(_owner_text())

@@ -462,3 +462,19 @@ def test_fine_tuning_scripts_take_the_lock(tmp_path):
       assert str(info.value).startswith(f"--output_dir {out}: another run (pid {os.getpid()}"), (
           name)
   assert os.listdir(out) == []
+
+
+def test_lock_on_a_file_system_without_flock(tmp_path, monkeypatch):
+  import errno  # pylint: disable=g-import-not-at-top
+  import fcntl  # pylint: disable=g-import-not-at-top
+
+  def no_flock(fd, operation):
+    raise OSError(errno.ENOLCK, "No locks available")
+  monkeypatch.setattr(fcntl, "flock", no_flock)
+  out = str(tmp_path / "out")
+  with cli.output_directory(_one_device(), out):
+    assert open(os.path.join(out, cli.LOCK_NAME)).read().split()[0] == str(os.getpid())
+    with pytest.raises(ValueError, match="another run"):
+      with cli.output_directory(_one_device(), out):
+        pass
+  assert os.listdir(out) == []
