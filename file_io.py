@@ -1,7 +1,8 @@
 # coding=utf-8
 """Files for create_pretraining_data: local paths with open(), paths with a scheme
-(gs://, file://, ...) through tf.io.gfile; outputs under a temporary name, renamed when
-complete. TensorFlow is imported only for paths with a scheme."""
+(gs://, file://, ...) through tf.io.gfile; outputs under a temporary name (.<name>.tmp-<pid>),
+renamed when complete, and the temporaries of dead runs removed (remove_stale_temporaries,
+which every script uses). TensorFlow is imported only for paths with a scheme."""
 
 import glob
 import os
