@@ -34,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from bert_keras import file_io
 from bert_keras import modeling
 
 
@@ -239,6 +240,72 @@ def _resolve_checkpoint(path):
   return "tf", path
 
 
+def checkpoint_shapes(path):
+  """{checkpoint name: shape tuple} of the checkpoint at `path` (anything load_checkpoint
+  reads), from its index or header alone: no tensor is read. CheckpointError if `path` is not
+  a checkpoint."""
+  kind, resolved = _resolve_checkpoint(os.fspath(path))
+  if kind == "tf":
+    try:
+      shapes = tf.train.load_checkpoint(resolved).get_variable_to_shape_map()
+    except tf.errors.OpError as e:
+      raise CheckpointError("%s: unreadable checkpoint: %s"
+                            % (resolved, " ".join(str(e.message).split())[:200])) from None
+    return {k: tuple(v) for k, v in shapes.items()}
+  if resolved.endswith(".safetensors"):
+    return _safetensors_shapes(resolved)
+  return {name: tuple(spec.size or ()) for name, spec in
+          _read_pytorch_state(resolved, read_storages=False).items()
+          if isinstance(spec, _TensorSpec)}
+
+
+_CONFIG_SHAPES = (  # (config field, key pattern, axis of the field in that variable's shape)
+    ("vocab_size", r"embeddings/word_embeddings(?:/weight)?$", 0),
+    ("hidden_size", r"embeddings/word_embeddings(?:/weight)?$", 1),
+    ("max_position_embeddings", r"embeddings/position_embeddings(?:/weight)?$", 0),
+    ("type_vocab_size", r"embeddings/token_type_embeddings(?:/weight)?$", 0),
+    ("intermediate_size", r"layer[_/]0/intermediate/dense/kernel$", 1),
+    ("intermediate_size", r"layer[_/]0/intermediate/dense/weight$", 0))
+
+
+def config_sizes(shapes):
+  """{BertConfig field: size} that a checkpoint's {name: shape} implies (any of our formats:
+  TF1, HuggingFace, our TF2 checkpoints), with "num_hidden_layers" the number of encoder
+  layers; a field is absent where its variable is not found. Optimizer slots are ignored."""
+  normal = {}
+  for key, shape in shapes.items():
+    name = key.replace("/.ATTRIBUTES/VARIABLE_VALUE", "").replace(".S", "/").replace(".", "/")
+    normal.setdefault(name, shape)
+  sizes = {}
+  for field, pattern, axis in _CONFIG_SHAPES:
+    for name, shape in normal.items():
+      if field not in sizes and re.search(r"(?:^|/)" + pattern, name) and len(shape) == 2:
+        sizes[field] = int(shape[axis])
+  layers = {int(m.group(1)) for m in (re.search(r"(?:^|/)encoder/layer[_/](\d+)/", name)
+                                      for name in normal) if m}
+  if layers:
+    sizes["num_hidden_layers"] = max(layers) + 1
+  return sizes
+
+
+def check_config_matches(config, checkpoint):
+  """CheckpointError (one line) when the BertConfig `config` cannot load `checkpoint` (a path,
+  or its checkpoint_shapes), found from the checkpoint's shapes before any model is built: a
+  vocab, hidden, intermediate, position or token-type size that differs, or more layers than
+  it holds (fewer load: the first ones)."""
+  shapes = checkpoint if isinstance(checkpoint, dict) else checkpoint_shapes(checkpoint)
+  sizes = config_sizes(shapes)
+  wrong = []
+  for field, size in sizes.items():
+    value = getattr(config, field, None)
+    if field == "num_hidden_layers" and value is not None and value <= size:
+      continue
+    if value != size:
+      wrong.append("%s %s in the config, %d in the checkpoint" % (field, value, size))
+  if wrong:
+    raise CheckpointError("; ".join(wrong))
+
+
 def _shape_error(name, ckpt_shape, model_shape, config):
   return CheckpointError(
       "%s: checkpoint shape %s != model shape %s. The model was probably built from a "
@@ -385,7 +452,7 @@ def save_tf1_checkpoint(model, prefix):
   directory = os.path.dirname(prefix)
   if directory:
     tf.io.gfile.makedirs(directory)
-  tmp = "%s.tmp-%d" % (prefix, os.getpid())
+  tmp = file_io.temp_name(prefix)  # .<name>.tmp-<pid>: a dead run's is removed by the next
   tf.raw_ops.SaveV2(prefix=tmp, tensor_names=list(names),
                     shape_and_slices=[""] * len(names),
                     tensors=[tf.cast(v.value, tf.float32) for v in names.values()])
@@ -441,6 +508,30 @@ def read_safetensors(path):
     if name != "__metadata__":
       tensors[name] = _safetensors_array(path, name, info, body)
   return tensors
+
+
+def _safetensors_shapes(path):
+  """{name: shape} from a .safetensors file's header alone."""
+  with tf.io.gfile.GFile(path, "rb") as f:
+    head = f.read(8)
+    if len(head) < 8:
+      raise CheckpointError("%s: not a safetensors file (%d bytes)" % (path, len(head)))
+    (header_len,) = struct.unpack("<Q", head)
+    if header_len > _MAX_HEADER_BYTES:
+      raise CheckpointError("%s: header length %d exceeds the limit" % (path, header_len))
+    raw = f.read(header_len)
+  try:
+    header = json.loads(raw)
+  except ValueError as e:
+    raise CheckpointError("%s: unreadable safetensors header: %s" % (path, e)) from None
+  if not isinstance(header, dict):
+    raise CheckpointError("%s: the safetensors header is not a JSON object" % path)
+  shapes = {}
+  for name, info in header.items():
+    shape = info.get("shape") if isinstance(info, dict) else None
+    if name != "__metadata__" and isinstance(shape, list) and all(map(_is_count, shape)):
+      shapes[name] = tuple(shape)
+  return shapes
 
 
 def _safetensors_array(path, name, info, body):
@@ -537,9 +628,10 @@ class _RestrictedUnpickler(pickle.Unpickler):
   """Unpickles a torch state dict into _TensorSpecs over NumPy storages, refusing every other
   global."""
 
-  def __init__(self, file, archive, root, path):
+  def __init__(self, file, archive, root, path, read_storages=True):
     super().__init__(file)
     self._archive, self._root, self._path = archive, root, path
+    self._read_storages = read_storages
 
   def _refuse(self, what):
     return UnsafeCheckpointError("%s: %s" % (self._path, what))
@@ -575,6 +667,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
     if info.file_size > 64 * info.compress_size + (1 << 20):
       raise self._refuse("storage %r expands %d bytes to %d: refused"
                          % (key, info.compress_size, info.file_size))
+    if not self._read_storages:
+      return np.zeros(0, np.uint8)
     raw = self._archive.read(info)
     itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype or np.uint8).itemsize
     if len(raw) % itemsize:
@@ -587,19 +681,36 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 def read_pytorch_bin(path):
   """{name: np.ndarray} from a torch.save zip file, without executing pickled code."""
+  state = _read_pytorch_state(path)
+  return {name: _tensor_from_spec(path, name, value) for name, value in state.items()
+          if isinstance(value, _TensorSpec)}
+
+
+def _read_pytorch_state(path, read_storages=True):
+  """The unpickled state dict of a torch.save zip file: {name: _TensorSpec, ...}; without
+  read_storages, the storages are empty stand-ins and only the pickle is read (the specs'
+  sizes are the shapes)."""
   with tf.io.gfile.GFile(path, "rb") as f:
-    data = f.read()
-  if not zipfile.is_zipfile(io.BytesIO(data)):
-    raise CheckpointError("%s: legacy (non-zip) torch format is not supported; re-save it "
-                          "with a recent torch or convert it to model.safetensors" % path)
+    data = f.read() if read_storages else None
+    try:
+      return _unpickle_state(path, io.BytesIO(data) if read_storages else f, read_storages)
+    except zipfile.BadZipFile:
+      raise CheckpointError("%s: legacy (non-zip) torch format is not supported; re-save it "
+                            "with a recent torch or convert it to model.safetensors"
+                            % path) from None
+
+
+def _unpickle_state(path, file, read_storages):
+  if not zipfile.is_zipfile(file):
+    raise zipfile.BadZipFile(path)
   try:
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+    with zipfile.ZipFile(file) as archive:
       pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
       if len(pickles) != 1:
         raise CheckpointError("%s: expected one data.pkl in the archive" % path)
       root = pickles[0][:-len("/data.pkl")]
       state = _RestrictedUnpickler(io.BytesIO(archive.read(pickles[0])), archive, root,
-                                   path).load()
+                                   path, read_storages).load()
   except CheckpointError:
     raise
   except Exception as e:  # pylint: disable=broad-except  (a damaged archive or pickle)
@@ -607,5 +718,4 @@ def read_pytorch_bin(path):
                           % (path, type(e).__name__, e)) from None
   if not isinstance(state, dict):
     raise CheckpointError("%s: expected a state dict, got %s" % (path, type(state).__name__))
-  return {name: _tensor_from_spec(path, name, value) for name, value in state.items()
-          if isinstance(value, _TensorSpec)}
+  return state

@@ -793,9 +793,22 @@ def create_and_write(config, tokenizer, files, seed, output_files, progress, log
   return len(store)
 
 
+def remove_dead_temporaries(output_files):
+  """Removes the .<output>[-<p>-of-<P>].tmp-<pid> files of `output_files` whose writer is gone
+  (file_io.remove_stale_temporaries), with a log line each."""
+  by_directory = {}
+  for path in output_files:
+    directory, name = os.path.split(path)
+    by_directory.setdefault(directory or ".", set()).add(name)
+  for directory, names in sorted(by_directory.items()):
+    file_io.remove_stale_temporaries(directory, finals=names, log=logging.warning)
+
+
 def run(config):
-  """Runs create_pretraining_data; returns the number of instances written."""
+  """Runs create_pretraining_data; returns the number of instances written. First removes the
+  temporaries of its output files that runs which died before finishing left."""
   random_replay.self_check()
+  remove_dead_temporaries(config.output_files)
   tokenizer = make_tokenizer(config)
   logging.info("*** Reading from input files ***")
   for path in config.input_files:

@@ -24,6 +24,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from bert_keras import file_io
 from bert_keras import quiet_tensorflow
 from bert_keras import tokenization
 
@@ -114,7 +115,7 @@ def learn_vocab(word_counts, vocab_size, num_unused=99, extra_reserved_tokens=()
 def write_vocab(tokens, output_file):
   """Writes one token per line, atomically (a temporary name, then a rename)."""
   import tensorflow as tf
-  tmp = output_file + ".tmp"
+  tmp = file_io.temp_name(output_file)
   with tf.io.gfile.GFile(tmp, "w") as f:
     f.write("".join(t + "\n" for t in tokens))
   tf.io.gfile.rename(tmp, output_file, overwrite=True)

@@ -9,7 +9,7 @@ extract_features.py).
 
 Same flags, input lines ("text a ||| text b") and output lines as the original; its
 TPUEstimator is replaced by one tf.function per batch under a tf.distribute strategy
-(training.py). The output is written to <output_file>.tmp and renamed when complete.
+(training.py). The output is written to .<output_file>.tmp-<pid> and renamed when complete.
 """
 
 from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
@@ -26,6 +26,7 @@ import tensorflow as tf
 from bert_keras import checkpoints
 from bert_keras import cli
 from bert_keras import distribution
+from bert_keras import file_io
 from bert_keras import inference
 from bert_keras import modeling
 from bert_keras import preprocessing
@@ -264,7 +265,7 @@ def run(options, strategy=None):
                "vocab_file"):
     if not getattr(options, name):
       raise ValueError(f"--{name} is required")
-  config = cli.load_bert_config(options.bert_config_file)
+  config = cli.load_and_check_config(options)
   layer_indexes = parse_layers(options.layers, config.num_hidden_layers)
   if options.max_seq_length < 3:
     raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3 ([CLS] a [SEP] b "
@@ -302,7 +303,7 @@ def run(options, strategy=None):
 
 
 def _write(options, examples, tokenizer, config, layer_indexes, extract):
-  """Converts, runs and writes the examples batch by batch to options.output_file + ".tmp",
+  """Converts, runs and writes the examples batch by batch to cli.temp_path(output_file),
   renamed to options.output_file at the end (removed on any error)."""
   directory = os.path.dirname(options.output_file)
   try:
@@ -310,7 +311,9 @@ def _write(options, examples, tokenizer, config, layer_indexes, extract):
       tf.io.gfile.makedirs(directory)
   except tf.errors.OpError as e:
     raise _file_error("--output_file", directory, e) from None
-  tmp = options.output_file + ".tmp"
+  file_io.remove_stale_temporaries(directory or ".", log=logging.warning,
+                                   finals={os.path.basename(options.output_file)})
+  tmp = cli.temp_path(options.output_file)
   started = last_log = time.monotonic()
   try:
     with tf.io.gfile.GFile(tmp, "w") as writer:

@@ -1,10 +1,13 @@
 # coding=utf-8
 """Files for create_pretraining_data: local paths with open(), paths with a scheme
-(gs://, file://, ...) through tf.io.gfile; outputs under a temporary name, renamed when
-complete. TensorFlow is imported only for paths with a scheme."""
+(gs://, file://, ...) through tf.io.gfile; outputs under a temporary name (.<name>.tmp-<pid>),
+renamed when complete, and the temporaries of dead runs removed (remove_stale_temporaries,
+which every script uses). TensorFlow is imported only for paths with a scheme."""
 
 import glob
 import os
+import re
+import shutil
 
 
 def is_remote(path):
@@ -84,3 +87,87 @@ def temp_name(path, tag=None):
   head, tail = path.rsplit("/", 1) if "/" in path else ("", path)
   name = ".%s.tmp-%s" % (tail, tag or os.getpid())
   return head + "/" + name if head else name
+
+
+# A temporary of temp_name: ".<final name>.tmp-<pid>", or the files of a TF checkpoint written
+# under such a prefix (".<final>.tmp-<pid>.index", ".data-00000-of-00001", TensorFlow's own
+# "_temp" directory and ".tempstate<n>" files beside them).
+_PID_TEMPORARY = re.compile(r"^\.(?P<final>.+)\.tmp-(?P<pid>\d+)"
+                            r"(?:\.index|\.data-\d{5}-of-\d{5}|_temp[^/]*)?(?:\.tempstate\d+)?$")
+
+
+def process_is_alive(pid):
+  """Whether process `pid` runs on this machine (a zombie counts as gone)."""
+  if pid <= 0:
+    return False
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # another user's process
+    return True
+  except OSError:
+    return False
+  try:
+    with open("/proc/%d/stat" % pid, "rb") as f:
+      return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+  except (OSError, IndexError):
+    return True
+
+
+def _listdir(directory):
+  if is_remote(directory):
+    return [name.rstrip("/") for name in _gfile().listdir(directory)]
+  return os.listdir(directory)
+
+
+def _remove_tree_or_file(path):
+  if is_remote(path):
+    if _gfile().isdir(path):
+      _gfile().rmtree(path)
+    else:
+      _gfile().remove(path)
+  elif os.path.isdir(path) and not os.path.islink(path):
+    shutil.rmtree(path)
+  else:
+    os.remove(path)
+
+
+def remove_stale_temporaries(directory, finals=None, is_stale=None, log=None):
+  """Removes the temporaries of dead runs from `directory` (not its subdirectories); returns
+  the removed names.
+
+  A temporary of temp_name (".<final>.tmp-<pid>", also a TF checkpoint prefix
+  "<final>.tmp-<pid>.index/.data-*") is removed when process <pid> is gone: only on a
+  local disk, where that can be told (a live concurrent writer's temporary stays).
+  finals: only the temporaries of these final names (with or without a
+  "-<p:05d>-of-<P:05d>" part suffix); None: all. is_stale(name): more names to remove (a
+  caller that holds the directory's lock knows, e.g., that TensorFlow's own checkpoint
+  temporaries, which carry no pid, are stale). log(message): told of each removal."""
+  try:
+    names = _listdir(directory)
+  except Exception:  # pylint: disable=broad-except  (no such directory: nothing to clean)
+    return []
+  removed = []
+  for name in sorted(names):
+    match = _PID_TEMPORARY.match(name)
+    stale = False
+    if match and not is_remote(directory):
+      final = re.sub(r"-\d{5}-of-\d{5}$", "", match.group("final"))
+      wanted = finals is None or match.group("final") in finals or final in finals
+      stale = wanted and not process_is_alive(int(match.group("pid")))
+    if not stale and is_stale is not None:
+      stale = is_stale(name)
+    if not stale:
+      continue
+    path = directory.rstrip("/") + "/" + name
+    try:
+      _remove_tree_or_file(path)
+    except Exception as e:  # pylint: disable=broad-except  (removed meanwhile, or read-only)
+      if log:
+        log("could not remove the stale temporary %s: %s" % (path, e))
+      continue
+    removed.append(name)
+    if log:
+      log("removed %s, a temporary left by a run that ended before it finished" % path)
+  return removed

@@ -189,6 +189,7 @@ class DataProcessor(object):
     original (which drops every "\\r"). A missing file raises ValueError naming it."""
     if not tf.io.gfile.exists(input_file):
       raise ValueError(f"--data_dir: no such file {input_file}")
+    cli.allow_long_csv_fields()
     with tf.io.gfile.GFile(input_file, "r") as f:
       reader = csv.reader(f, delimiter="\t", quotechar=quotechar)
       try:
@@ -625,7 +626,7 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
   """Writes one tf.train.Example per example (int64 input_ids, input_mask, segment_ids [S],
   label_ids [1], is_real_example [1]) to output_file (via a temporary name). label_list None
   (regression): label_ids is a float feature [1] instead."""
-  tmp = output_file + ".tmp"
+  tmp = cli.temp_path(output_file)
   with tf.io.TFRecordWriter(tmp) as writer:
     for (ex_index, example) in enumerate(examples):
       if ex_index % 10000 == 0:
@@ -859,7 +860,7 @@ def run(options, strategy=None):
   strategy (built from the options when None).
   """
   _validate(options)
-  config = cli.load_bert_config(options.bert_config_file)
+  config = cli.load_and_check_config(options)
   if options.max_seq_length > config.max_position_embeddings:
     raise ValueError(
         "Cannot use sequence length %d because the BERT model was only trained up to "
@@ -881,10 +882,9 @@ def run(options, strategy=None):
     processor = tfds_input.GlueReader(options.tfds_name, options.tfds_data_dir, processor,
                                       task_name)
   examples = read_examples(options, processor, label_list)
-  tf.io.gfile.makedirs(options.output_dir)  # (after the checks: no empty directory on error)
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
-  with distribution.record_directory(strategy, options.output_dir) as record_dir:
+  with cli.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
     return _train_eval_predict(options, strategy, config, examples, label_list, tokenizer,
                                distribution.is_chief(strategy), record_dir, task)
 

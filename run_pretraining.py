@@ -197,7 +197,7 @@ def run(options, strategy=None):
   strategy (built from the options when None).
   """
   _validate(options)
-  config = cli.load_bert_config(options.bert_config_file)
+  config = cli.load_and_check_config(options)
   if options.max_seq_length > config.max_position_embeddings:
     raise ValueError(f"--max_seq_length={options.max_seq_length} exceeds "
                      f"max_position_embeddings {config.max_position_embeddings} of "
@@ -213,11 +213,16 @@ def run(options, strategy=None):
            masked_lm_ids=preds, masked_lm_weights=preds, next_sentence_labels=1),
       vocab_size=config.vocab_size, id_features=("input_ids", "masked_lm_ids"),
       vocab_source=f"--bert_config_file {options.bert_config_file}")
-  tf.io.gfile.makedirs(options.output_dir)  # (after the checks: no empty directory on error)
   # Seeds the initial weights and the dropout seed generators (the input order has its
   # own seeds in training_dataset), so that a run is reproducible.
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
+  with cli.output_directory(strategy, options.output_dir):  # (made and locked)
+    return _train_evaluate(options, config, input_files, strategy)
+
+
+def _train_evaluate(options, config, input_files, strategy):
+  """run() after the checks, holding --output_dir."""
   per_replica_train = input_pipeline.per_replica_batch_size(
       options.train_batch_size, strategy, options.gradient_accumulation_steps,
       "--train_batch_size")

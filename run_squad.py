@@ -467,7 +467,7 @@ def _log_feature(unique_id, example_index, doc_span_index, tokens, token_to_orig
 
 
 class FeatureWriter(object):
-  """Writes InputFeatures as tf.train.Examples to `filename` (via filename.tmp, renamed by
+  """Writes InputFeatures as tf.train.Examples to `filename` (via cli.temp_path, renamed by
   close()): int64 unique_ids [1], input_ids, input_mask, segment_ids [S] and, when training,
   start_positions, end_positions and is_impossible (1/0) [1]."""
 
@@ -475,7 +475,7 @@ class FeatureWriter(object):
     self.filename = filename
     self.is_training = is_training
     self.num_features = 0
-    self._tmp = filename + ".tmp"
+    self._tmp = cli.temp_path(filename)
     self._writer = tf.io.TFRecordWriter(self._tmp)
 
   def process_feature(self, feature):
@@ -826,7 +826,7 @@ def run(options, strategy=None):
   anything is written.
   """
   _check_options(options)
-  config = cli.load_bert_config(options.bert_config_file)
+  config = cli.load_and_check_config(options)
   validate_flags_or_throw(options, config)
   train_examples = predict_examples = None
   read = (tfds_input.squad_reader(options.tfds_name, options.tfds_data_dir) if options.tfds_name
@@ -848,10 +848,9 @@ def run(options, strategy=None):
                                          do_lower_case=options.do_lower_case)
   tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
                            required=("[UNK]", "[CLS]", "[SEP]"))
-  tf.io.gfile.makedirs(options.output_dir)
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
-  with distribution.record_directory(strategy, options.output_dir) as record_dir:
+  with cli.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
     return _train_predict(options, strategy, config, tokenizer, distribution.is_chief(strategy),
                           record_dir, train_examples, num_train_steps, predict_examples)
 

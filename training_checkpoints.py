@@ -5,6 +5,9 @@ and warm-starting a model from --init_checkpoint. The checkpoint FILE FORMATS th
 --init_checkpoint also accepts (Google's TF1 checkpoints, exports, HuggingFace weights) are
 checkpoints.load_checkpoint's."""
 
+import math
+import os
+
 from absl import logging
 import tensorflow as tf
 
@@ -92,13 +95,57 @@ def make_checkpoint_manager(checkpoint, directory, max_to_keep=5):
                                     checkpoint_name="model.ckpt")
 
 
-def latest_checkpoint(directory):
-  """The newest model.ckpt-N prefix that the "checkpoint" state file of `directory` names,
-  or None (no such directory or no checkpoint yet)."""
+def latest_checkpoint(directory, warn=True):
+  """The newest READABLE model.ckpt-N prefix that the "checkpoint" state file of `directory`
+  names, or None (no such directory or no checkpoint yet).
+
+  A checkpoint whose files are incomplete (checkpoint_problem: a truncated .data file, a
+  missing or damaged .index) is skipped for the previous one the state file lists, with a
+  warning naming it (when `warn`); if none of them is readable, a ValueError naming the
+  directory and each checkpoint's problem."""
   try:
-    return tf.train.latest_checkpoint(directory)
-  except (tf.errors.NotFoundError, ValueError):
+    state = tf.train.get_checkpoint_state(directory)
+  except (tf.errors.OpError, ValueError):
     return None
+  if state is None or not state.model_checkpoint_path:
+    return None
+  paths = [p for p in state.all_model_checkpoint_paths if p != state.model_checkpoint_path]
+  paths.append(state.model_checkpoint_path)
+  paths = [p if os.path.isabs(p) or "://" in p else os.path.join(directory, p) for p in paths]
+  problems = []
+  for path in reversed(paths):
+    problem = checkpoint_problem(path)
+    if problem is None:
+      return path
+    problems.append(f"{os.path.basename(path)} ({problem})")
+    if warn:
+      logging.warning("Checkpoint %s is unreadable (%s): using the previous one", path, problem)
+  raise ValueError(f"{directory}: none of the checkpoints its \"checkpoint\" file names is "
+                   f"readable: {'; '.join(problems)}")
+
+
+def checkpoint_problem(prefix):
+  """None when the checkpoint `prefix` is complete, else what is wrong with it: no .index,
+  an .index TensorFlow cannot read, a missing .data shard, or .data files shorter than the
+  tensors the index lists (a save cut short). Reads the index and the files' sizes only."""
+  if not tf.io.gfile.exists(prefix + ".index"):
+    return "no .index file"
+  try:
+    reader = tf.train.load_checkpoint(prefix)
+    shapes = reader.get_variable_to_shape_map()
+    dtypes = reader.get_variable_to_dtype_map()
+  except (tf.errors.OpError, ValueError) as e:
+    return "unreadable .index: " + " ".join(str(getattr(e, "message", e)).split())[:200]
+  need = sum(math.prod(shapes[name]) * dtypes[name].size for name in shapes
+             if dtypes[name] != tf.string)
+  shards = tf.io.gfile.glob(prefix + ".data-?????-of-?????")
+  expected = int(shards[0][-5:]) if shards else 1
+  if len(shards) < expected:
+    return "%d of its %d .data files missing" % (expected - len(shards), expected)
+  have = sum(tf.io.gfile.stat(path).length for path in shards)
+  if have < need:
+    return "its .data files hold %d bytes, its tensors %d: truncated" % (have, need)
+  return None
 
 
 def restore_for_inference(trainer, output_dir, init_checkpoint):

@@ -213,7 +213,7 @@ def test_output_matches_the_original_main(tiny, monkeypatch):
   raw = _run_original_main(orig, tiny, theirs_file, monkeypatch)
   o = _options(tiny)
   assert extract_features.run(o) == NUM_LINES
-  assert not os.path.exists(o.output_file + ".tmp")
+  assert not [n for n in os.listdir(os.path.dirname(o.output_file)) if ".tmp" in n]
   with open(theirs_file, "rb") as f:
     theirs = f.read().decode("ascii").splitlines(keepends=True)
   with open(o.output_file, "rb") as f:
@@ -354,7 +354,7 @@ def test_bad_input_raises_one_line_errors(tiny, tmp_path):
       f"--init_checkpoint {tmp_path}/corrupt.ckpt: ")
   wider = modeling.BertConfig(**{**CONFIG, "hidden_size": 64, "intermediate_size": 128})
   (tmp_path / "wider.json").write_text(wider.to_json_string())
-  assert "does not match the checkpoint" in error(bert_config_file=str(tmp_path / "wider.json"))
+  assert "does not fit --init_checkpoint" in error(bert_config_file=str(tmp_path / "wider.json"))
   (tmp_path / "latin1.txt").write_bytes(b"the dog\nis \xe9 hairy\n")
   assert error(input_file=str(tmp_path / "latin1.txt")) == \
       f"--input_file {tmp_path}/latin1.txt, line 2: not valid UTF-8 (invalid continuation byte)"

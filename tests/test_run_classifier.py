@@ -292,7 +292,7 @@ def test_readme_command_end_to_end(glue, vocab, tmp_path):
   assert sorted(p.name for p in out.glob("*.tf_record")) == [
       "eval.tf_record", "predict.tf_record", "train.tf_record"]
   assert (out / "model.ckpt-2.index").exists() and (out / "model.ckpt-4.index").exists()
-  assert not list(out.glob("*.tmp"))
+  assert not [p for p in out.iterdir() if ".tmp" in p.name or p.name.endswith(".lock")]
   results = dict(line.split(" = ") for line in
                  (out / "eval_results.txt").read_text().splitlines())
   # The original's keys plus MRPC's official metric, F1.

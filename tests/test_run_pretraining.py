@@ -423,6 +423,8 @@ def test_sigkill_and_restart_resumes_exactly(data, tmp_path):
   proc = subprocess.run(command(out), env=ENV, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert f"Restoring from {killed_at}" in proc.stderr
+  assert not [p.name for p in out.iterdir() if ".tmp" in p.name or "_temp" in p.name
+              or p.name == cli.LOCK_NAME]
   assert "skipping" in proc.stderr
   _assert_same_weights(_weights(tmp_path / "ref" / "bert_model.ckpt"),
                        _weights(out / "bert_model.ckpt"), atol=1e-6)
@@ -479,7 +481,7 @@ def test_records_that_do_not_match_the_flags_or_config(data, tmp_path):
       f"--input_file {records}: record 0 has {PRED} values of masked_lm_positions")
   small = dict(json.loads((data / "config_nodropout.json").read_text()), vocab_size=20)
   (tmp_path / "small.json").write_text(json.dumps(small))
-  message = _bad_run(data, tmp_path, input_file=records,
+  message = _bad_run(data, tmp_path, input_file=records, init_checkpoint=None,
                      bert_config_file=str(tmp_path / "small.json"))
   assert message.startswith(f"--input_file {records}: record 0 has token id ")
   assert message.endswith(f"but --bert_config_file {tmp_path}/small.json has vocab_size 20 "

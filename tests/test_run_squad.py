@@ -691,7 +691,7 @@ def test_train_and_predict_end_to_end(orig, tokenizers, squad_run, vocab, tmp_pa
   assert (out / f"model.ckpt-{num_steps}.index").exists()
   assert sorted(p.name for p in out.glob("*.tf_record")) == ["eval.tf_record",
                                                              "train.tf_record"]
-  assert not list(out.glob("*.tmp"))
+  assert not [p for p in out.iterdir() if ".tmp" in p.name or p.name.endswith(".lock")]
   ids = _ids(fixture)
   predictions = json.loads((out / "predictions.json").read_text())
   nbest = json.loads((out / "nbest_predictions.json").read_text())

@@ -1,0 +1,480 @@
+"""Reliability of runs (issue 15): temporaries of dead runs removed, one run per --output_dir
+(a lock naming the holder's pid), --output_dir below a file or on a file system TensorFlow
+cannot reach as one-line errors, resume from the previous checkpoint when the newest is
+truncated, the config compared with the checkpoint's shapes and with the memory before any
+model is built, TSV fields over the csv module's 128 KiB limit.
+
+The run_pretraining runs reuse test_run_pretraining's tiny setup (2 layers, hidden 32)."""
+
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import oracle
+from test_checkpoint_files import _Storage, _Tensor, write_bin  # noqa: F401  (a fixture)
+from test_run_pretraining import ENV, REPO, _assert_same_weights, _options, _weights
+from test_run_pretraining import data  # noqa: F401  (a fixture)
+from bert_keras import checkpoints
+from bert_keras import cli
+from bert_keras import create_pretraining_data
+from bert_keras import file_io
+from bert_keras import modeling
+from bert_keras import run_classifier
+from bert_keras import run_pretraining
+from bert_keras import training_checkpoints
+
+
+def _dead_pid():
+  """The pid of a process that has ended (and been reaped)."""
+  proc = subprocess.Popen([sys.executable, "-c", "pass"])
+  proc.wait()
+  assert not file_io.process_is_alive(proc.pid)
+  return proc.pid
+
+
+def _one_device():
+  return tf.distribute.OneDeviceStrategy("/cpu:0")
+
+
+class _OtherWorker(object):
+  """A strategy as distribution.is_chief sees worker 1 of a multi-worker run."""
+
+  class cluster_resolver(object):  # noqa: N801
+    task_type, task_id = "worker", 1
+
+    @staticmethod
+    def cluster_spec():
+      return tf.train.ClusterSpec({"worker": ["localhost:1", "localhost:2"]})
+
+
+# ----------------------------------------------------------------------------
+# 1. Temporaries of dead runs.
+
+def test_output_directory_removes_dead_runs_temporaries_only(tmp_path, caplog):
+  out = tmp_path / "out"
+  out.mkdir()
+  dead, live = _dead_pid(), os.getpid()
+  stale = [f".train.tf_record.tmp-{dead}", f".eval_results.txt.tmp-{dead}",
+           f".bert_model.ckpt.tmp-{dead}.index",
+           f".bert_model.ckpt.tmp-{dead}.data-00000-of-00001",
+           "checkpoint.tmp" + "0123456789abcdef" * 2, "train.tf_record.tmp",
+           "model.ckpt-3.data-00000-of-00001.tempstate123"]
+  kept = [f".predict.tf_record.tmp-{live}",             # a live writer's
+          "notes.tmp", f"results.tmp-{dead}.csv", "model.ckpt-3.index", "my_temp"]
+  for name in stale + kept:
+    (out / name).write_text("x")
+  (out / "model.ckpt-6_temp").mkdir()                     # TensorFlow's, of a save cut short
+  (out / "model.ckpt-6_temp" / "part-00000-of-00001.index").write_text("x")
+  with cli.output_directory(_one_device(), str(out)) as record_dir:
+    assert record_dir == str(out)
+    assert (out / cli.LOCK_NAME).read_text().split() == [str(os.getpid()),
+                                                          socket.gethostname()]
+    assert sorted(os.listdir(out)) == sorted(kept + [cli.LOCK_NAME])
+  assert sorted(os.listdir(out)) == sorted(kept)          # the lock is gone with the run
+  removed = [r.getMessage() for r in caplog.records if "a temporary left by" in r.getMessage()]
+  assert len(removed) == len(stale) + 1
+  assert any("model.ckpt-6_temp" in line for line in removed)
+
+
+def test_create_pretraining_data_removes_its_dead_temporaries(tmp_path, caplog):
+  dead = _dead_pid()
+  names = [f".out.tfrecord.tmp-{dead}", f".out.tfrecord-00001-of-00002.tmp-{dead}",
+           f".other.tfrecord.tmp-{dead}", f".out.tfrecord.tmp-{os.getpid()}"]
+  for name in names:
+    (tmp_path / name).write_bytes(b"x" * 10)
+  create_pretraining_data.remove_dead_temporaries([str(tmp_path / "out.tfrecord")])
+  assert sorted(os.listdir(tmp_path)) == sorted(names[2:])   # another output's, a live one
+  assert sum("a temporary left by" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_temporaries_carry_the_pid(tmp_path):
+  path = str(tmp_path / "eval_results.txt")
+  assert cli.temp_path(path) == str(tmp_path / f".eval_results.txt.tmp-{os.getpid()}")
+  cli.write_text_atomic(path, "a = 1\n")
+  assert os.listdir(tmp_path) == ["eval_results.txt"]
+  prefix = str(tmp_path / "ckpt" / "bert_model.ckpt")
+  model = modeling.BertModel(modeling.BertConfig(100, hidden_size=16, num_hidden_layers=1,
+                                                 num_attention_heads=2, intermediate_size=32))
+  checkpoints.save_tf1_checkpoint(model, prefix)
+  assert sorted(os.listdir(tmp_path / "ckpt")) == ["bert_model.ckpt.data-00000-of-00001",
+                                                   "bert_model.ckpt.index"]
+
+
+# ----------------------------------------------------------------------------
+# 2. One run per output directory.
+
+def test_second_run_into_a_held_directory_is_refused(tmp_path):
+  out = str(tmp_path / "out")
+  with cli.output_directory(_one_device(), out):
+    with pytest.raises(ValueError) as info:
+      with cli.output_directory(_one_device(), out):
+        pass
+    message = str(info.value)
+    assert message.startswith(f"--output_dir {out}: another run (pid {os.getpid()}")
+    assert "\n" not in message
+    # A multi-worker run's other workers neither lock nor clean: no deadlock with the chief.
+    with cli.output_directory(_OtherWorker(), out) as record_dir:
+      assert record_dir != out and os.path.isdir(record_dir)
+  with cli.output_directory(_one_device(), out):  # released: the next run takes it
+    pass
+  assert os.listdir(out) == []
+
+
+_HOLDER = """
+import sys, time
+import tensorflow as tf
+from bert_keras import cli
+with cli.output_directory(tf.distribute.OneDeviceStrategy("/cpu:0"), sys.argv[1]):
+  print("HOLDING", flush=True)
+  time.sleep(600)
+"""
+
+
+def test_lock_of_another_process_then_of_a_killed_one(data, tmp_path, caplog):  # noqa: F811
+  out = tmp_path / "out"
+  holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(out)], env=ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+  try:
+    assert holder.stdout.readline().strip() == "HOLDING"
+    with pytest.raises(ValueError) as info:  # the script's run, before any model is built
+      run_pretraining.run(_options(data, out))
+    assert str(info.value) == (
+        f"--output_dir {out}: another run (pid {holder.pid}) is using this directory (lock "
+        f"{out / cli.LOCK_NAME}); wait for it to end or choose another --output_dir")
+    assert not list(out.glob("model.ckpt*"))
+  finally:
+    holder.kill()
+    holder.wait()
+  # Killed: its lock file stays, but the lock died with it and is taken over.
+  assert (out / cli.LOCK_NAME).read_text().split()[0] == str(holder.pid)
+  with cli.output_directory(_one_device(), str(out)):
+    pass
+  assert any(f"taking over the lock of pid {holder.pid}" in r.getMessage()
+             for r in caplog.records)
+  assert not (out / cli.LOCK_NAME).exists()
+
+
+def test_lock_by_pid_where_there_is_no_flock(tmp_path, caplog):
+  """On gs:// (here TensorFlow's ram:// file system) the lock is the pid and host in the
+  file: a live holder refuses, a dead one on this host is taken over."""
+  out = f"ram://{tmp_path.name}/out"
+  tf.io.gfile.makedirs(out)
+  lock = out + "/" + cli.LOCK_NAME
+  host = socket.gethostname()
+  with tf.io.gfile.GFile(lock, "w") as f:
+    f.write(f"{os.getpid()} {host}\n")
+  with pytest.raises(ValueError, match=f"another run \\(pid {os.getpid()} \\(this process\\)"):
+    with cli.output_directory(_one_device(), out):
+      pass
+  dead = _dead_pid()
+  tf.io.gfile.remove(lock)
+  with tf.io.gfile.GFile(lock, "w") as f:
+    f.write(f"{dead} {host}\n")
+  with cli.output_directory(_one_device(), out):
+    with tf.io.gfile.GFile(lock) as f:
+      assert f.read().split() == [str(os.getpid()), host]
+  assert f"taking over the lock of pid {dead}" in caplog.text
+  assert not tf.io.gfile.exists(lock)
+  with tf.io.gfile.GFile(lock, "w") as f:
+    f.write(f"{dead} another-host\n")                     # cannot tell: refused
+  with pytest.raises(ValueError, match=f"pid {dead} on another-host"):
+    with cli.output_directory(_one_device(), out):
+      pass
+
+
+# ----------------------------------------------------------------------------
+# 3. --output_dir that cannot be a directory.
+
+@pytest.mark.parametrize("where", ["below_a_file", "a_file", "unknown_scheme"])
+def test_output_dir_that_cannot_be_made(data, tmp_path, monkeypatch, where):  # noqa: F811
+  monkeypatch.setattr(modeling, "BertPretrainer", None)  # any model built would fail
+  a_file = tmp_path / "file.txt"
+  a_file.write_text("x")
+  out, expected = {
+      "below_a_file": (a_file / "out", f"--output_dir {a_file}/out: is below the file "
+                                       f"{a_file}, not a directory"),
+      "a_file": (a_file, f"--output_dir {a_file}: is a file, not a directory"),
+      "unknown_scheme": ("nosuchfs://bucket/out", "--output_dir nosuchfs://bucket/out: cannot "
+                                                 "create the directory: File system scheme "
+                                                 "'nosuchfs' not implemented"),
+  }[where]
+  with pytest.raises(ValueError) as info:
+    run_pretraining.run(_options(data, out))
+  assert str(info.value).startswith(expected)
+  assert "\n" not in str(info.value)
+
+
+def test_failed_run_removes_the_output_dir_it_made(data, tmp_path, monkeypatch):  # noqa: F811
+  def fail(config):
+    raise ValueError("no model today")
+  monkeypatch.setattr(modeling, "BertPretrainer", fail)
+  out = tmp_path / "new" / "out"
+  with pytest.raises(ValueError, match="no model today"):
+    run_pretraining.run(_options(data, out))
+  assert not out.exists()
+  out.mkdir(parents=True)                                  # one that was there stays
+  with pytest.raises(ValueError, match="no model today"):
+    run_pretraining.run(_options(data, out))
+  assert out.is_dir() and not os.listdir(out)
+
+
+def test_command_line_output_dir_below_a_file(data, tmp_path):  # noqa: F811
+  proc = subprocess.run(
+      [sys.executable, str(REPO / "run_pretraining.py"), f"--input_file={data}/part-0.tfrecord",
+       "--output_dir=/etc/passwd/out", "--do_train=True",
+       f"--bert_config_file={data / 'config.json'}", "--max_seq_length=32",
+       "--max_predictions_per_seq=5"], env=ENV, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "error: --output_dir /etc/passwd/out: is below the file /etc/passwd, not a directory")
+  assert "Traceback" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------
+# 4. A truncated newest checkpoint: resume from the previous one.
+
+def test_truncated_or_incomplete_newest_checkpoint_falls_back(data, tmp_path, caplog):  # noqa: F811
+  out = tmp_path / "out"
+  run_pretraining.run(_options(data, out))                 # checkpoints 3 and 6
+  reference = _weights(out / "bert_model.ckpt")             # the final export (TF1 names)
+  assert training_checkpoints.checkpoint_problem(str(out / "model.ckpt-6")) is None
+  # A save cut short: half the data of the newest checkpoint, and TF's temporary directory.
+  data_file = out / "model.ckpt-6.data-00000-of-00001"
+  data_file.write_bytes(data_file.read_bytes()[:data_file.stat().st_size // 2])
+  (out / "model.ckpt-6_temp").mkdir()
+  assert "truncated" in training_checkpoints.checkpoint_problem(str(out / "model.ckpt-6"))
+  caplog.clear()
+  run_pretraining.run(_options(data, out))
+  assert (f"Checkpoint {out}/model.ckpt-6 is unreadable (its .data files hold" in caplog.text)
+  assert f"Restoring from {out}/model.ckpt-3" in caplog.text
+  assert not (out / "model.ckpt-6_temp").exists()
+  # Steps 4-6 again from checkpoint 3: the same weights as the first run's (no dropout).
+  _assert_same_weights(reference, _weights(out / "bert_model.ckpt"), atol=1e-6)
+
+  (out / "model.ckpt-6.index").unlink()                    # an index never written
+  caplog.clear()
+  results = run_pretraining.run(_options(data, out, do_train=False, do_eval=True))
+  assert "model.ckpt-6 is unreadable (no .index file)" in caplog.text
+  assert int(results["global_step"]) == 3
+
+  for name in ("model.ckpt-3.index",):
+    (out / name).unlink()
+  with pytest.raises(ValueError) as info:
+    run_pretraining.run(_options(data, out))
+  assert str(info.value) == (
+      f"{out}: none of the checkpoints its \"checkpoint\" file names is readable: "
+      "model.ckpt-6 (no .index file); model.ckpt-3 (no .index file)")
+
+
+# ----------------------------------------------------------------------------
+# 5. The config against the checkpoint and the memory, before any model is built.
+
+def _config_file(tmp_path, name="big.json", **overrides):
+  config = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=64, hidden_act="gelu", max_position_embeddings=64,
+                type_vocab_size=2, initializer_range=0.02, hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0)
+  path = tmp_path / name
+  path.write_text(json.dumps(dict(config, **overrides)))
+  return path
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (dict(hidden_size=16384, num_attention_heads=16),
+     "hidden_size 16384 in the config, 32 in the checkpoint"),
+    (dict(num_hidden_layers=4), "num_hidden_layers 4 in the config, 2 in the checkpoint"),
+    (dict(vocab_size=30522, intermediate_size=128),
+     "vocab_size 30522 in the config, 100 in the checkpoint; intermediate_size 128 in the "
+     "config, 64 in the checkpoint"),
+])
+def test_config_that_does_not_fit_the_init_checkpoint(data, tmp_path, monkeypatch,  # noqa: F811
+                                                      overrides, expected):
+  monkeypatch.setattr(modeling, "BertPretrainer", None)   # any model built would fail
+  config = _config_file(tmp_path, **overrides)
+  init = data / "init" / "bert_model.ckpt"
+  started = time.monotonic()
+  with pytest.raises(ValueError) as info:
+    run_pretraining.run(_options(data, tmp_path / "out", bert_config_file=str(config)))
+  assert str(info.value) == (f"--bert_config_file {config} does not fit --init_checkpoint "
+                             f"{init}: {expected}")
+  assert time.monotonic() - started < 10
+  assert not (tmp_path / "out").exists()
+
+
+def test_config_sizes_of_every_checkpoint_format(data, tmp_path, write_bin):  # noqa: F811
+  """The sizes read from a TF1 checkpoint, our TF2 training checkpoint, a safetensors header
+  and a pytorch_model.bin pickle (no tensor read) are the config's."""
+  config = modeling.BertConfig.from_json_file(str(data / "config.json"))
+  expected = {name: getattr(config, name) for name in (
+      "vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size",
+      "max_position_embeddings", "type_vocab_size")}
+  assert checkpoints.config_sizes(checkpoints.checkpoint_shapes(
+      str(data / "init" / "bert_model.ckpt"))) == expected
+  out = tmp_path / "out"
+  run_pretraining.run(_options(data, out, num_train_steps=3))
+  assert checkpoints.config_sizes(checkpoints.checkpoint_shapes(str(out / "model.ckpt-3"))) == (
+      expected)
+  # HuggingFace names and [out, in] Linear weights.
+  model = modeling.BertPretrainer(config)
+  state = {}
+  for tf1, variable in checkpoints.tf1_variable_map(model).items():
+    name, transpose = checkpoints.hf_name(tf1)
+    value = np.asarray(variable.numpy(), np.float32)
+    state[name] = value.T if transpose else value
+  header, body = {}, b""
+  for name, value in state.items():
+    header[name] = {"dtype": "F32", "shape": list(value.shape),
+                    "data_offsets": [len(body), len(body) + value.nbytes]}
+    body += np.ascontiguousarray(value).tobytes()
+  raw = json.dumps(header).encode()
+  st = tmp_path / "hf" / "model.safetensors"
+  st.parent.mkdir()
+  st.write_bytes(len(raw).to_bytes(8, "little") + raw + body)
+  assert checkpoints.config_sizes(checkpoints.checkpoint_shapes(str(st.parent))) == expected
+  tensors = {name: _Tensor(_Storage(str(i), np.zeros(value.size, np.float32)), 0,
+                           list(value.shape), [value.shape[1], 1] if value.ndim == 2 else [1])
+             for i, (name, value) in enumerate(state.items())}
+  assert checkpoints.config_sizes(checkpoints.checkpoint_shapes(write_bin(tensors))) == expected
+  # A config changed between two runs into one --output_dir: refused before the model.
+  wide = _config_file(tmp_path, "wide.json", hidden_size=64, intermediate_size=128)
+  with pytest.raises(ValueError) as info:
+    run_pretraining.run(_options(data, out, bert_config_file=str(wide), init_checkpoint=None))
+  assert str(info.value) == (
+      f"--bert_config_file {wide} does not fit --output_dir {out}/model.ckpt-3: hidden_size 64 "
+      "in the config, 32 in the checkpoint; intermediate_size 128 in the config, 64 in the "
+      "checkpoint")
+  big = modeling.BertConfig.from_dict(dict(config.to_dict(), hidden_size=16384))
+  with pytest.raises(checkpoints.CheckpointError, match="hidden_size 16384 in the config, 32"):
+    checkpoints.check_config_matches(big, str(st.parent))
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("num_hidden_layers", 1000000, "parameters"),
+    ("num_hidden_layers", 1e6, "num_hidden_layers must be a positive integer, got 1000000.0"),
+    ("hidden_size", 1000000000, "parameters"),
+])
+def test_absurd_sizes_fail_fast(data, tmp_path, field, value, expected):  # noqa: F811
+  overrides = {field: value}
+  if field == "hidden_size":
+    overrides["num_attention_heads"] = 1
+  config = _config_file(tmp_path, **overrides)
+  started = time.monotonic()
+  with pytest.raises(ValueError) as info:
+    run_pretraining.run(_options(data, tmp_path / "out", bert_config_file=str(config)))
+  assert str(info.value).startswith(f"--bert_config_file {config}: ")
+  assert expected in str(info.value)
+  assert time.monotonic() - started < 10
+
+
+def test_training_that_cannot_fit_in_memory_is_refused_before_the_model(
+    data, tmp_path, monkeypatch):  # noqa: F811
+  config = _config_file(tmp_path, vocab_size=1000, hidden_size=256, num_attention_heads=4,
+                        intermediate_size=1024)
+  params = modeling.BertConfig.from_json_file(str(config)).num_parameters()
+  # Memory for the weights (inference) but not for weights, gradients and two Adam slots.
+  monkeypatch.setattr(cli, "_available_memory_bytes", lambda: params * 4 * 2)
+  monkeypatch.setattr(cli, "_uses_accelerator", lambda options: False)
+  monkeypatch.setattr(modeling, "BertPretrainer", None)   # any model built would fail
+  with pytest.raises(ValueError) as info:
+    run_pretraining.run(_options(data, tmp_path / "out", bert_config_file=str(config),
+                                 init_checkpoint=None))
+  assert str(info.value) == (
+      f"--bert_config_file {config}: a model of {params:.3g} parameters needs "
+      f"{params * 16 / 1e9:.3g} GB for its float32 weights, gradients and optimizer slots, "
+      f"more than the {params * 8 / 1e9:.3g} GB of memory available")
+  options = _options(data, tmp_path / "out", bert_config_file=str(config), do_train=False,
+                     do_eval=True)
+  cli.check_memory(modeling.BertConfig.from_json_file(str(config)), options)  # eval fits
+
+
+def test_out_of_memory_during_the_run_is_one_line():
+  def run(options):
+    raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with "
+                                           "shape[4096,30522]\nand more lines")
+  with pytest.raises(SystemExit) as info:
+    cli.script_main(run)(None)
+  assert str(info.value.code) == (
+      "error: out of memory (OOM when allocating tensor with shape[4096,30522] and more "
+      "lines): use a smaller --train_batch_size, --max_seq_length or model")
+
+
+# ----------------------------------------------------------------------------
+# 6. TSV fields over the csv module's limit.
+
+def test_tsv_field_over_the_csv_limit_is_read(tmp_path):
+  text = "word " * 60000                                   # 300,000 characters
+  path = tmp_path / "train.tsv"
+  path.write_text(f"sentence\tlabel\n{text}\t1\nshort\t0\n", encoding="utf-8")
+  rows = run_classifier.DataProcessor._read_tsv(str(path))
+  assert [len(row[0]) for row in rows] == [len("sentence"), len(text), len("short")]
+  assert rows[1] == [text, "1"]
+  # The original fails on this file (csv's default limit, 131,072 characters a field); a file
+  # within the limit reads the same rows in both.
+  original = oracle.original("run_classifier")
+  raised = csv.field_size_limit(131072)
+  try:
+    with pytest.raises(csv.Error, match="field larger than field limit"):
+      original.DataProcessor._read_tsv(str(path))
+  finally:
+    csv.field_size_limit(raised)
+  small = tmp_path / "small.tsv"
+  small.write_text(f"sentence\tlabel\n{'word ' * 20000}\t1\n", encoding="utf-8")
+  assert original.DataProcessor._read_tsv(str(small)) == run_classifier.DataProcessor._read_tsv(
+      str(small))
+
+
+def test_fine_tuning_scripts_take_the_lock(tmp_path):
+  """run_classifier and run_squad refuse a held --output_dir too (before any model)."""
+  from bert_keras import run_squad  # pylint: disable=g-import-not-at-top
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(t + "\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                              "the", "dog", "runs", "who"]))
+  config = _config_file(tmp_path, "config.json")
+  cola = tmp_path / "cola"
+  cola.mkdir()
+  (cola / "train.tsv").write_text("src\t1\t\tthe dog runs\nsrc\t0\t\tdog the runs\n")
+  squad = tmp_path / "train.json"
+  squad.write_text(json.dumps({"data": [{"paragraphs": [{"context": "the dog runs", "qas": [
+      {"id": "q1", "question": "who runs", "answers": [{"text": "dog", "answer_start": 4}]}]}]}]}))
+  out = str(tmp_path / "out")
+  runs = {
+      "run_classifier": lambda: run_classifier.run(run_classifier.options(
+          data_dir=str(cola), task_name="CoLA", vocab_file=str(vocab), do_train=True,
+          bert_config_file=str(config), output_dir=out, max_seq_length=16,
+          train_batch_size=1)),
+      "run_squad": lambda: run_squad.run(run_squad.options(
+          train_file=str(squad), vocab_file=str(vocab), do_train=True, max_seq_length=32,
+          max_query_length=8, doc_stride=8, bert_config_file=str(config), output_dir=out,
+          train_batch_size=1)),
+  }
+  with cli.output_directory(_one_device(), out):
+    for name, run in runs.items():
+      with pytest.raises(ValueError) as info:
+        run()
+      assert str(info.value).startswith(f"--output_dir {out}: another run (pid {os.getpid()}"), (
+          name)
+  assert os.listdir(out) == []
+
+
+def test_lock_on_a_file_system_without_flock(tmp_path, monkeypatch):
+  import errno  # pylint: disable=g-import-not-at-top
+  import fcntl  # pylint: disable=g-import-not-at-top
+
+  def no_flock(fd, operation):
+    raise OSError(errno.ENOLCK, "No locks available")
+  monkeypatch.setattr(fcntl, "flock", no_flock)
+  out = str(tmp_path / "out")
+  with cli.output_directory(_one_device(), out):
+    assert open(os.path.join(out, cli.LOCK_NAME)).read().split()[0] == str(os.getpid())
+    with pytest.raises(ValueError, match="another run"):
+      with cli.output_directory(_one_device(), out):
+        pass
+  assert os.listdir(out) == []
