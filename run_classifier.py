@@ -367,7 +367,7 @@ class ClassifierTask(training.ExampleMeanTask):
   """The batch mean of classifier_loss over the GLOBAL batch."""
 
   def per_example_loss(self, outputs, batch):
-    return modeling.classifier_loss(outputs["logits"], batch["label_ids"])
+    return modeling.classifier_loss(outputs, batch["label_ids"])  # outputs: the logits
 
 
 def predict_logits(model, record_file, seq_length, batch_size, strategy=None, use_xla=False):
@@ -378,8 +378,8 @@ def predict_logits(model, record_file, seq_length, batch_size, strategy=None, us
   strategy = strategy or tf.distribute.get_strategy()
   ds = tf.data.TFRecordDataset(record_file).map(decode_fn(seq_length)).batch(batch_size)
   infer = inference.make_inference_fn(
-      strategy, lambda batch: model(ClassifierTask().model_inputs(batch),
-                                    training=False)["logits"], use_xla)
+      strategy, lambda batch: model(ClassifierTask().model_inputs(batch), training=False),
+      use_xla)
   logits, labels, real, sizes = [], [], [], []
   for batch, batch_logits in inference.infer_dataset(infer, ds, batch_size):
     logits.append(batch_logits)
