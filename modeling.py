@@ -688,6 +688,10 @@ class _TaskModel(keras.Model):
 
   def __init__(self, encoder_or_config, **kwargs):
     encoder = encoder_or_config if isinstance(encoder_or_config, BertModel) else None
+    if encoder is None and not isinstance(encoder_or_config, (BertConfig, dict)):
+      raise TypeError("%s takes a BertModel, a BertConfig or its dict, got %r (a checkpoint "
+                      "directory? use checkpoints.load_model)"
+                      % (type(self).__name__, encoder_or_config))
     if encoder is not None:
       kwargs.setdefault("dtype", encoder.dtype_policy)
     super().__init__(**kwargs)

@@ -79,6 +79,8 @@ def test_task_models_share_a_built_encoder():
   # The encoder's weights are not copied: the three models hold the same variables.
   assert {id(v) for v in encoder.weights} <= {id(v) for v in classifier.weights}
   assert len(classifier.weights) == len(encoder.weights) + 2
+  with pytest.raises(TypeError, match="BertSquad takes a BertModel, a BertConfig or its dict"):
+    modeling.BertSquad("uncased_L-12_H-768_A-12")
 
 
 def test_encoder_outputs_on_request():
