@@ -719,7 +719,8 @@ def save_pretrained(model, directory, vocab_file=None, do_lower_case=None):
   default model.vocab_file as load_model sets it) and tokenizer_config.json
   ({"do_lower_case": ...}, default model.do_lower_case, left out when unknown); for a task
   model built around a loaded encoder, the encoder's. load_model reads it back; the original
-  code reads bert_config.json and bert_model.ckpt.
+  code reads bert_config.json and bert_model.ckpt (if hidden_act is one it knows: not
+  HuggingFace's erf "gelu_exact").
 
   Atomic: written into a temporary sibling directory, then renamed to `directory`. An
   existing `directory` is replaced only when it holds nothing but these files (a previous
