@@ -8,6 +8,8 @@ Read top to bottom:
                                   CheckpointError
   3. save_tf1_checkpoint          writes the original's TF1 names, readable by the original code
   4. HuggingFace weight files     read_safetensors, read_pytorch_bin (no pickled code runs)
+  5. checkpoint directories       load_model (a directory -> a ready model, its vocab and
+                                  casing), save_pretrained (a model -> Google's layout)
 
 Every function takes a modeling.BertModel or a model holding one as `bert` (BertPretrainer,
 BertClassifier, BertSquad); the models themselves live in modeling.py.
@@ -15,6 +17,9 @@ BertClassifier, BertSquad); the models themselves live in modeling.py.
   model = modeling.BertModel(modeling.BertConfig.from_json_file("bert_config.json"))
   checkpoints.load_checkpoint(model, "uncased_L-12_H-768_A-12/bert_model.ckpt")
   checkpoints.save_tf1_checkpoint(model, "/tmp/exported/bert_model.ckpt")
+
+  encoder = checkpoints.load_model("uncased_L-12_H-768_A-12")   # or HF's, or a run_* output_dir
+  checkpoints.save_pretrained(modeling.BertClassifier(encoder, 2), "/tmp/mine")
 """
 
 from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
@@ -719,3 +724,173 @@ def _unpickle_state(path, file, read_storages):
   if not isinstance(state, dict):
     raise CheckpointError("%s: expected a state dict, got %s" % (path, type(state).__name__))
   return state
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. Checkpoint directories: load_model, save_pretrained
+# ----------------------------------------------------------------------------------------------
+
+_TASKS = {"encoder": modeling.BertModel, "classifier": modeling.BertClassifier,
+          "squad": modeling.BertSquad, "pretrainer": modeling.BertPretrainer}
+# The files save_pretrained writes: what it may replace in an existing directory.
+_PRETRAINED_FILES = ("bert_config.json", "bert_model.ckpt.index",
+                     "bert_model.ckpt.data-00000-of-00001", "vocab.txt", "tokenizer_config.json")
+
+
+def load_model(path, task="encoder", num_labels=None, bert_config_file=None, vocab_file=None,
+               do_lower_case=None, **model_kwargs):
+  """One call from a checkpoint directory to a ready model, its weights loaded.
+
+  path: Google's TF1 directory (bert_config.json, bert_model.ckpt.*, vocab.txt), a
+  HuggingFace directory (config.json, model.safetensors or pytorch_model.bin, vocab.txt), one
+  of our run_* output directories (its newest model.ckpt-N; pass bert_config_file unless a
+  bert_config.json lies beside it), what save_pretrained writes, or a checkpoint prefix/file
+  (its config is looked for in its directory).
+  task: "encoder" (modeling.BertModel), "classifier" (BertClassifier; num_labels defaults to
+  the rows of the checkpoint's classifier head), "squad" (BertSquad) or "pretrainer"
+  (BertPretrainer); heads absent from the checkpoint keep their initial values.
+  model_kwargs go to the model's constructor (dtype, name, output_hidden_states of a
+  BertModel). The returned model also carries:
+    model.vocab_file      vocab_file, else the directory's vocab.txt, else None
+    model.do_lower_case   do_lower_case, else tokenizer_config.json's "do_lower_case", else
+                          True unless the vocabulary has upper-case words; None without one
+    model.load_result     load_checkpoint's LoadResult
+  Problems (no checkpoint or config, unknown task, a config that does not fit the
+  checkpoint) are ValueErrors naming the file, raised before the model is built where
+  possible.
+  """
+  path = os.fspath(path)
+  if task not in _TASKS:
+    raise ValueError("task must be one of %s, got %r" % (", ".join(_TASKS), task))
+  kind, resolved = _resolve_checkpoint(path)
+  directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+  config = modeling.BertConfig.from_json_file(
+      bert_config_file or _config_file_in(directory, path))
+  if task == "classifier" and num_labels is None:
+    num_labels = _classifier_rows(kind, resolved)
+  model = (_TASKS[task](config, num_labels, **model_kwargs) if task == "classifier"
+           else _TASKS[task](config, **model_kwargs))
+  result = load_checkpoint(model, resolved)
+  if vocab_file is None and tf.io.gfile.exists(os.path.join(directory, "vocab.txt")):
+    vocab_file = os.path.join(directory, "vocab.txt")
+  if do_lower_case is None:
+    do_lower_case = _do_lower_case_of(directory, vocab_file)
+  model.vocab_file, model.do_lower_case, model.load_result = vocab_file, do_lower_case, result
+  return model
+
+
+def _config_file_in(directory, path):
+  for name in ("bert_config.json", "config.json"):
+    candidate = os.path.join(directory, name)
+    if tf.io.gfile.exists(candidate):
+      return candidate
+  raise ValueError("%s: no bert_config.json or config.json beside the checkpoint; pass "
+                   "bert_config_file" % path)
+
+
+def _classifier_rows(kind, resolved):
+  """num_labels of the checkpoint's classifier head (output_weights [num_labels, H])."""
+  if kind == "huggingface":
+    shapes = {k: v.shape for k, v in _read_hf_weights(resolved).items()}
+    names = ("classifier.weight",)
+  else:
+    shapes = tf.train.load_checkpoint(resolved).get_variable_to_shape_map()
+    names = ("output_weights", "model_variables/output_weights/.ATTRIBUTES/VARIABLE_VALUE")
+  for name in names:
+    if name in shapes and len(shapes[name]) == 2:
+      return int(shapes[name][0])
+  raise ValueError("%s: no classifier head (output_weights) in the checkpoint: pass "
+                   "num_labels" % resolved)
+
+
+def _do_lower_case_of(directory, vocab_file):
+  """tokenizer_config.json's do_lower_case, else what the vocabulary suggests (a cased
+  vocabulary has upper-case words besides the [CLS]-style special tokens), else None."""
+  tokenizer_config = os.path.join(directory, "tokenizer_config.json")
+  if tf.io.gfile.exists(tokenizer_config):
+    with tf.io.gfile.GFile(tokenizer_config) as f:
+      try:
+        value = json.loads(f.read()).get("do_lower_case")
+      except (ValueError, AttributeError):
+        value = None
+    if isinstance(value, bool):
+      return value
+  if vocab_file is None:
+    return None
+  with tf.io.gfile.GFile(vocab_file) as f:
+    words = [line.strip() for line in f]
+  return not any(w != w.lower() for w in words if not (w.startswith("[") and w.endswith("]")))
+
+
+def save_pretrained(model, directory, vocab_file=None, do_lower_case=None):
+  """Writes `model` (a BertModel or a task model holding one) as a checkpoint directory in
+  Google's layout: bert_config.json, bert_model.ckpt.{index,data-00000-of-00001} (the
+  original TF1 names, heads included: save_tf1_checkpoint), vocab.txt (a copy of vocab_file,
+  default model.vocab_file as load_model sets it) and tokenizer_config.json
+  ({"do_lower_case": ...}, default model.do_lower_case, left out when unknown); for a task
+  model built around a loaded encoder, the encoder's. load_model reads it back; the original
+  code reads bert_config.json and bert_model.ckpt (if hidden_act is one it knows: not
+  HuggingFace's erf "gelu_exact").
+
+  Atomic: written into a temporary sibling directory, then renamed to `directory`. An
+  existing `directory` is replaced only when it holds nothing but these files (a previous
+  save_pretrained); otherwise ValueError. Returns `directory`."""
+  directory = os.fspath(directory).rstrip("/") or "/"
+  vocab_file = vocab_file or _loaded_attribute(model, "vocab_file")
+  if do_lower_case is None:
+    do_lower_case = _loaded_attribute(model, "do_lower_case")
+  if not vocab_file:
+    raise ValueError("save_pretrained: vocab_file is needed (the model was not loaded with one)")
+  if not tf.io.gfile.exists(vocab_file):
+    raise ValueError("%s: no such vocab file" % vocab_file)
+  gfile = tf.io.gfile
+  if gfile.exists(directory):
+    if not gfile.isdir(directory):
+      raise ValueError("%s: exists and is not a directory" % directory)
+    others = sorted(set(gfile.listdir(directory)) - set(_PRETRAINED_FILES))
+    if others:
+      raise ValueError("%s: exists and holds other files (%s); save into a new directory"
+                       % (directory, ", ".join(others[:5])))
+  config = {k: v for k, v in _encoder_of(model).config.to_dict().items()
+            if k not in ("model_type", "architectures")}   # read back as our format
+  tmp = "%s.tmp-%d" % (directory, os.getpid())
+  try:
+    gfile.makedirs(tmp)
+    with gfile.GFile(os.path.join(tmp, "bert_config.json"), "w") as f:
+      f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    save_tf1_checkpoint(model, os.path.join(tmp, "bert_model.ckpt"))
+    gfile.copy(vocab_file, os.path.join(tmp, "vocab.txt"), overwrite=True)
+    if do_lower_case is not None:
+      with gfile.GFile(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
+        f.write(json.dumps({"do_lower_case": bool(do_lower_case)}) + "\n")
+    _replace_directory(tmp, directory)
+  finally:
+    if gfile.exists(tmp):
+      gfile.rmtree(tmp)
+  return directory
+
+
+def _loaded_attribute(model, name):
+  """What load_model set on `model`, or on its encoder (a task model built around it)."""
+  value = getattr(model, name, None)
+  return getattr(_encoder_of(model), name, None) if value is None else value
+
+
+def _replace_directory(new, directory):
+  """Renames `new` to `directory`; an existing `directory` is moved aside first and deleted
+  after."""
+  gfile = tf.io.gfile
+  if not gfile.exists(directory):
+    parent = os.path.dirname(directory)
+    if parent:
+      gfile.makedirs(parent)
+    gfile.rename(new, directory)
+    return
+  old = "%s.old-%d" % (directory, os.getpid())
+  gfile.rename(directory, old)
+  try:
+    gfile.rename(new, directory)
+  except BaseException:
+    gfile.rename(old, directory)
+    raise
+  gfile.rmtree(old)

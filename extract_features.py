@@ -196,7 +196,8 @@ def make_extract_fn(model, layer_indexes, strategy, use_xla=False):
 
   def forward(batch):
     outputs = model({"input_ids": batch["input_ids"], "input_mask": batch["input_mask"],
-                     "segment_ids": batch["input_type_ids"]}, training=False)
+                     "segment_ids": batch["input_type_ids"]}, training=False,
+                    output_hidden_states=True)
     layers = outputs["encoder_outputs"]
     return batch["unique_ids"], [tf.cast(layers[i], tf.float32) for i in layer_indexes]
 

@@ -27,6 +27,10 @@ while LayerNorm, softmax, the logits and the losses are float32.
   checkpoints.load_checkpoint(model, "uncased_L-12_H-768_A-12/bert_model.ckpt")
   out = model({"input_ids": ids, "input_mask": mask, "segment_ids": segments})
   out["pooled_output"]                                    # [B, H]
+  classifier = BertClassifier(model, num_labels=2)        # shares model's weights
+  classifier(inputs)                                      # logits [B, 2]
+
+checkpoints.load_model(directory) builds and loads a model in one call.
 """
 
 from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
@@ -608,15 +612,19 @@ class BertModel(keras.Model):
   (or on input_ids alone), with `training=True` for dropout. Returns a dict:
     sequence_output [B, S, H]   last encoder layer
     pooled_output [B, H]        tanh(dense(sequence_output[:, 0]))
+  and, with output_hidden_states (the constructor's default, or the call's argument), also
     encoder_outputs             list of the L layer outputs, each [B, S, H]
     embedding_output [B, S, H]  input of the first layer (after LayerNorm and dropout)
-  `model.embedding_table` is the word-embedding variable [V, H].
+  `model.embedding_table` is the word-embedding variable [V, H]. Task models
+  (BertClassifier, BertSquad, BertPretrainer) take a BertModel and share its weights.
+  `checkpoints.load_model(directory)` builds one from a checkpoint directory.
   """
 
-  def __init__(self, config, **kwargs):
+  def __init__(self, config, output_hidden_states=False, **kwargs):
     kwargs.setdefault("name", "bert")
     super().__init__(**kwargs)
     self.config = c = _as_config(config)
+    self.output_hidden_states = bool(output_hidden_states)
     c.validate()  # before any weight is allocated
     self.embeddings = Embeddings(c, name="embeddings", dtype=self.dtype_policy)
     # One attribute per block (not a list): TF2 object checkpoints do not follow Keras 3's
@@ -642,7 +650,7 @@ class BertModel(keras.Model):
   def embedding_table(self):
     return self.embeddings.word_embeddings
 
-  def call(self, inputs, training=None):
+  def call(self, inputs, training=None, output_hidden_states=None):
     input_ids, input_mask, segment_ids = _unpack_inputs(inputs)
     x = self.embeddings(input_ids, segment_ids, training=training)
     embedding_output = x
@@ -650,15 +658,19 @@ class BertModel(keras.Model):
     for block in self.encoder_layers:
       x = block(x, input_mask, training=training)
       encoder_outputs.append(x)
-    return {"sequence_output": x,
-            "pooled_output": self.pooler(x),
-            "encoder_outputs": encoder_outputs,
-            "embedding_output": embedding_output}
+    outputs = {"sequence_output": x, "pooled_output": self.pooler(x)}
+    if self.output_hidden_states if output_hidden_states is None else output_hidden_states:
+      outputs["encoder_outputs"] = encoder_outputs
+      outputs["embedding_output"] = embedding_output
+    return outputs
 
   def get_config(self):
-    return {"name": self.name, "trainable": self.trainable,
-            "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
-            "config": self.config.to_dict()}
+    config = {"name": self.name, "trainable": self.trainable,
+              "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
+              "config": self.config.to_dict()}
+    if self.output_hidden_states:
+      config["output_hidden_states"] = True
+    return config
 
   @classmethod
   def from_config(cls, config):
@@ -668,20 +680,62 @@ class BertModel(keras.Model):
     return cls(BertConfig.from_dict(config.pop("config")), **config)
 
 
-@keras.saving.register_keras_serializable(package=_PACKAGE)
-class BertPretrainer(keras.Model):
-  """BertModel plus the masked-LM and next-sentence heads of run_pretraining.
+class _TaskModel(keras.Model):
+  """A BertModel (`self.bert`) plus a head. The first argument is either a built BertModel,
+  used as it is (its weights shared, not copied; the task model's dtype policy defaults to
+  the encoder's), or a BertConfig / its dict, from which a new BertModel is built.
+  get_config serialises the encoder as a nested Keras object."""
 
-  Inputs: BertModel's dict plus "masked_lm_positions" int32 [B, P]. Returns BertModel's dict
-  plus "masked_lm_logits" float32 [B, P, V] and "next_sentence_logits" float32 [B, 2].
+  def __init__(self, encoder_or_config, **kwargs):
+    encoder = encoder_or_config if isinstance(encoder_or_config, BertModel) else None
+    if encoder is None and not isinstance(encoder_or_config, (BertConfig, dict)):
+      raise TypeError("%s takes a BertModel, a BertConfig or its dict, got %r (a checkpoint "
+                      "directory? use checkpoints.load_model)"
+                      % (type(self).__name__, encoder_or_config))
+    if encoder is not None:
+      kwargs.setdefault("dtype", encoder.dtype_policy)
+    super().__init__(**kwargs)
+    self.bert = encoder or BertModel(encoder_or_config, dtype=self.dtype_policy)
+
+  @property
+  def config(self):
+    """The encoder's BertConfig."""
+    return self.bert.config
+
+  def _encode(self, inputs, training):
+    return self.bert(inputs, training=training, output_hidden_states=False)
+
+  def get_config(self):
+    return {"name": self.name, "trainable": self.trainable,
+            "dtype": keras.saving.serialize_keras_object(self.dtype_policy),
+            "encoder": keras.saving.serialize_keras_object(self.bert)}
+
+  @classmethod
+  def from_config(cls, config):
+    config = dict(config)
+    if isinstance(config.get("dtype"), dict):
+      config["dtype"] = keras.saving.deserialize_keras_object(config["dtype"])
+    if "encoder" in config:
+      encoder = keras.saving.deserialize_keras_object(config.pop("encoder"))
+    else:  # written before task models took an encoder
+      encoder = BertConfig.from_dict(config.pop("config"))
+    return cls(encoder, **config)
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class BertPretrainer(_TaskModel):
+  """A BertModel plus the masked-LM and next-sentence heads of run_pretraining.
+
+  BertPretrainer(encoder_or_config): a built BertModel (shared) or a BertConfig.
+  Inputs: BertModel's dict plus "masked_lm_positions" int32 [B, P]. Returns
+  {"masked_lm_logits" float32 [B, P, V], "next_sentence_logits" float32 [B, 2]}.
   Losses: masked_lm_loss / next_sentence_loss below (or `pretraining_loss`).
   """
 
-  def __init__(self, config, **kwargs):
+  def __init__(self, encoder_or_config, **kwargs):
     kwargs.setdefault("name", "bert_pretrainer")
-    super().__init__(**kwargs)
-    self.config = c = _as_config(config)
-    self.bert = BertModel(c, dtype=self.dtype_policy)
+    super().__init__(encoder_or_config, **kwargs)
+    c = self.config
     self.masked_lm = MaskedLMHead(c, name="predictions", dtype=self.dtype_policy)
     self.next_sentence = NextSentenceHead(c, name="seq_relationship", dtype=self.dtype_policy)
     self.build()
@@ -691,19 +745,11 @@ class BertPretrainer(keras.Model):
     self.next_sentence.build()
 
   def call(self, inputs, training=None):
-    outputs = dict(self.bert(inputs, training=training))
+    encoded = self._encode(inputs, training)
     positions = ops.cast(inputs["masked_lm_positions"], "int32")
-    outputs["masked_lm_logits"] = self.masked_lm(
-        outputs["sequence_output"], positions, self.bert.embedding_table)
-    outputs["next_sentence_logits"] = self.next_sentence(outputs["pooled_output"])
-    return outputs
-
-  def get_config(self):
-    return BertModel.get_config(self)
-
-  @classmethod
-  def from_config(cls, config):
-    return BertModel.from_config.__func__(cls, config)
+    return {"masked_lm_logits": self.masked_lm(encoded["sequence_output"], positions,
+                                               self.bert.embedding_table),
+            "next_sentence_logits": self.next_sentence(encoded["pooled_output"])}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -739,41 +785,34 @@ class ClassifierHead(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class BertClassifier(keras.Model):
-  """BertModel plus run_classifier's head (ClassifierHead).
+class BertClassifier(_TaskModel):
+  """A BertModel plus run_classifier's head (ClassifierHead).
 
-  Inputs: BertModel's dict. Returns BertModel's dict plus "logits" float32 [B, num_labels];
+  BertClassifier(encoder_or_config, num_labels): a built BertModel (shared) or a BertConfig.
+  Inputs: BertModel's dict. Returns the logits, float32 [B, num_labels] (a tensor, so that
+  compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)) applies);
   loss: classifier_loss below. TF1 names: bert/* and the root-scope output_weights /
   output_bias (checkpoints.tf1_variable_map), so the original's fine-tuned checkpoints load
   and ours load in the original.
   """
 
-  def __init__(self, config, num_labels, **kwargs):
+  def __init__(self, encoder_or_config, num_labels, **kwargs):
     kwargs.setdefault("name", "bert_classifier")
-    super().__init__(**kwargs)
-    self.config = c = _as_config(config)
+    super().__init__(encoder_or_config, **kwargs)
     self.num_labels = int(num_labels)
-    self.bert = BertModel(c, dtype=self.dtype_policy)
-    self.classifier = ClassifierHead(c, num_labels, name="classifier", dtype=self.dtype_policy)
+    self.classifier = ClassifierHead(self.config, num_labels, name="classifier",
+                                     dtype=self.dtype_policy)
     self.build()
 
   def build(self, input_shape=None):
     self.classifier.build()
 
   def call(self, inputs, training=None):
-    outputs = dict(self.bert(inputs, training=training))
-    outputs["logits"] = self.classifier(outputs["pooled_output"], training=training)
-    return outputs
+    pooled = self._encode(inputs, training)["pooled_output"]
+    return self.classifier(pooled, training=training)
 
   def get_config(self):
-    return {**BertModel.get_config(self), "num_labels": self.num_labels}
-
-  @classmethod
-  def from_config(cls, config):
-    config = dict(config)
-    if isinstance(config.get("dtype"), dict):
-      config["dtype"] = keras.saving.deserialize_keras_object(config["dtype"])
-    return cls(BertConfig.from_dict(config.pop("config")), config.pop("num_labels"), **config)
+    return {**super().get_config(), "num_labels": self.num_labels}
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -804,37 +843,28 @@ class SquadHead(ConfigLayer):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
-class BertSquad(keras.Model):
-  """BertModel plus run_squad's span head (SquadHead).
+class BertSquad(_TaskModel):
+  """A BertModel plus run_squad's span head (SquadHead).
 
-  Inputs: BertModel's dict. Returns BertModel's dict plus "start_logits" and "end_logits",
-  float32 [B, S] each; loss: squad_loss below. TF1 names: bert/* and cls/squad/* (see
+  BertSquad(encoder_or_config): a built BertModel (shared) or a BertConfig.
+  Inputs: BertModel's dict. Returns {"start_logits", "end_logits"}, float32 [B, S] each;
+  loss: squad_loss below. TF1 names: bert/* and cls/squad/* (see
   checkpoints.tf1_variable_map), so the original's SQuAD checkpoints load and ours load in
   the original.
   """
 
-  def __init__(self, config, **kwargs):
+  def __init__(self, encoder_or_config, **kwargs):
     kwargs.setdefault("name", "bert_squad")
-    super().__init__(**kwargs)
-    self.config = c = _as_config(config)
-    self.bert = BertModel(c, dtype=self.dtype_policy)
-    self.squad = SquadHead(c, name="squad", dtype=self.dtype_policy)
+    super().__init__(encoder_or_config, **kwargs)
+    self.squad = SquadHead(self.config, name="squad", dtype=self.dtype_policy)
     self.build()
 
   def build(self, input_shape=None):
     self.squad.build()
 
   def call(self, inputs, training=None):
-    outputs = dict(self.bert(inputs, training=training))
-    outputs["start_logits"], outputs["end_logits"] = self.squad(outputs["sequence_output"])
-    return outputs
-
-  def get_config(self):
-    return BertModel.get_config(self)
-
-  @classmethod
-  def from_config(cls, config):
-    return BertModel.from_config.__func__(cls, config)
+    start, end = self.squad(self._encode(inputs, training)["sequence_output"])
+    return {"start_logits": start, "end_logits": end}
 
 
 # ----------------------------------------------------------------------------------------------

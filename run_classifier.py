@@ -672,12 +672,6 @@ def decode_fn(seq_length, is_regression=False):
 # ----------------------------------------------------------------------------
 # The model and its loss.
 
-def classifier_logits(outputs):
-  """A BertClassifier's outputs -> its logits float32 [B, num_labels]: the one place that
-  reads them (a dict with "logits", or the logits tensor itself)."""
-  return outputs["logits"] if isinstance(outputs, dict) else outputs
-
-
 def classifier_outputs(logits, labels, is_regression=False):
   """The original create_model's (loss, per_example_loss, logits, probabilities) from the
   logits float32 [B, num_labels] and labels [B].
@@ -719,7 +713,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, l
     is_regression = num_labels == 1
   outputs = model({"input_ids": input_ids, "input_mask": input_mask,
                    "segment_ids": segment_ids}, training=is_training)
-  return classifier_outputs(classifier_logits(outputs), labels, is_regression)
+  return classifier_outputs(outputs, labels, is_regression)
 
 
 class ClassifierTask(training.ExampleMeanTask):
@@ -732,7 +726,7 @@ class ClassifierTask(training.ExampleMeanTask):
     self.metric_name = metric_name
 
   def per_example_loss(self, outputs, batch):
-    return classifier_outputs(classifier_logits(outputs), batch["label_ids"],
+    return classifier_outputs(outputs, batch["label_ids"],
                               self.is_regression)[1]
 
 

@@ -407,7 +407,7 @@ def test_create_model_formulas_and_regression():
   assert logits.shape == (5, 1) and predictions.shape == (5,) and per_example.shape == (5,)
   want = model({"input_ids": ids, "input_mask": mask, "segment_ids": segments},
                training=False)
-  np.testing.assert_array_equal(logits, run_classifier.classifier_logits(want).numpy())
+  np.testing.assert_array_equal(logits, want.numpy())
   np.testing.assert_array_equal(predictions, logits[:, 0])
   np.testing.assert_allclose(per_example, (logits[:, 0] - scores) ** 2, rtol=1e-6)
   np.testing.assert_allclose(loss, per_example.mean(), rtol=1e-6)
@@ -488,7 +488,7 @@ def _model_logits(tiny, out, num_labels, split, regression=False, records_dir=No
   records = [decode(r) for r in tf.data.TFRecordDataset(record_file)]
   inputs = {k: np.stack([r[k].numpy() for r in records])
             for k in ("input_ids", "input_mask", "segment_ids")}
-  eager = run_classifier.classifier_logits(model(inputs, training=False)).numpy()
+  eager = model(inputs, training=False).numpy()
   logits, labels, real, _ = run_classifier.predict_logits(model, record_file, 16, 4,
                                                           is_regression=regression)
   np.testing.assert_allclose(logits, eager, atol=1e-5)

@@ -167,8 +167,10 @@ def test_feed_forward_and_block_against_numpy():
 
 def test_pooler_and_outputs():
   model = _randomize(modeling.BertModel(CONFIG))
-  out = model(_features())
+  assert set(model(_features())) == {"sequence_output", "pooled_output"}
+  out = model(_features(), output_hidden_states=True)
   assert set(out) == {"sequence_output", "pooled_output", "encoder_outputs", "embedding_output"}
+  assert set(modeling.BertModel(CONFIG, output_hidden_states=True)(_features())) == set(out)
   assert out["sequence_output"].shape == (2, 6, 16) and out["pooled_output"].shape == (2, 16)
   assert len(out["encoder_outputs"]) == 2 and out["embedding_output"].shape == (2, 6, 16)
   np.testing.assert_array_equal(out["encoder_outputs"][-1], out["sequence_output"])
@@ -211,9 +213,11 @@ def test_hidden_size_must_divide_into_heads():
 def test_dropout_only_when_training():
   model = _randomize(modeling.BertPretrainer(CONFIG))
   f = _features()
-  a = model(f)["sequence_output"].numpy()
-  np.testing.assert_array_equal(a, model(f, training=False)["sequence_output"])
-  b = model(f, training=True)["sequence_output"].numpy()
+  a = model.bert(f)["sequence_output"].numpy()
+  np.testing.assert_array_equal(a, model.bert(f, training=False)["sequence_output"])
+  b = model.bert(f, training=True)["sequence_output"].numpy()
+  logits = model(f)["masked_lm_logits"].numpy()
+  assert not np.allclose(logits, model(f, training=True)["masked_lm_logits"])
   assert not np.allclose(a, b)
   no_dropout = modeling.BertConfig.from_dict(dict(CONFIG.to_dict(), hidden_dropout_prob=0.0,
                                                   attention_probs_dropout_prob=0.0))
@@ -241,7 +245,8 @@ def test_initialisation():
 def test_pretraining_heads_against_numpy():
   model = _randomize(modeling.BertPretrainer(CONFIG))
   f = _features()
-  out = model(f)
+  out = {**model(f), **model.bert(f)}
+  assert set(model(f)) == {"masked_lm_logits", "next_sentence_logits"}
   assert out["masked_lm_logits"].shape == (2, 2, 40) and out["masked_lm_logits"].dtype == tf.float32
   assert out["next_sentence_logits"].shape == (2, 2)
   seq = out["sequence_output"].numpy()
@@ -283,7 +288,10 @@ def test_get_config_and_keras_file_round_trip(tmp_path, cls):
   model = _randomize(cls(CONFIG))
   clone = cls.from_config(model.get_config())
   assert type(clone) is cls and clone.config == CONFIG
-  assert json.loads(json.dumps(model.get_config()))["config"] == CONFIG.to_dict()
+  config = json.loads(json.dumps(model.get_config()))
+  if cls is modeling.BertPretrainer:   # the encoder as a nested Keras object
+    config = config["encoder"]["config"]
+  assert config["config"] == CONFIG.to_dict()
   path = str(tmp_path / "model.keras")
   model.save(path)
   loaded = keras.models.load_model(path)
@@ -325,10 +333,11 @@ except TypeError as error:
   assert "Could not locate class 'BertModel'" in str(error), error
 import bert_keras.modeling  # noqa: E402,F401  (registers the classes with Keras)
 features = dict(np.load(directory + "/features.npz"))
-for name, key in (("bert", "sequence_output"), ("classifier", "logits")):
+for name, key in (("bert", "sequence_output"), ("classifier", None)):
   loaded = keras.models.load_model(directory + "/%s.keras" % name)
   assert type(loaded).__name__ == {"bert": "BertModel", "classifier": "BertClassifier"}[name]
-  np.testing.assert_allclose(loaded(features)[key], np.load(directory + "/%s.npy" % name),
+  out = loaded(features) if key is None else loaded(features)[key]
+  np.testing.assert_allclose(out, np.load(directory + "/%s.npy" % name),
                              rtol=1e-5, atol=1e-5, err_msg=name)
 print("OK")
 """
@@ -346,10 +355,11 @@ def test_keras_file_loads_in_a_fresh_process(tmp_path):
   features = {k: v for k, v in _features().items() if k != "masked_lm_positions"}
   np.savez(tmp_path / "features.npz", **features)
   for name, model, key in (("bert", modeling.BertModel(config), "sequence_output"),
-                           ("classifier", modeling.BertClassifier(config, 3), "logits")):
+                           ("classifier", modeling.BertClassifier(config, 3), None)):
     _randomize(model)
     model.save(str(tmp_path / ("%s.keras" % name)))
-    np.save(tmp_path / ("%s.npy" % name), model(features)[key].numpy())
+    out = model(features) if key is None else model(features)[key]
+    np.save(tmp_path / ("%s.npy" % name), out.numpy())
   result = subprocess.run([sys.executable, "-c", _LOAD_IN_FRESH_PROCESS, str(tmp_path)],
                           capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
   assert result.returncode == 0 and "OK" in result.stdout, result.stderr[-3000:]
@@ -359,7 +369,7 @@ def test_layers_are_registered_serializable():
   for cls in (modeling.Dense, modeling.LayerNorm, modeling.Embeddings, modeling.SelfAttention,
               modeling.FeedForward, modeling.TransformerBlock, modeling.Pooler,
               modeling.MaskedLMHead, modeling.NextSentenceHead, modeling.BertModel,
-              modeling.BertPretrainer):
+              modeling.BertPretrainer, modeling.BertClassifier, modeling.BertSquad):
     assert keras.saving.get_registered_object("bert_keras>" + cls.__name__) is cls
   layer = modeling.TransformerBlock(CONFIG, name="layer_0")
   clone = keras.layers.deserialize(keras.layers.serialize(layer))
@@ -383,14 +393,16 @@ def test_mixed_precision(policy, atol):
     out = model(f, training=True)
     loss = modeling.pretraining_loss(out, f)
   grads = tape.gradient(loss, model.trainable_variables)
-  assert out["sequence_output"].dtype == compute and out["pooled_output"].dtype == compute
+  encoded = model.bert(f)
+  assert encoded["sequence_output"].dtype == compute
+  assert encoded["pooled_output"].dtype == compute
   assert out["masked_lm_logits"].dtype == "float32"
   assert out["next_sentence_logits"].dtype == "float32" and loss.dtype == "float32"
   assert all(g is not None and np.isfinite(tf.convert_to_tensor(g).numpy()).all()
              for g in grads)
   # LayerNorm runs in float32 even here.
   assert model.bert.embeddings.layer_norm.compute_dtype == "float32"
-  ours, ref = model(f), reference(f)
+  ours, ref = {**model(f), **model.bert(f)}, {**reference(f), **reference.bert(f)}
   for key in ("sequence_output", "masked_lm_logits", "next_sentence_logits"):
     np.testing.assert_allclose(tf.cast(ours[key], tf.float32), ref[key], atol=atol,
                                err_msg=key)

@@ -55,7 +55,7 @@ def _hf_state_dict(model, prefix="bert."):
 def _assert_same_outputs(a, b, features, atol=1e-6):
   out_a, out_b = a(features), b(features)
   for key in ("sequence_output", "pooled_output", "masked_lm_logits", "next_sentence_logits"):
-    if key in out_a:
+    if key in out_a:  # a BertModel's outputs or a BertPretrainer's logits
       np.testing.assert_allclose(out_a[key], out_b[key], atol=atol, err_msg=key)
 
 
@@ -386,13 +386,14 @@ def test_hf_fine_tuned_heads(tmp_path, task):
     out = model(features)
     np.testing.assert_allclose(out["start_logits"], logits[..., 0], atol=1e-5)
     np.testing.assert_allclose(out["end_logits"], logits[..., 1], atol=1e-5)
-    np.testing.assert_allclose(out["sequence_output"], expected["sequence_output"], atol=1e-6)
+    np.testing.assert_allclose(model.bert(features)["sequence_output"],
+                               expected["sequence_output"], atol=1e-6)
   else:
     model = modeling.BertClassifier(CONFIG, num_labels=3)
     result = checkpoints.load_checkpoint(model, tmp_path)
     assert result.missing == []
     logits = expected["pooled_output"].numpy() @ weight.T + bias     # [B, 3]
-    np.testing.assert_allclose(model(features)["logits"], logits, atol=1e-5)
+    np.testing.assert_allclose(model(features), logits, atol=1e-5)
   assert result.unused == ["bert.embeddings.position_ids"]
   # Without the pooler a BertModel still loads (pooled_output then stays initialised) ...
   if task == "question_answering":

@@ -87,7 +87,8 @@ def _run_original(features, restore=None, save=None, extra_variables=False):
 
 
 def _run_ours(model, features):
-  out = model(features, training=False)
+  out = {**model(features, training=False),
+         **model.bert(features, training=False, output_hidden_states=True)}
   logits = out["masked_lm_logits"]
   return {"embedding_output": out["embedding_output"].numpy(),
           "encoder_outputs": [x.numpy() for x in out["encoder_outputs"]],

@@ -188,7 +188,7 @@ def test_classifier_tf1_names_restore_in_the_original_graph(tmp_path):
   segments = np.zeros_like(ids)
   segments[:, 6:] = 1
   ours = model({"input_ids": ids, "input_mask": mask, "segment_ids": segments},
-               training=False)["logits"].numpy()
+               training=False).numpy()
 
   import tensorflow.compat.v1 as tf1
   # create_model reads `output_layer.shape[-1].value` (TF1 Dimension objects).
@@ -228,9 +228,9 @@ def test_classifier_config_round_trip_and_head():
   assert not model.classifier.output_bias.numpy().any()
   # Dropout on the pooled output only when training.
   ids = np.ones((2, 8), np.int32)
-  a = model(ids, training=False)["logits"].numpy()
-  np.testing.assert_array_equal(a, model(ids, training=False)["logits"].numpy())
-  assert model(ids, training=False)["logits"].dtype == tf.float32
+  a = model(ids, training=False).numpy()
+  np.testing.assert_array_equal(a, model(ids, training=False).numpy())
+  assert model(ids, training=False).dtype == tf.float32
 
 
 def test_pretraining_checkpoint_initialises_the_encoder_only(tmp_path):
@@ -304,7 +304,7 @@ def test_readme_command_end_to_end(glue, vocab, tmp_path):
   records = _decode_all(out / "eval.tf_record", 32)
   assert len(records) == 32
   logits = model({k: np.array([r[k] for r in records]) for k in
-                  ("input_ids", "input_mask", "segment_ids")}, training=False)["logits"]
+                  ("input_ids", "input_mask", "segment_ids")}, training=False)
   logits = logits.numpy().astype(np.float64)
   labels = np.array([r["label_ids"] for r in records])
   log_p = logits - np.log(np.exp(logits).sum(1, keepdims=True))

@@ -30,7 +30,7 @@ for name, devices in (("one_device", ["/cpu:0"]), ("mirrored", ["/cpu:0", "/cpu:
     weights = [rng.normal(0, 0.3, w.shape).astype(np.float32) for w in model.weights]
   model.set_weights(weights)
   def forward(batch):
-    out = model(batch, training=False)
+    out = model(batch, training=False, output_hidden_states=True)
     return {"row": batch["row"], "pooled": out["pooled_output"],
             "layers": [out["encoder_outputs"][0], out["sequence_output"]]}
   infer = inference.make_inference_fn(strategy, forward)
@@ -43,7 +43,7 @@ for name, devices in (("one_device", ["/cpu:0"]), ("mirrored", ["/cpu:0", "/cpu:
                    "layer0": np.concatenate([o["layers"][0] for o in outs]),
                    "last": np.concatenate([o["layers"][1] for o in outs])}
   print(name, strategy.num_replicas_in_sync, flush=True)
-expected = model(data)  # the last model (mirrored), called plainly on all rows
+expected = model(data, output_hidden_states=True)  # the last (mirrored) model, all rows
 for name, r in results.items():
   assert r["row"].tolist() == list(range(n)), (name, r["row"])
   np.testing.assert_allclose(r["pooled"], expected["pooled_output"], atol=1e-5)
