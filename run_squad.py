@@ -1151,6 +1151,19 @@ def _gold_dataset(predict_file):
   return dataset if any(qa["answers"] for qa in qas) else None
 
 
+def _on_odds_scale(figures, name, null_odds):
+  """best_<name>_thresh as a --null_score_diff_threshold. The official search starts from
+  "no question answered" at threshold 0.0 (right for probabilities in [0, 1]) and only a
+  strictly better score moves it: when it stays there (best_<name> is the share of
+  unanswerable questions), the threshold that answers nothing on the null odds' scale is
+  below the smallest odds."""
+  threshold = figures[f"best_{name}_thresh"]
+  all_null = figures.get("NoAns_total", 0) * 100.0 / figures["total"]
+  if threshold == 0.0 and figures["best_" + name] == all_null and null_odds:
+    return math.floor(min(null_odds.values())) - 1.0
+  return threshold
+
+
 def evaluate_predictions(predict_file, predictions, null_odds, best_non_null, output_dir,
                          version_2_with_negative=False, null_score_diff_threshold=0.0):
   """The official evaluation of predictions.json when predict_file has the answers (else
@@ -1177,9 +1190,10 @@ def evaluate_predictions(predict_file, predictions, null_odds, best_non_null, ou
     result = evaluate_squad.evaluate(dataset, predictions, null_odds, null_score_diff_threshold,
                                      version="2.0", on_missing=missing.append)
     best = evaluate_squad.evaluate(dataset, best_non_null, null_odds, version="2.0")
-    for key in ("best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh"):
-      result[key] = best[key]
-    threshold = best["best_f1_thresh"]
+    for name in ("exact", "f1"):
+      result["best_" + name] = best["best_" + name]
+      result[f"best_{name}_thresh"] = _on_odds_scale(best, name, null_odds)
+    threshold = result["best_f1_thresh"]
     answers = collections.OrderedDict(
         (qid, "" if null_odds[qid] > threshold else text) for qid, text in best_non_null.items())
     cli.write_text_atomic(os.path.join(output_dir, "predictions_best_threshold.json"),
