@@ -107,7 +107,7 @@ def test_trim_batch():
   assert run_squad.trim_batch({"input_mask": mask[2:]}, 1)["input_mask"].shape == (1, 1)
 
 
-def test_trimmed_batches_give_the_untrimmed_logits(tiny, vocab):
+def test_trimmed_batches_give_the_untrimmed_logits(tiny, vocab, monkeypatch):
   """SpanPredictor (batches of 1, 3 and 8 windows, each trimmed to a multiple of 8 or 32):
   the logits of the whole max_seq_length model call at every window's tokens, to 1e-5."""
   model = modeling.BertSquad(modeling.BertConfig(**TINY, initializer_range=0.5))
@@ -115,8 +115,9 @@ def test_trimmed_batches_give_the_untrimmed_logits(tiny, vocab):
   tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
   path = str(shared_path("data", "squad", "hf_tiny_squad2_fixture.json"))
   examples = run_squad.read_squad_examples(path, False)
-  for i in range(4):  # short windows, alone in their batch of 3 or 8 or not
+  for i in range(4):  # short windows, alone in their batch or not
     examples.insert(3 * i, run_squad.SquadExample(f"s{i}", "who?", ["a", "short", "one"] * i))
+  examples += [run_squad.SquadExample(f"t{i}", "who?", ["short"] * i) for i in range(1, 18)]
   windows = []
   run_squad.convert_examples_to_features(examples, tokenizer, 128, 32, 16, False,
                                          windows.append)
@@ -125,16 +126,25 @@ def test_trimmed_batches_give_the_untrimmed_logits(tiny, vocab):
   full = [np.array([getattr(w, k) for w in windows], np.int32)
           for k in ("input_ids", "input_mask", "segment_ids")]
   want = [x.numpy() for x in run_squad.create_model(None, False, *full, model=model)]
-  for batch_size, multiple in ((1, 32), (3, 8), (8, 32)):
+  widths = []
+  trim = run_squad.trim_batch
+
+  def trim_and_note(arrays):
+    widths.append(trim(arrays)["input_ids"].shape)
+    return trim(arrays)
+
+  monkeypatch.setattr(run_squad, "trim_batch", trim_and_note)
+  for batch_size, multiple in ((1, 32), (3, 8), (8, 64)):
     got = []
+    widths.clear()
+    monkeypatch.setattr(run_squad, "TRIM_MULTIPLE", multiple)
     predictor = run_squad.SpanPredictor(model, batch_size, lambda w, r: got.append((w, r)))
-    run_squad.TRIM_MULTIPLE, saved = multiple, run_squad.TRIM_MULTIPLE
-    try:
-      for window in windows:
-        predictor.add(window)
-      predictor.flush()
-    finally:
-      run_squad.TRIM_MULTIPLE = saved
+    for window in windows:
+      predictor.add(window)
+    predictor.flush()
+    assert {rows for rows, _ in widths} == {batch_size}
+    assert all(width % multiple == 0 or width == 128 for _, width in widths)
+    assert min(width for _, width in widths) < 128
     assert [w.unique_id for w, _ in got] == [w.unique_id for w in windows]
     for i, (window, result) in enumerate(got):
       assert result.unique_id == window.unique_id and len(result.start_logits) == lengths[i]
