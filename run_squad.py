@@ -511,6 +511,12 @@ class FeatureWriter(object):
     self._writer.close()
     tf.io.gfile.rename(self._tmp, self.filename, overwrite=True)
 
+  def abort(self):
+    """Closes and removes the temporary if still there (after close(): nothing)."""
+    self._writer.close()
+    if tf.io.gfile.exists(self._tmp):
+      tf.io.gfile.remove(self._tmp)
+
 
 def decode_fn(seq_length, is_training):
   """Serialized tf.train.Example -> dict of int32 tensors: unique_ids (scalar), input_ids,
@@ -865,6 +871,7 @@ def _predict(options, model, strategy, use_xla, tokenizer, examples, out):
     record_writer.close()
     writer.close()
   finally:
+    record_writer.abort()
     writer.abort()
   progress.finish(predictor.num_windows)
   logging.info("  Num split examples = %d", predictor.num_windows)

@@ -343,3 +343,23 @@ def test_huge_context_log_stays_short(vocab, caplog):
   more = len(windows) - 64
   assert f"... ({more} more windows of example_index 0 not logged)" in log
   assert sum(len(line) for line in log) < 64 * 2000
+
+
+def test_prediction_writer_failures_leave_no_temporary(tmp_path):
+  example = run_squad.SquadExample("q", "?", ["a"])
+  window = run_squad.InputFeatures(7, 0, 0, ["[CLS]", "?", "[SEP]", "a", "[SEP]"], {3: 0},
+                                   {3: True}, [1] * 5, [1] * 5, [0] * 5)
+  paths = [str(tmp_path / name) for name in ("p.json", "n.json", "o.json")]
+  with pytest.raises(KeyError):   # no result for window 7
+    run_squad.write_predictions([example], [window], [], 20, 30, True, *paths)
+  assert not list(tmp_path.iterdir())
+  writer = run_squad.PredictionWriter([example, example], 20, 30, True, *paths)
+  result = run_squad.RawResult(7, [0.0, 0, 0, 1.0, 0], [0.0, 0, 0, 1.0, 0])
+  writer.add(run_squad.InputFeatures(8, 1, 0, *[None] * 6), result)
+  with pytest.raises(ValueError, match="windows must come in order"):
+    writer.add(window, result)
+  writer.abort()
+  assert not list(tmp_path.iterdir())
+  assert run_squad.write_predictions([example], [window], [result], 20, 30, True, *paths)[0] == {
+      "q": "a"}
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["n.json", "p.json"]
