@@ -2,10 +2,12 @@
 r"""BERT fine-tuning and prediction on SQuAD 1.1 and SQuAD 2.0 (the original run_squad.py).
 
 Same flags, defaults, examples, features (doc_stride windows), TFRecords (train.tf_record,
-eval.tf_record), span head (cls/squad/*) and loss as the original, and the same
+eval.tf_record), span head (cls/squad/*, create_model) and loss as the original, and the same
 predictions.json, nbest_predictions.json and (--version_2_with_negative) null_odds.json; the
 TPUEstimator is replaced by training.py's loop and strategies (checkpoints model.ckpt-N in
---output_dir, resumable).
+--output_dir, resumable). Prediction streams (windows -> model -> answers, a batch at a time)
+and, when --predict_file has the answers, evaluates itself with evaluate_squad.py
+(eval_results.json; v2.0 also predictions_best_threshold.json).
 
   python run_squad.py --vocab_file=$BERT_BASE_DIR/vocab.txt \
     --bert_config_file=$BERT_BASE_DIR/bert_config.json \
@@ -15,31 +17,36 @@ TPUEstimator is replaced by training.py's loop and strategies (checkpoints model
     --num_train_epochs=2.0 --max_seq_length=384 --doc_stride=128 --output_dir=/tmp/squad_base/
 
 Read top to bottom: flags; reading the SQuAD JSON (SquadExample); features (InputFeatures,
-windows, FeatureWriter); training and prediction; post-processing (write_predictions,
-get_final_text); run().
+windows, FeatureWriter); training and prediction (create_model, SpanPredictor); run();
+evaluation. The post-processing (write_predictions, PredictionWriter, get_final_text) lives in
+squad_predictions.py.
 """
 
 from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
 import bisect
 import collections
-import functools
+import datetime
 import json
 import math
 import os
 import random
+import time
 
 from absl import app
 from absl import flags
 from absl import logging
 import keras
+import numpy as np
 import tensorflow as tf
 
 from bert_keras import cli
 from bert_keras import distribution
+from bert_keras import evaluate_squad
 from bert_keras import inference
 from bert_keras import input_pipeline
 from bert_keras import modeling
 from bert_keras import preprocessing
+from bert_keras import squad_predictions
 from bert_keras import tfds_input
 from bert_keras import tokenization
 from bert_keras import training
@@ -178,6 +185,9 @@ def _load_squad_json(input_file):
     raise ValueError(f"{input_file}: cannot read ({e.message})") from None
   try:
     root = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{input_file}: not valid JSON at line {e.lineno}, column {e.colno}: "
+                     f"{e.msg}") from None
   except ValueError as e:
     raise ValueError(f"{input_file}: not valid JSON ({e})") from None
   if not isinstance(root, dict) or not isinstance(root.get("data"), list):
@@ -203,7 +213,9 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=False):
         doc_tokens, char_to_word_offset = split_context(paragraph["context"])
         for k, qa in enumerate(paragraph["qas"]):
           where = f"{input_file}: data[{i}].paragraphs[{j}].qas[{k}]"
-          if isinstance(qa, dict) and "id" in qa:
+          if isinstance(qa, dict) and "id" not in qa:
+            raise ValueError(f"{where}: a question without \"id\"")
+          if isinstance(qa, dict):
             where = f"{input_file}: question {qa['id']!r}"
           example = _read_question(qa, doc_tokens, char_to_word_offset, is_training,
                                    version_2_with_negative, where)
@@ -224,8 +236,10 @@ def _read_question(qa, doc_tokens, char_to_word_offset, is_training, version_2_w
     if version_2_with_negative:
       is_impossible = qa["is_impossible"]
     if len(qa["answers"]) != 1 and not is_impossible:
+      keep = ("Keep only one of its answers" if qa["answers"] else
+              "Give it one" + (" or mark it is_impossible" if version_2_with_negative else ""))
       raise ValueError(f"{where} has {len(qa['answers'])} answers. For training, each "
-                       "question should have exactly 1 answer.")
+                       f"question should have exactly 1 answer. {keep}.")
     if is_impossible:
       start_position = end_position = -1
       orig_answer_text = ""
@@ -373,11 +387,17 @@ def _answer_pieces(example, tokenizer, all_doc_tokens, orig_to_tok_index):
                               example.orig_answer_text)
 
 
+# The first 20 examples' windows are logged in full, as the original, but at most this many
+# windows of each (a 200k-word context has thousands of windows: 21 MB of log).
+MAX_LOGGED_WINDOWS = 64
+
+
 def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride,
                                  max_query_length, is_training, output_fn):
   """Calls output_fn(InputFeatures) for every window of every example, in order; unique
   ids count from 1000000000 across all examples. The first 20 examples' windows are
-  logged as the original does."""
+  logged as the original does, up to MAX_LOGGED_WINDOWS windows each (then one line says
+  how many more there are)."""
   max_tokens_for_doc_base = max_seq_length - 3   # [CLS], [SEP], [SEP]
   if doc_stride < 1:
     raise ValueError(f"doc_stride={doc_stride}: must be >= 1")
@@ -427,7 +447,10 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
           start_position = tok_start - span.start + doc_offset
           end_position = tok_end - span.start + doc_offset
 
-      if example_index < 20:
+      if example_index < 20 and doc_span_index == MAX_LOGGED_WINDOWS:
+        logging.info("... (%d more windows of example_index %d not logged)",
+                     len(doc_spans) - MAX_LOGGED_WINDOWS, example_index)
+      elif example_index < 20 and doc_span_index < MAX_LOGGED_WINDOWS:
         _log_feature(unique_id, example_index, doc_span_index, tokens, token_to_orig_map,
                      token_is_max_context, input_ids, input_mask, segment_ids, is_training,
                      example.is_impossible, start_position, end_position)
@@ -497,6 +520,12 @@ class FeatureWriter(object):
     self._writer.close()
     tf.io.gfile.rename(self._tmp, self.filename, overwrite=True)
 
+  def abort(self):
+    """Closes and removes the temporary if still there (after close(): nothing)."""
+    self._writer.close()
+    if tf.io.gfile.exists(self._tmp):
+      tf.io.gfile.remove(self._tmp)
+
 
 def decode_fn(seq_length, is_training):
   """Serialized tf.train.Example -> dict of int32 tensors: unique_ids (scalar), input_ids,
@@ -526,244 +555,147 @@ class SquadTask(training.ExampleMeanTask):
   """The batch mean of squad_loss ((start + end cross-entropy) / 2) over the GLOBAL batch."""
 
   def per_example_loss(self, outputs, batch):
-    return modeling.squad_loss(outputs["start_logits"], outputs["end_logits"],
-                               batch["start_positions"], batch["end_positions"])
+    start_logits, end_logits = span_logits(outputs)
+    return modeling.squad_loss(start_logits, end_logits, batch["start_positions"],
+                               batch["end_positions"])
 
 
-RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])
+def span_logits(outputs):
+  """BertSquad's outputs -> (start_logits, end_logits), float32 [B, S] each (the one place
+  that reads them)."""
+  return outputs["start_logits"], outputs["end_logits"]
+
+
+def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
+                 use_one_hot_embeddings=False, model=None):
+  """The original's create_model: BERT's sequence output [B, S, H] through the span head
+  (cls/squad/output_weights [2, H], cls/squad/output_bias [2]) -> (start_logits, end_logits),
+  float32 [B, S] each (unmasked: padding positions get logits too, as the original).
+
+  input_ids, input_mask, segment_ids: int [B, S]. is_training: dropout on. model: the
+  modeling.BertSquad to run (its weights); None builds a new one from bert_config.
+  use_one_hot_embeddings: the original's TPU embedding lookup; the same numbers, ignored.
+  """
+  del use_one_hot_embeddings
+  if model is None:
+    model = modeling.BertSquad(bert_config)
+  outputs = model({"input_ids": input_ids, "input_mask": input_mask,
+                   "segment_ids": segment_ids}, training=is_training)
+  return span_logits(outputs)
+
+
+# Post-processing (squad_predictions.py), under the original's names.
+RawResult = squad_predictions.RawResult
+write_predictions = squad_predictions.write_predictions
+PredictionWriter = squad_predictions.PredictionWriter
+get_final_text = squad_predictions.get_final_text
+
+# Prediction batches are cut to their longest window rounded up to a multiple of this: the
+# forward pass is traced (and, with XLA, compiled) for at most max_seq_length / 64 shapes.
+TRIM_MULTIPLE = 64
+
+
+def trim_batch(arrays, multiple=None):
+  """A dict of arrays [B, S] with "input_mask" (1s then 0s) -> the same arrays [B, L]: L the
+  longest row's length rounded up to a multiple of `multiple` (default TRIM_MULTIPLE;
+  1 <= L <= S). Only columns
+  that are padding in every row go: the logits at the kept positions are unchanged (to
+  float rounding), since attention never looks at padding."""
+  multiple = multiple or TRIM_MULTIPLE
+  seq_length = arrays["input_mask"].shape[1]
+  longest = int(arrays["input_mask"].sum(axis=1).max(initial=1))
+  length = min(seq_length, -(-longest // multiple) * multiple)
+  return {k: v[:, :length] for k, v in arrays.items()}
+
+
+class SpanPredictor(object):
+  """The model over SQuAD windows, batch_size at a time, as they come: add(window) each,
+  then flush(). A window: anything with unique_id, input_ids, input_mask, segment_ids
+  (InputFeatures). Each batch is padded to batch_size rows (one shape for the replicas) and
+  trimmed (trim_batch); on_result(window, RawResult) is called for every window in order,
+  its logits over the window's own tokens only (sum(input_mask) Python floats: its padding
+  positions, never an answer, are not kept). At most batch_size windows wait at a time."""
+
+  def __init__(self, model, batch_size, on_result, strategy=None, use_xla=False):
+    strategy = strategy or tf.distribute.get_strategy()
+
+    def forward(batch):
+      return create_model(model.config, False, batch["input_ids"], batch["input_mask"],
+                          batch["segment_ids"], model=model)
+
+    self._infer = inference.make_inference_fn(strategy, forward, use_xla)
+    self._batch_size = batch_size
+    self._on_result = on_result
+    self._pending = []
+    self.num_windows = 0
+
+  def add(self, window):
+    self._pending.append(window)
+    if len(self._pending) == self._batch_size:
+      self.flush()
+
+  def logits(self, arrays):
+    """int arrays [n <= batch_size, S] -> (start_logits, end_logits) numpy float32 [n, L]."""
+    padded, n = inference.pad_batch(arrays, self._batch_size)
+    start_logits, end_logits = self._infer(trim_batch(padded))
+    return start_logits[:n], end_logits[:n]
+
+  def flush(self):
+    windows, self._pending = self._pending, []
+    if not windows:
+      return
+    arrays = {name: np.array([getattr(w, name) for w in windows], np.int32)
+              for name in ("input_ids", "input_mask", "segment_ids")}
+    start_logits, end_logits = self.logits(arrays)
+    for i, window in enumerate(windows):
+      if (self.num_windows + i) % 1000 == 0:
+        logging.info("Processing example: %d", self.num_windows + i)
+      length = int(arrays["input_mask"][i].sum())
+      self._on_result(window, RawResult(unique_id=int(window.unique_id),
+                                        start_logits=start_logits[i, :length].tolist(),
+                                        end_logits=end_logits[i, :length].tolist()))
+    self.num_windows += len(windows)
+
+
+_Window = collections.namedtuple("_Window", ["unique_id", "input_ids", "input_mask",
+                                             "segment_ids"])
 
 
 def predict_results(model, record_file, seq_length, batch_size, strategy=None, use_xla=False):
-  """Runs the model (inference) over every record of record_file, in order, batch_size
-  records a step split over the replicas of `strategy` (default: the current one), the last
-  batch padded (and the padding dropped): a list of RawResult(unique_id int, start_logits,
-  end_logits: lists of S Python floats)."""
-  strategy = strategy or tf.distribute.get_strategy()
-  ds = tf.data.TFRecordDataset(record_file).map(decode_fn(seq_length, False)).batch(batch_size)
-
-  def forward(batch):
-    outputs = model(SquadTask().model_inputs(batch), training=False)
-    return outputs["start_logits"], outputs["end_logits"]
-
-  infer = inference.make_inference_fn(strategy, forward, use_xla)
+  """SpanPredictor over every record of record_file (eval.tf_record), in order: a list of
+  RawResult(unique_id int, start_logits, end_logits: Python floats over the window's
+  tokens)."""
   results = []
-  for batch, (start_logits, end_logits) in inference.infer_dataset(infer, ds, batch_size):
-    for unique_id, start, end in zip(batch["unique_ids"], start_logits, end_logits):
-      if len(results) % 1000 == 0:
-        logging.info("Processing example: %d", len(results))
-      results.append(RawResult(unique_id=int(unique_id),
-                               start_logits=[float(x) for x in start],
-                               end_logits=[float(x) for x in end]))
+  predictor = SpanPredictor(model, batch_size, lambda window, result: results.append(result),
+                            strategy, use_xla)
+  dataset = tf.data.TFRecordDataset(record_file).map(decode_fn(seq_length, False))
+  for record in dataset.as_numpy_iterator():
+    predictor.add(_Window(record["unique_ids"], record["input_ids"], record["input_mask"],
+                          record["segment_ids"]))
+  predictor.flush()
   return results
 
 
-# ----------------------------------------------------------------------------
-# Post-processing.
+class Progress(object):
+  """A log line at most every `interval` seconds (and on finish()): questions done of the
+  total, windows, questions/s and the ETA."""
 
-_Prelim = collections.namedtuple(
-    "PrelimPrediction", ["feature_index", "start_index", "end_index", "start_logit",
-                         "end_logit"])
-_Nbest = collections.namedtuple("NbestPrediction", ["text", "start_logit", "end_logit"])
+  def __init__(self, what, total, interval=30.0):
+    self.what, self.total, self.interval = what, total, interval
+    self._start = self._last = time.perf_counter()
 
+  def update(self, done, windows, force=False):
+    now = time.perf_counter()
+    if not force and now - self._last < self.interval:
+      return
+    self._last = now
+    rate = done / max(now - self._start, 1e-9)
+    eta = datetime.timedelta(seconds=round((self.total - done) / rate)) if rate > 0 else "?"
+    logging.info("%s: %d of %d questions (%d windows), %.1f questions/s, ETA %s", self.what,
+                 done, self.total, windows, rate, eta)
 
-def _get_best_indexes(logits, n_best_size):
-  """Indices of the n_best_size largest logits, largest first (lower index first on ties),
-  over all positions."""
-  return sorted(range(len(logits)), key=lambda i: logits[i], reverse=True)[:n_best_size]
-
-
-def _compute_softmax(scores):
-  """Softmax of a list of Python floats (max subtracted, summed left to right)."""
-  if not scores:
-    return []
-  top = max(scores)
-  exps = [math.exp(score - top) for score in scores]
-  total = 0.0
-  for x in exps:
-    total += x
-  return [x / total for x in exps]
-
-
-def _prelim_predictions(features, result_of, n_best_size, max_answer_length,
-                        version_2_with_negative):
-  """Candidate spans of one example's windows, best first, plus (v2) the null candidate of
-  the window with the smallest null score start_logits[0] + end_logits[0].
-
-  Returns (prelims sorted by start_logit + end_logit descending, score_null, null_start_logit,
-  null_end_logit)."""
-  prelims = []
-  score_null = 1000000  # the original's "large and positive" start
-  null_feature_index = 0
-  null_start_logit = null_end_logit = 0
-  for feature_index, feature in enumerate(features):
-    result = result_of[feature.unique_id]
-    if version_2_with_negative:
-      feature_null_score = result.start_logits[0] + result.end_logits[0]
-      if feature_null_score < score_null:
-        score_null = feature_null_score
-        null_feature_index = feature_index
-        null_start_logit, null_end_logit = result.start_logits[0], result.end_logits[0]
-    num_tokens = len(feature.tokens)
-    for start in _get_best_indexes(result.start_logits, n_best_size):
-      # Only the start's max-context flag is checked, as the original.
-      if (start >= num_tokens or start not in feature.token_to_orig_map
-          or not feature.token_is_max_context.get(start, False)):
-        continue
-      for end in _get_best_indexes(result.end_logits, n_best_size):
-        if (end >= num_tokens or end not in feature.token_to_orig_map or end < start
-            or end - start + 1 > max_answer_length):
-          continue
-        prelims.append(_Prelim(feature_index, start, end, result.start_logits[start],
-                               result.end_logits[end]))
-  if version_2_with_negative:
-    prelims.append(_Prelim(null_feature_index, 0, 0, null_start_logit, null_end_logit))
-  prelims = sorted(prelims, key=lambda p: p.start_logit + p.end_logit, reverse=True)
-  return prelims, score_null, null_start_logit, null_end_logit
-
-
-def _span_texts(example, feature, start, end):
-  """(normalised WordPiece text, original text) of positions start..end of a window."""
-  tok_text = " ".join(feature.tokens[start:end + 1])
-  tok_text = tok_text.replace(" ##", "").replace("##", "")
-  tok_text = " ".join(tok_text.strip().split())
-  first, last = feature.token_to_orig_map[start], feature.token_to_orig_map[end]
-  return tok_text, " ".join(example.doc_tokens[first:last + 1])
-
-
-def _nbest_of(example, features, prelims, n_best_size, do_lower_case, version_2_with_negative,
-              null_start_logit, null_end_logit, verbose_logging):
-  """The n-best list of _Nbest (distinct texts; v2: "" included, possibly as entry
-  n_best_size + 1)."""
-  seen = set()
-  nbest = []
-  for p in prelims:
-    if len(nbest) >= n_best_size:
-      break
-    if p.start_index > 0:
-      tok_text, orig_text = _span_texts(example, features[p.feature_index], p.start_index,
-                                        p.end_index)
-      text = get_final_text(tok_text, orig_text, do_lower_case, verbose_logging)
-      if text in seen:
-        continue
-    else:  # the null prediction
-      text = ""
-    seen.add(text)
-    nbest.append(_Nbest(text, p.start_logit, p.end_logit))
-  if version_2_with_negative and "" not in seen:
-    nbest.append(_Nbest("", null_start_logit, null_end_logit))
-  if not nbest:  # no valid span at all (v1)
-    nbest.append(_Nbest("empty", 0.0, 0.0))
-  if version_2_with_negative and not any(entry.text for entry in nbest):
-    # No valid non-null span (the original crashes here): a nonce non-null entry, as v1's.
-    logging.warning("Question %s: no valid non-null answer span; adding \"empty\"",
-                    example.qas_id)
-    nbest.insert(0, _Nbest("empty", 0.0, 0.0))
-  return nbest
-
-
-def write_predictions(all_examples, all_features, all_results, n_best_size, max_answer_length,
-                      do_lower_case, output_prediction_file, output_nbest_file,
-                      output_null_log_odds_file, version_2_with_negative=False,
-                      null_score_diff_threshold=0.0, verbose_logging=False):
-  """Writes predictions.json ({qas_id: answer}), nbest_predictions.json ({qas_id: [{"text",
-  "probability", "start_logit", "end_logit"}, ...]}) and, with version_2_with_negative,
-  null_odds.json ({qas_id: null score - best non-null score}); json indent 4 plus "\\n",
-  example order; each via a temporary name. Returns the three dicts (the third empty in v1).
-
-  v2: the answer is "" when the null score minus the best non-null score exceeds
-  null_score_diff_threshold. One deliberate change: where the original crashes (v2, no
-  valid non-null span), the n-best starts with ("empty", 0.0, 0.0) as in v1's no-span case.
-  """
-  logging.info("Writing predictions to: %s", output_prediction_file)
-  logging.info("Writing nbest to: %s", output_nbest_file)
-  features_of = collections.defaultdict(list)
-  for feature in all_features:
-    features_of[feature.example_index].append(feature)
-  result_of = {result.unique_id: result for result in all_results}
-
-  all_predictions = collections.OrderedDict()
-  all_nbest_json = collections.OrderedDict()
-  scores_diff_json = collections.OrderedDict()
-  for example_index, example in enumerate(all_examples):
-    features = features_of[example_index]
-    prelims, score_null, null_start_logit, null_end_logit = _prelim_predictions(
-        features, result_of, n_best_size, max_answer_length, version_2_with_negative)
-    nbest = _nbest_of(example, features, prelims, n_best_size, do_lower_case,
-                      version_2_with_negative, null_start_logit, null_end_logit,
-                      verbose_logging)
-    probs = _compute_softmax([entry.start_logit + entry.end_logit for entry in nbest])
-    all_nbest_json[example.qas_id] = [
-        collections.OrderedDict([("text", entry.text), ("probability", prob),
-                                 ("start_logit", entry.start_logit),
-                                 ("end_logit", entry.end_logit)])
-        for entry, prob in zip(nbest, probs)]
-    if not version_2_with_negative:
-      all_predictions[example.qas_id] = nbest[0].text
-    else:
-      best_non_null = next(entry for entry in nbest if entry.text)
-      score_diff = score_null - best_non_null.start_logit - best_non_null.end_logit
-      scores_diff_json[example.qas_id] = score_diff
-      all_predictions[example.qas_id] = (
-          "" if score_diff > null_score_diff_threshold else best_non_null.text)
-
-  cli.write_text_atomic(output_prediction_file,
-                        json.dumps(all_predictions, indent=4) + "\n")
-  cli.write_text_atomic(output_nbest_file, json.dumps(all_nbest_json, indent=4) + "\n")
-  if version_2_with_negative:
-    cli.write_text_atomic(output_null_log_odds_file,
-                          json.dumps(scores_diff_json, indent=4) + "\n")
-  return all_predictions, all_nbest_json, scores_diff_json
-
-
-@functools.lru_cache(maxsize=2)
-def _basic_tokenizer(do_lower_case):
-  return tokenization.BasicTokenizer(do_lower_case=do_lower_case)
-
-
-def _strip_spaces(text):
-  """-> (text without " ", for each of its characters the index in `text`)."""
-  positions = [i for i, c in enumerate(text) if c != " "]
-  return "".join(text[i] for i in positions), positions
-
-
-def get_final_text(pred_text, orig_text, do_lower_case, verbose_logging=False):
-  """Projects the normalised prediction pred_text (e.g. "steve smith") onto the original
-  span orig_text ("Steve Smith's") -> "Steve Smith". Characters are aligned one to one
-  between orig_text and its BasicTokenizer tokens, spaces aside; when that fails (the
-  prediction is not found, or normalisation changed the character count, e.g. "İ" or
-  ligatures) the whole orig_text is returned, as the original."""
-  tok_text = " ".join(_basic_tokenizer(bool(do_lower_case)).tokenize(orig_text))
-  start = tok_text.find(pred_text)
-  if start == -1:
-    if verbose_logging:
-      logging.info("Unable to find text: '%s' in '%s'", pred_text, orig_text)
-    return orig_text
-  end = start + len(pred_text) - 1
-
-  orig_ns_text, orig_ns_to_s = _strip_spaces(orig_text)
-  tok_ns_text, tok_ns_to_s = _strip_spaces(tok_text)
-  if len(orig_ns_text) != len(tok_ns_text):
-    if verbose_logging:
-      logging.info("Length not equal after stripping spaces: '%s' vs '%s'", orig_ns_text,
-                   tok_ns_text)
-    return orig_text
-  tok_s_to_ns = {s: ns for ns, s in enumerate(tok_ns_to_s)}
-
-  def to_orig(position):
-    ns = tok_s_to_ns.get(position)
-    return None if ns is None or ns >= len(orig_ns_to_s) else orig_ns_to_s[ns]
-
-  orig_start = to_orig(start)
-  if orig_start is None:
-    if verbose_logging:
-      logging.info("Couldn't map start position")
-    return orig_text
-  orig_end = to_orig(end)
-  if orig_end is None:
-    if verbose_logging:
-      logging.info("Couldn't map end position")
-    return orig_text
-  return orig_text[orig_start:orig_end + 1]
+  def finish(self, windows):
+    self.update(self.total, windows, force=True)
 
 
 # ----------------------------------------------------------------------------
@@ -802,7 +734,8 @@ def validate_flags_or_throw(options, bert_config):
         "Cannot use sequence length %d because the BERT model was only trained up to "
         "sequence length %d" % (options.max_seq_length, bert_config.max_position_embeddings))
   if options.max_seq_length <= options.max_query_length + 3:
-    raise ValueError("The max_seq_length (%d) must be greater than max_query_length (%d) + 3"
+    raise ValueError("The max_seq_length (%d) must be greater than max_query_length (%d) + 3 "
+                     "(--max_seq_length, --max_query_length)"
                      % (options.max_seq_length, options.max_query_length))
   for flag, needed in (("train_file", options.do_train), ("predict_file", options.do_predict)):
     path = getattr(options, flag)
@@ -812,14 +745,24 @@ def validate_flags_or_throw(options, bert_config):
 
 def _read(flag, path, is_training, version_2_with_negative):
   try:
-    return read_squad_examples(path, is_training, version_2_with_negative)
+    examples = read_squad_examples(path, is_training, version_2_with_negative)
   except ValueError as e:
     raise ValueError(f"--{flag} {e}") from None
+  if not is_training:  # the predictions are {qas_id: ...}
+    seen = set()
+    for example in examples:
+      if example.qas_id in seen:
+        raise ValueError(f"--{flag} {path}: question id {example.qas_id!r} appears twice")
+      seen.add(example.qas_id)
+  return examples
 
 
 def run(options, strategy=None):
-  """Trains and/or predicts as the original main(). Returns a dict: "train_examples" (the
-  number read, or None), "predictions" (the three dicts of write_predictions, or None).
+  """Trains and/or predicts as the original main(), then evaluates the predictions when the
+  predict_file has answers (evaluate_predictions). Returns a dict: "train_examples" (the
+  number read, or None), "predictions" ({qas_id: answer} or None), "null_odds" (v2:
+  {qas_id: null score - best non-null score}, else None), "eval_results" (the figures of
+  eval_results.json, or None).
 
   options: a namespace from options(...), or the parsed FLAGS. strategy: a tf.distribute
   strategy (built from the options when None). Both SQuAD files are read and checked before
@@ -867,14 +810,21 @@ def _train_predict(options, strategy, config, tokenizer, chief, record_dir, trai
   trainer = training.build_trainer(options, strategy, lambda: modeling.BertSquad(config),
                                    SquadTask(), num_train_steps or 1, num_warmup_steps or 0)
   model = trainer.model
-  results = {"train_examples": None, "predictions": None}
+  results = {"train_examples": None, "predictions": None, "null_odds": None,
+             "eval_results": None}
 
   if options.do_train:
     writer = FeatureWriter(os.path.join(record_dir, "train.tf_record"), is_training=True)
+    progress = Progress("Writing training windows", len(train_examples))
+
+    def write(feature):
+      writer.process_feature(feature)
+      progress.update(feature.example_index, writer.num_features)
+
     convert_examples_to_features(train_examples, tokenizer, options.max_seq_length,
-                                 options.doc_stride, options.max_query_length, True,
-                                 writer.process_feature)
+                                 options.doc_stride, options.max_query_length, True, write)
     writer.close()
+    progress.finish(writer.num_features)
     logging.info("***** Running training *****")
     logging.info("  Num orig examples = %d", len(train_examples))
     logging.info("  Num split examples = %d", writer.num_features)
@@ -888,33 +838,139 @@ def _train_predict(options, strategy, config, tokenizer, chief, record_dir, trai
                                                options.init_checkpoint)
 
   if options.do_predict:
-    writer = FeatureWriter(os.path.join(record_dir, "eval.tf_record"), is_training=False)
-    predict_features = []
-
-    def keep_and_write(feature):
-      predict_features.append(feature)
-      writer.process_feature(feature)
-
-    convert_examples_to_features(predict_examples, tokenizer, options.max_seq_length,
-                                 options.doc_stride, options.max_query_length, False,
-                                 keep_and_write)
-    writer.close()
-    logging.info("***** Running predictions *****")
-    logging.info("  Num orig examples = %d", len(predict_examples))
-    logging.info("  Num split examples = %d", len(predict_features))
-    logging.info("  Batch size = %d", options.predict_batch_size)
-    all_results = predict_results(model, writer.filename, options.max_seq_length,
-                                  options.predict_batch_size, strategy, trainer.use_xla)
     out = record_dir  # output_dir on the chief; discarded on the other workers
-    results["predictions"] = write_predictions(
-        predict_examples, predict_features, all_results, options.n_best_size,
-        options.max_answer_length,
-        options.do_lower_case, os.path.join(out, "predictions.json"),
-        os.path.join(out, "nbest_predictions.json"), os.path.join(out, "null_odds.json"),
-        version_2_with_negative=options.version_2_with_negative,
-        null_score_diff_threshold=options.null_score_diff_threshold,
-        verbose_logging=options.verbose_logging)
+    predictions, null_odds, best_non_null = _predict(options, model, strategy,
+                                                     trainer.use_xla, tokenizer,
+                                                     predict_examples, out)
+    results["predictions"] = predictions
+    results["null_odds"] = null_odds if options.version_2_with_negative else None
+    gold = None
+    if options.tfds_name:
+      gold = tfds_input.squad_eval_dataset(options.tfds_name, options.version_2_with_negative,
+                                           options.tfds_data_dir)
+    results["eval_results"] = evaluate_predictions(
+        options.predict_file or f"--tfds_name {options.tfds_name}", predictions, null_odds,
+        best_non_null, out, options.version_2_with_negative, options.null_score_diff_threshold,
+        gold)
   return results
+
+
+def _predict(options, model, strategy, use_xla, tokenizer, examples, out):
+  """Features -> eval.tf_record and the model, results -> PredictionWriter, as they come
+  (one batch of windows and one example's windows in memory at a time). Returns the
+  writer's (predictions, null_odds, best_non_null)."""
+  logging.info("***** Running predictions *****")
+  logging.info("  Num orig examples = %d", len(examples))
+  logging.info("  Batch size = %d", options.predict_batch_size)
+  record_writer = FeatureWriter(os.path.join(out, "eval.tf_record"), is_training=False)
+  writer = PredictionWriter(
+      examples, options.n_best_size, options.max_answer_length, options.do_lower_case,
+      os.path.join(out, "predictions.json"), os.path.join(out, "nbest_predictions.json"),
+      os.path.join(out, "null_odds.json"), options.version_2_with_negative,
+      options.null_score_diff_threshold, options.verbose_logging)
+  progress = Progress("Predicting", len(examples))
+
+  def on_result(feature, result):
+    writer.add(feature, result)
+    progress.update(feature.example_index, predictor.num_windows)
+
+  predictor = SpanPredictor(model, options.predict_batch_size, on_result, strategy, use_xla)
+
+  def on_feature(feature):
+    record_writer.process_feature(feature)
+    predictor.add(feature)
+
+  try:
+    convert_examples_to_features(examples, tokenizer, options.max_seq_length,
+                                 options.doc_stride, options.max_query_length, False,
+                                 on_feature)
+    predictor.flush()
+    record_writer.close()
+    writer.close()
+  finally:
+    record_writer.abort()
+    writer.abort()
+  progress.finish(predictor.num_windows)
+  logging.info("  Num split examples = %d", predictor.num_windows)
+  return writer.predictions, writer.null_odds, writer.best_non_null
+
+
+# ----------------------------------------------------------------------------
+# Evaluation (evaluate_squad.py's official figures).
+
+def _gold_dataset(predict_file, dataset=None):
+  """The "data" list of predict_file (or `dataset`, that list already read, e.g. from
+  --tfds_name) when every question has gold answers (v2: an "answers" list, possibly empty,
+  and at least one answer in the file), else None."""
+  if dataset is None:
+    dataset = _load_squad_json(predict_file)
+  qas = evaluate_squad.questions(dataset)
+  if not all(isinstance(qa.get("answers"), list) for qa in qas):
+    return None
+  return dataset if any(qa["answers"] for qa in qas) else None
+
+
+def _on_odds_scale(figures, name, null_odds):
+  """best_<name>_thresh as a --null_score_diff_threshold. The official search starts from
+  "no question answered" at threshold 0.0 (right for probabilities in [0, 1]) and only a
+  strictly better score moves it: when it stays there (best_<name> is the share of
+  unanswerable questions), the threshold that answers nothing on the null odds' scale is
+  below the smallest odds."""
+  threshold = figures[f"best_{name}_thresh"]
+  all_null = figures.get("NoAns_total", 0) * 100.0 / figures["total"]
+  if threshold == 0.0 and figures["best_" + name] == all_null and null_odds:
+    return math.floor(min(null_odds.values())) - 1.0
+  return threshold
+
+
+def evaluate_predictions(predict_file, predictions, null_odds, best_non_null, output_dir,
+                         version_2_with_negative=False, null_score_diff_threshold=0.0,
+                         dataset=None):
+  """The official evaluation of predictions.json when predict_file has the answers (else
+  None): writes eval_results.json to output_dir and returns its dict.
+
+  v1.1: exact_match, f1 (evaluate-v1.1.py). v2.0: the figures of evaluate-v2.0.py with
+  --na-prob-file null_odds.json --na-prob-thresh <null_score_diff_threshold> (those of
+  predictions.json as written), except best_exact, best_f1 and their thresholds: searched
+  over the best non-null answers (what any --null_score_diff_threshold predicts; the
+  official script searches predictions.json, right only for thresholds below the one used),
+  on --null_score_diff_threshold's scale (null_odds.json's: null score - best non-null
+  score). predictions_best_threshold.json: the answers of
+  --null_score_diff_threshold=<best_f1_thresh>. dataset: predict_file's "data" list already
+  read (--tfds_name; predict_file then only names it in the log).
+  """
+  dataset = _gold_dataset(predict_file, dataset)
+  if dataset is None:
+    logging.info("Not evaluated: %s has no gold answers", predict_file)
+    return None
+  missing = []
+  if not version_2_with_negative:
+    result = evaluate_squad.evaluate(dataset, predictions, version="1.1",
+                                     on_missing=missing.append)
+  else:
+    result = evaluate_squad.evaluate(dataset, predictions, null_odds, null_score_diff_threshold,
+                                     version="2.0", on_missing=missing.append)
+    best = evaluate_squad.evaluate(dataset, best_non_null, null_odds, version="2.0")
+    for name in ("exact", "f1"):
+      result["best_" + name] = best["best_" + name]
+      result[f"best_{name}_thresh"] = _on_odds_scale(best, name, null_odds)
+    threshold = result["best_f1_thresh"]
+    answers = collections.OrderedDict(
+        (qid, "" if null_odds[qid] > threshold else text) for qid, text in best_non_null.items())
+    cli.write_text_atomic(os.path.join(output_dir, "predictions_best_threshold.json"),
+                          json.dumps(answers, indent=4) + "\n")
+  if missing:  # questions skipped when reading (no answer found): none when predicting
+    logging.warning("%d questions of %s have no prediction", len(missing), predict_file)
+  cli.write_text_atomic(os.path.join(output_dir, "eval_results.json"),
+                        json.dumps(result, indent=2) + "\n")
+  logging.info("***** Eval results (%s) *****", predict_file)
+  for key, value in result.items():
+    logging.info("  %s = %s", key, value)
+  if version_2_with_negative:
+    logging.info("Best F1 %.2f: predictions_best_threshold.json, what "
+                 "--null_score_diff_threshold=%r predicts", result["best_f1"],
+                 result["best_f1_thresh"])
+  return result
 
 
 main = cli.script_main(run)

@@ -24,6 +24,7 @@ from conftest import shared_path
 from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import run_squad
+from bert_keras import squad_predictions
 from bert_keras import tokenization
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -475,14 +476,14 @@ def test_get_final_text_matches_the_original(orig):
 
 
 def test_get_best_indexes_and_softmax_match_the_original(orig):
-  assert run_squad._get_best_indexes([0.1, 0.5, 0.5, -1.0, 0.3], 3) == [1, 2, 4]
+  assert squad_predictions._get_best_indexes([0.1, 0.5, 0.5, -1.0, 0.3], 3) == [1, 2, 4]
   rng = np.random.RandomState(1)
   for _ in range(50):
     logits = [float(x) for x in np.round(rng.normal(size=rng.randint(1, 60)), 1)]
     n = rng.randint(1, 25)
-    assert run_squad._get_best_indexes(logits, n) == orig._get_best_indexes(logits, n)
-    assert run_squad._compute_softmax(logits) == orig._compute_softmax(logits)
-  assert run_squad._compute_softmax([]) == []
+    assert squad_predictions._get_best_indexes(logits, n) == orig._get_best_indexes(logits, n)
+    assert squad_predictions._compute_softmax(logits) == orig._compute_softmax(logits)
+  assert squad_predictions._compute_softmax([]) == []
 
 
 # ----------------------------------------------------------------------------
