@@ -61,7 +61,7 @@ DEFAULTS = dict(
     warmup_proportion=0.1, save_checkpoints_steps=1000, iterations_per_loop=1000,
     n_best_size=20, max_answer_length=30, verbose_logging=False,
     version_2_with_negative=False, null_score_diff_threshold=0.0, tfds_name=None,
-    tfds_data_dir=None,
+    tfds_data_dir=None, trim_predict_batches=False,
     **cli.TPU_DEFAULTS, **cli.TRAINING_DEFAULTS)
 
 
@@ -115,6 +115,12 @@ def define_flags():
       "Never downloads.")
   flags.DEFINE_string("tfds_data_dir", None,
                       "TensorFlow Datasets data directory of --tfds_name (default: TFDS's).")
+  flags.DEFINE_bool(
+      "trim_predict_batches", False,
+      "Cut each prediction batch to its longest window (rounded up to a multiple of 64) and "
+      "rank answer candidates over each window's own tokens only: faster, the same logits; "
+      "the original also ranks the padding positions (never an answer) for its n_best_size "
+      "candidates, so an undertrained model's answers can differ. Off: the original's.")
   for name in ("vocab_file", "bert_config_file", "output_dir"):
     flags.mark_flag_as_required(name)
   flags.adopt_module_key_flags(cli)  # --help lists them too, not only --helpfull
@@ -611,12 +617,14 @@ def trim_batch(arrays, multiple=None):
 class SpanPredictor(object):
   """The model over SQuAD windows, batch_size at a time, as they come: add(window) each,
   then flush(). A window: anything with unique_id, input_ids, input_mask, segment_ids
-  (InputFeatures). Each batch is padded to batch_size rows (one shape for the replicas) and
-  trimmed (trim_batch); on_result(window, RawResult) is called for every window in order,
-  its logits over the window's own tokens only (sum(input_mask) Python floats: its padding
-  positions, never an answer, are not kept). At most batch_size windows wait at a time."""
+  (InputFeatures). Each batch is padded to batch_size rows (one shape for the replicas);
+  on_result(window, RawResult) is called for every window in order with its logits over all
+  max_seq_length positions, as the original; with trim, each batch is trimmed (trim_batch)
+  and the logits are over the window's own tokens only (sum(input_mask) Python floats: its
+  padding positions, never an answer, are not kept). At most batch_size windows wait at a
+  time."""
 
-  def __init__(self, model, batch_size, on_result, strategy=None, use_xla=False):
+  def __init__(self, model, batch_size, on_result, strategy=None, use_xla=False, trim=False):
     strategy = strategy or tf.distribute.get_strategy()
 
     def forward(batch):
@@ -625,6 +633,7 @@ class SpanPredictor(object):
 
     self._infer = inference.make_inference_fn(strategy, forward, use_xla)
     self._batch_size = batch_size
+    self._trim = trim
     self._on_result = on_result
     self._pending = []
     self.num_windows = 0
@@ -637,7 +646,7 @@ class SpanPredictor(object):
   def logits(self, arrays):
     """int arrays [n <= batch_size, S] -> (start_logits, end_logits) numpy float32 [n, L]."""
     padded, n = inference.pad_batch(arrays, self._batch_size)
-    start_logits, end_logits = self._infer(trim_batch(padded))
+    start_logits, end_logits = self._infer(trim_batch(padded) if self._trim else padded)
     return start_logits[:n], end_logits[:n]
 
   def flush(self):
@@ -650,7 +659,7 @@ class SpanPredictor(object):
     for i, window in enumerate(windows):
       if (self.num_windows + i) % 1000 == 0:
         logging.info("Processing example: %d", self.num_windows + i)
-      length = int(arrays["input_mask"][i].sum())
+      length = int(arrays["input_mask"][i].sum()) if self._trim else start_logits.shape[1]
       self._on_result(window, RawResult(unique_id=int(window.unique_id),
                                         start_logits=start_logits[i, :length].tolist(),
                                         end_logits=end_logits[i, :length].tolist()))
@@ -661,13 +670,14 @@ _Window = collections.namedtuple("_Window", ["unique_id", "input_ids", "input_ma
                                              "segment_ids"])
 
 
-def predict_results(model, record_file, seq_length, batch_size, strategy=None, use_xla=False):
+def predict_results(model, record_file, seq_length, batch_size, strategy=None, use_xla=False,
+                    trim=False):
   """SpanPredictor over every record of record_file (eval.tf_record), in order: a list of
   RawResult(unique_id int, start_logits, end_logits: Python floats over the window's
-  tokens)."""
+  positions; with trim, over its tokens only)."""
   results = []
   predictor = SpanPredictor(model, batch_size, lambda window, result: results.append(result),
-                            strategy, use_xla)
+                            strategy, use_xla, trim)
   dataset = tf.data.TFRecordDataset(record_file).map(decode_fn(seq_length, False))
   for record in dataset.as_numpy_iterator():
     predictor.add(_Window(record["unique_ids"], record["input_ids"], record["input_mask"],
@@ -874,7 +884,8 @@ def _predict(options, model, strategy, use_xla, tokenizer, examples, out):
     writer.add(feature, result)
     progress.update(feature.example_index, predictor.num_windows)
 
-  predictor = SpanPredictor(model, options.predict_batch_size, on_result, strategy, use_xla)
+  predictor = SpanPredictor(model, options.predict_batch_size, on_result, strategy, use_xla,
+                            options.trim_predict_batches)
 
   def on_feature(feature):
     record_writer.process_feature(feature)

@@ -138,7 +138,8 @@ def test_trimmed_batches_give_the_untrimmed_logits(tiny, vocab, monkeypatch):
     got = []
     widths.clear()
     monkeypatch.setattr(run_squad, "TRIM_MULTIPLE", multiple)
-    predictor = run_squad.SpanPredictor(model, batch_size, lambda w, r: got.append((w, r)))
+    predictor = run_squad.SpanPredictor(model, batch_size, lambda w, r: got.append((w, r)),
+                                        trim=True)
     for window in windows:
       predictor.add(window)
     predictor.flush()
