@@ -37,6 +37,7 @@ import unicodedata
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
 
 from bert_keras import tokenization
 
@@ -388,7 +389,7 @@ def _run_wordpiece(strings, model):
   """strings [N] string -> (ids int32 [P], splits int64 [N + 1]): the pieces of every string
   in order, those of string i being ids[splits[i]:splits[i + 1]]."""
   _, ids, splits, _, _ = _gen_wordpiece().fast_wordpiece_tokenize_with_offsets(
-      input_values=strings, wp_model=tf.constant(model))
+      input_values=strings, wp_model=model)
   return tf.cast(ids, tf.int32), splits
 
 
@@ -399,11 +400,11 @@ def _fast_path(texts, models, do_lower_case):
   return _run_wordpiece(texts, models["texts"])
 
 
-def _slow_path(texts, tables, models, do_lower_case):
+def _slow_path(texts, models, do_lower_case):
   """Any texts [N] -> (ids int32 [P], rows int64 [P]: the text of each): the exact basic
   tokens in TF ops, then WordPiece on each (a token over 200 code points is one [UNK]; one
   over 256 bytes goes to _long_words_wordpiece where the vocab has a token that long)."""
-  tokens, lengths, token_rows = _basic_tokens(texts, tables, do_lower_case)
+  tokens, lengths, token_rows = _basic_tokens(texts, models["tables"], do_lower_case)
   tokens = tf.where(lengths > _MAX_INPUT_CHARS_PER_WORD, _TOO_LONG, tokens)
   if "long_words" not in models:
     ids, splits = _run_wordpiece(tokens, models["words"])
@@ -424,7 +425,7 @@ def _row_ids(splits):
   return tf.repeat(tf.range(tf.size(splits, out_type=tf.int64) - 1), splits[1:] - splits[:-1])
 
 
-def _wordpiece_ids(texts, tables, models, do_lower_case):
+def _wordpiece_ids(texts, models, do_lower_case):
   """texts [B] string -> (ids int32 [P], splits int64 [B + 1]): the original FullTokenizer's
   ids of all texts in order, those of text i being ids[splits[i]:splits[i + 1]]. A batch of
   ASCII texts takes the fast path alone; otherwise its ASCII texts take it and the others
@@ -435,14 +436,27 @@ def _wordpiece_ids(texts, tables, models, do_lower_case):
     fast, slow = tf.where(ascii_text)[:, 0], tf.where(~ascii_text)[:, 0]
     fast_ids, fast_splits = _fast_path(tf.gather(texts, fast), models, do_lower_case)
     fast_rows = _row_ids(fast_splits)
-    slow_ids, slow_rows = _slow_path(tf.gather(texts, slow), tables, models, do_lower_case)
+    slow_ids, slow_rows = _slow_path(tf.gather(texts, slow), models, do_lower_case)
     rows = tf.concat([tf.gather(fast, fast_rows), tf.gather(slow, slow_rows)], 0)
     order = tf.argsort(rows, stable=True)
     lengths = tf.math.unsorted_segment_sum(tf.ones_like(rows), rows, tf.size(texts))
     return (tf.gather(tf.concat([fast_ids, slow_ids], 0), order),
             tf.concat([[0], tf.math.cumsum(lengths)], 0))
-  return tf.cond(tf.reduce_all(ascii_text),
-                 lambda: _fast_path(texts, models, do_lower_case), mixed)
+  return _unlowered_cond(tf.reduce_all(ascii_text),
+                         lambda: _fast_path(texts, models, do_lower_case), mixed)
+
+
+def _unlowered_cond(pred, true_fn, false_fn):
+  """tf.cond, kept as a functional If op in a graph: TensorFlow otherwise lowers it to
+  Switch/Merge, where every op of the branch not taken still runs (on "dead" tensors); the
+  slow path's hundreds of ops cost more than the fast path itself."""
+  outputs = tf.cond(pred, true_fn, false_fn)
+  if not tf.executing_eagerly():
+    op = outputs[0].op
+    while op.type not in ("If", "StatelessIf"):  # (the outputs are Identity ops of its)
+      op = op.inputs[0].op
+    op._set_attr("_lower_using_switch_merge", attr_value_pb2.AttrValue(b=False))
+  return outputs
 
 
 # --------------------------------------------------------------------------
@@ -655,12 +669,17 @@ class BertPreprocessor(keras.layers.Layer):
     self.max_seq_length = int(max_seq_length)
     self._cls_id, self._sep_id = vocab["[CLS]"], vocab["[SEP]"]
     _gen_wordpiece()  # (tensorflow_text's kernels registered before any tracing)
-    self._models = dict(texts=_wordpiece_model(self._vocabulary, False),
-                        words=_wordpiece_model(self._vocabulary, True))
+    models = dict(texts=_wordpiece_model(self._vocabulary, False),
+                  words=_wordpiece_model(self._vocabulary, True),
+                  tables=_character_tables(self.do_lower_case))
     if any(token and len(_suffix_free(token).encode("utf-8")) > _MAX_OP_TOKEN_BYTES
            for token in by_id):
-      self._models["long_words"] = _long_words_vocab(self._vocabulary)
-    _character_tables(self.do_lower_case)  # (built now, not while tracing)
+      models["long_words"] = _long_words_vocab(self._vocabulary)
+    # Eager tensors, which a traced function captures by reference: as constants in its
+    # graph (megabytes), every tf.data iterator would copy and optimise them first.
+    with tf.init_scope():
+      self._models = tf.nest.map_structure(
+          lambda x: tf.constant(x) if isinstance(x, np.ndarray) else x, models)
     self._convert_input_args = False
     self._allow_non_tensor_positional_args = True
     self.built = True
@@ -717,14 +736,7 @@ class BertPreprocessor(keras.layers.Layer):
   def _word_piece_ids(self, texts):
     """texts [B] string -> (ids int32 [P], splits int64 [B + 1]): the word-piece ids of all
     texts in order, those of text i being ids[splits[i]:splits[i + 1]]."""
-    tables = {name: tf.constant(value)
-              for name, value in _character_tables(self.do_lower_case).items()}
-    models = dict(self._models)
-    if "long_words" in models:
-      models["long_words"] = {
-          name: tuple(tf.constant(a) for a in value) if isinstance(value, tuple) else value
-          for name, value in models["long_words"].items()}
-    return _wordpiece_ids(texts, tables, models, self.do_lower_case)
+    return _wordpiece_ids(texts, self._models, self.do_lower_case)
 
   def compute_output_spec(self, inputs):
     text_a = (inputs["text_a"] if isinstance(inputs, dict) else
