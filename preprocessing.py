@@ -5,14 +5,18 @@ in two forms:
   * truncate_seq_pair, pack_tokens: Python, shared by run_classifier.py and
     extract_features.py (WordPieces of one or two texts -> lists of max_seq_length ints);
   * BertPreprocessor: a Keras layer that does the original FullTokenizer and the same packing
-    on a batch of strings (or string pairs) with TensorFlow ops only, so it runs in tf.data,
+    on a batch of strings (or string pairs) with TensorFlow ops (and tensorflow-text's
+    WordPiece op), no Python at run time, so it runs in tf.data,
     in a functional keras.Model and in a SavedModel, with the original's output.
 
 How BertPreprocessor stays exact. Every character class and mapping comes from Python's own
 unicodedata and str methods (the ones the original calls), computed once per process into one
 int32 per code point (a two-level table: 4,352 blocks of 256 code points, identical blocks
 stored once). No TensorFlow or ICU case-mapping, normalization or regex class is used, so
-their Unicode versions and definitions (RE2's \\s, ICU's lower-casing) never enter. Per text:
+their Unicode versions and definitions (RE2's \\s, ICU's lower-casing) never enter. A text
+of printable ASCII, \\t, \\n and \\r only takes a fast path where steps 1-4 reduce to ASCII
+lower-casing and the splitting that tensorflow-text's WordPiece op does itself (exactly the
+original's for these characters); any other text takes these steps in TF ops:
   1. UTF-8 bytes -> code points, invalid bytes dropped (as bytes.decode("utf-8", "ignore"));
   2. cleaning: NUL, U+FFFD and Cc/Cf characters other than \\t \\n \\r deleted, \\t \\n \\r and
      Zs -> " "; CJK ideographs become tokens of their own;
@@ -23,12 +27,15 @@ their Unicode versions and definitions (RE2's \\s, ICU's lower-casing) never ent
   4. tokens: runs of characters that are neither whitespace (str.isspace) nor punctuation
      (printable non-alphanumeric ASCII, or Unicode category P*), and each punctuation
      character alone;
-  5. WordPiece: a token over 200 characters (code points) -> [UNK]; else greedy longest match
-     first, "##" continuations, [UNK] for the whole token when some position has no match;
+  5. WordPiece (tensorflow-text's FastWordpieceTokenizeWithOffsets op, the original's greedy
+     longest match first with "##" continuations, [UNK] for the whole token when some
+     position has no match): a token over 200 characters (code points) -> [UNK];
   6. packing: [CLS] a [SEP] (b [SEP]), the longer side truncated first (b on ties) to
      max_seq_length - 3 (a single text to max_seq_length - 2); zero padding.
-Vocab lookups compare strings after a binary search over their 63-bit fingerprints
-(tf.strings.to_hash_bucket_fast): no lookup-table resource, nothing to initialize or track.
+A graph with this layer needs tensorflow-text's op registered (import tensorflow_text) to run,
+e.g. before tf.saved_model.load. Vocab entries over 256 bytes, which the op's builder
+refuses, are matched by a WordPiece loop in TF ops (lookups after a binary search over 63-bit
+fingerprints), only for the words over 256 bytes and only with a vocab that has such entries.
 """
 
 import functools
