@@ -5,14 +5,18 @@ in two forms:
   * truncate_seq_pair, pack_tokens: Python, shared by run_classifier.py and
     extract_features.py (WordPieces of one or two texts -> lists of max_seq_length ints);
   * BertPreprocessor: a Keras layer that does the original FullTokenizer and the same packing
-    on a batch of strings (or string pairs) with TensorFlow ops only, so it runs in tf.data,
+    on a batch of strings (or string pairs) with TensorFlow ops (and tensorflow-text's
+    WordPiece op), no Python at run time, so it runs in tf.data,
     in a functional keras.Model and in a SavedModel, with the original's output.
 
 How BertPreprocessor stays exact. Every character class and mapping comes from Python's own
 unicodedata and str methods (the ones the original calls), computed once per process into one
 int32 per code point (a two-level table: 4,352 blocks of 256 code points, identical blocks
 stored once). No TensorFlow or ICU case-mapping, normalization or regex class is used, so
-their Unicode versions and definitions (RE2's \\s, ICU's lower-casing) never enter. Per text:
+their Unicode versions and definitions (RE2's \\s, ICU's lower-casing) never enter. A text
+of printable ASCII, \\t, \\n and \\r only takes a fast path where steps 1-4 reduce to ASCII
+lower-casing and the splitting that tensorflow-text's WordPiece op does itself (exactly the
+original's for these characters); any other text takes these steps in TF ops:
   1. UTF-8 bytes -> code points, invalid bytes dropped (as bytes.decode("utf-8", "ignore"));
   2. cleaning: NUL, U+FFFD and Cc/Cf characters other than \\t \\n \\r deleted, \\t \\n \\r and
      Zs -> " "; CJK ideographs become tokens of their own;
@@ -23,12 +27,15 @@ their Unicode versions and definitions (RE2's \\s, ICU's lower-casing) never ent
   4. tokens: runs of characters that are neither whitespace (str.isspace) nor punctuation
      (printable non-alphanumeric ASCII, or Unicode category P*), and each punctuation
      character alone;
-  5. WordPiece: a token over 200 characters (code points) -> [UNK]; else greedy longest match
-     first, "##" continuations, [UNK] for the whole token when some position has no match;
+  5. WordPiece (tensorflow-text's FastWordpieceTokenizeWithOffsets op, the original's greedy
+     longest match first with "##" continuations, [UNK] for the whole token when some
+     position has no match): a token over 200 characters (code points) -> [UNK];
   6. packing: [CLS] a [SEP] (b [SEP]), the longer side truncated first (b on ties) to
      max_seq_length - 3 (a single text to max_seq_length - 2); zero padding.
-Vocab lookups compare strings after a binary search over their 63-bit fingerprints
-(tf.strings.to_hash_bucket_fast): no lookup-table resource, nothing to initialize or track.
+A graph with this layer needs tensorflow-text's op registered (import tensorflow_text) to run,
+e.g. before tf.saved_model.load. Vocab entries over 256 bytes, which the op's builder
+refuses, are matched by a WordPiece loop in TF ops (lookups after a binary search over 63-bit
+fingerprints), only for the words over 256 bytes and only with a vocab that has such entries.
 """
 
 import functools
@@ -37,6 +44,7 @@ import unicodedata
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
 
 from bert_keras import tokenization
 
@@ -314,7 +322,152 @@ def _basic_tokens(texts, tables, do_lower_case):
 
 
 # --------------------------------------------------------------------------
-# WordPiece
+# WordPiece (tensorflow-text's FastWordpieceTokenizer op) and the two paths
+# --------------------------------------------------------------------------
+
+# A text of only these characters takes the fast path: for them the original's cleaning,
+# lower-casing, accent stripping and splitting are ASCII lower-casing and the splitting on
+# ASCII whitespace and punctuation that FastWordpieceTokenizer's own pre-tokenization does.
+_ASCII_TEXT = "[\t\n\r -~]*"
+_MAX_WORD_BYTES = 4 * _MAX_INPUT_CHARS_PER_WORD  # (200 code points are at most 800 bytes)
+_TOO_LONG = "x" * (_MAX_WORD_BYTES + 1)          # a word that the op makes one [UNK]
+_MAX_OP_TOKEN_BYTES = 256                        # the op's longest vocab token (after "##")
+
+
+def _gen_wordpiece():
+  """tensorflow_text's generated op module (its kernels registered with TensorFlow)."""
+  from bert_keras import quiet_tensorflow
+  with quiet_tensorflow.quietly():
+    from tensorflow_text.python.ops import fast_wordpiece_tokenizer
+  return fast_wordpiece_tokenizer.gen_fast_wordpiece_tokenizer
+
+
+def _op_can_hold(token):
+  """Whether the op's model takes the vocab token: not None (an id no token maps to), not
+  "", no NUL or whitespace (the original's words never hold one), at most 256 UTF-8 bytes
+  after its "##" (a longer one only matches a word over 256 bytes: _slow_path gives those
+  to _long_words_wordpiece)."""
+  return (token is not None and "\0" not in token and not any(c.isspace() for c in token)
+          and 0 < len(_suffix_free(token).encode("utf-8")) <= _MAX_OP_TOKEN_BYTES)
+
+
+def _ascii_word_token(token):
+  """Whether the vocab token can match a word of ASCII text ([UNK] kept, the op needs it):
+  one ASCII punctuation character, or ASCII letters and digits (after a "##")."""
+  if token is None:
+    return False
+  if token == "[UNK]" or len(token) == 1 and token.isascii() and (
+      _code_point_bits()[ord(token)] & _PUNCT):
+    return True
+  word = _suffix_free(token)
+  return word.isascii() and word.isalnum()
+
+
+def _suffix_free(token):
+  return token[2:] if token.startswith("##") else token
+
+
+def _wordpiece_model(vocabulary, pretokenized):
+  """The op's model (a flatbuffer) as numpy uint8 [bytes]. vocabulary: the token of each id
+  (None for an id no token maps to). A token the op does not take (_op_can_hold) becomes a
+  placeholder that can never match: "[placeholderN]" (a word with punctuation is one
+  character long), made unique with "x"s.
+  pretokenized: words in (the slow path's basic tokens; a word of over 800 bytes is one
+  [UNK]); else ASCII texts, split as the original splits them (a word of over 200 bytes,
+  i.e. 200 ASCII characters, is one [UNK]), with only the tokens that can match an ASCII
+  word (the op's builder rejects some others, e.g. "." with "##.")."""
+  from tensorflow_text.core.pybinds import pywrap_fast_wordpiece_tokenizer_model_builder
+  keep = _op_can_hold if pretokenized else _ascii_word_token
+  taken = set(vocabulary)
+  tokens = []
+  for index, token in enumerate(vocabulary):
+    if not keep(token):
+      token = f"[placeholder{index}]"
+      while token in taken:
+        token += "x"
+    tokens.append(token)
+  buffer = pywrap_fast_wordpiece_tokenizer_model_builder.build_fast_wordpiece_model(
+      tokens, _MAX_WORD_BYTES if pretokenized else _MAX_INPUT_CHARS_PER_WORD, "##",
+      "[UNK]", pretokenized, False)
+  return np.frombuffer(buffer, np.uint8)
+
+
+def _run_wordpiece(strings, model):
+  """strings [N] string -> (ids int32 [P], splits int64 [N + 1]): the pieces of every string
+  in order, those of string i being ids[splits[i]:splits[i + 1]]."""
+  _, ids, splits, _, _ = _gen_wordpiece().fast_wordpiece_tokenize_with_offsets(
+      input_values=strings, wp_model=model)
+  return tf.cast(ids, tf.int32), splits
+
+
+def _fast_path(texts, models, do_lower_case):
+  """ASCII texts [N] (printable, \\t, \\n, \\r) -> (ids int32 [P], splits int64 [N + 1])."""
+  if do_lower_case:
+    texts = tf.strings.lower(texts)  # (ASCII letters only, as str.lower on ASCII)
+  return _run_wordpiece(texts, models["texts"])
+
+
+def _slow_path(texts, models, do_lower_case):
+  """Any texts [N] -> (ids int32 [P], rows int64 [P]: the text of each): the exact basic
+  tokens in TF ops, then WordPiece on each (a token over 200 code points is one [UNK]; one
+  over 256 bytes goes to _long_words_wordpiece where the vocab has a token that long)."""
+  tokens, lengths, token_rows = _basic_tokens(texts, models["tables"], do_lower_case)
+  tokens = tf.where(lengths > _MAX_INPUT_CHARS_PER_WORD, _TOO_LONG, tokens)
+  if "long_words" not in models:
+    ids, splits = _run_wordpiece(tokens, models["words"])
+    return ids, tf.gather(token_rows, _row_ids(splits))
+  long_word = tf.strings.length(tokens) > _MAX_OP_TOKEN_BYTES
+  short, long = tf.where(~long_word)[:, 0], tf.where(long_word)[:, 0]
+  short_ids, splits = _run_wordpiece(tf.gather(tokens, short), models["words"])
+  long_ids, long_owners = _long_words_wordpiece(
+      tf.gather(tokens, long), tf.gather(lengths, long), models["long_words"])
+  owners = tf.concat([tf.gather(short, _row_ids(splits)), tf.gather(long, long_owners)], 0)
+  order = tf.argsort(owners, stable=True)
+  return (tf.gather(tf.concat([short_ids, long_ids], 0), order),
+          tf.gather(token_rows, tf.gather(owners, order)))
+
+
+def _row_ids(splits):
+  """Row splits int64 [N + 1] -> int64 [splits[-1]]: the row of each value."""
+  return tf.repeat(tf.range(tf.size(splits, out_type=tf.int64) - 1), splits[1:] - splits[:-1])
+
+
+def _wordpiece_ids(texts, models, do_lower_case):
+  """texts [B] string -> (ids int32 [P], splits int64 [B + 1]): the original FullTokenizer's
+  ids of all texts in order, those of text i being ids[splits[i]:splits[i + 1]]. A batch of
+  ASCII texts takes the fast path alone; otherwise its ASCII texts take it and the others
+  the slow path."""
+  ascii_text = tf.strings.regex_full_match(texts, _ASCII_TEXT)
+
+  def mixed():
+    fast, slow = tf.where(ascii_text)[:, 0], tf.where(~ascii_text)[:, 0]
+    fast_ids, fast_splits = _fast_path(tf.gather(texts, fast), models, do_lower_case)
+    fast_rows = _row_ids(fast_splits)
+    slow_ids, slow_rows = _slow_path(tf.gather(texts, slow), models, do_lower_case)
+    rows = tf.concat([tf.gather(fast, fast_rows), tf.gather(slow, slow_rows)], 0)
+    order = tf.argsort(rows, stable=True)
+    lengths = tf.math.unsorted_segment_sum(tf.ones_like(rows), rows, tf.size(texts))
+    return (tf.gather(tf.concat([fast_ids, slow_ids], 0), order),
+            tf.concat([[0], tf.math.cumsum(lengths)], 0))
+  return _unlowered_cond(tf.reduce_all(ascii_text),
+                         lambda: _fast_path(texts, models, do_lower_case), mixed)
+
+
+def _unlowered_cond(pred, true_fn, false_fn):
+  """tf.cond, kept as a functional If op in a graph: TensorFlow otherwise lowers it to
+  Switch/Merge, where every op of the branch not taken still runs (on "dead" tensors); the
+  slow path's hundreds of ops cost more than the fast path itself."""
+  outputs = tf.cond(pred, true_fn, false_fn)
+  if not tf.executing_eagerly():
+    op = outputs[0].op
+    while op.type not in ("If", "StatelessIf"):  # (the outputs are Identity ops of its)
+      op = op.inputs[0].op
+    op._set_attr("_lower_using_switch_merge", attr_value_pb2.AttrValue(b=False))
+  return outputs
+
+
+# --------------------------------------------------------------------------
+# WordPiece in TF ops, for the words over 256 bytes (only with a vocab token that long)
 # --------------------------------------------------------------------------
 
 _FINGERPRINT_BUCKETS = (1 << 63) - 1
@@ -385,7 +538,7 @@ def _longest_matches(tokens, lengths, whole, continuation, max_chars):
   return owners.concat(), ids.concat(), failed
 
 
-def _wordpiece(tokens, lengths, vocab):
+def _long_words_wordpiece(tokens, lengths, vocab):
   """The original WordpieceTokenizer on every token: tokens [T] string (lengths [T] int64,
   code points) -> (ids int32 [P], owners int64 [P]): the word-piece ids of all tokens in
   order, owners the token of each. A token over 200 code points, or with a position that
@@ -406,6 +559,19 @@ def _wordpiece(tokens, lengths, vocab):
   ids = tf.concat([single_ids, tf.boolean_mask(ids, succeeded)], 0)
   order = tf.argsort(owners, stable=True)  # (each token's pieces are already in order)
   return tf.gather(ids, order), tf.gather(owners, order)
+
+
+def _long_words_vocab(vocabulary):
+  """vocabulary (token of each id, None for an id whose token a later line took) -> what
+  _long_words_wordpiece reads: the whole-token and "##"-continuation lookup tables (numpy),
+  the longest entry in code points, the [UNK] id."""
+  vocab = {token: index for index, token in enumerate(vocabulary) if token is not None}
+  continuation = {token[2:]: index for token, index in vocab.items() if token.startswith("##")}
+  max_chars = max(len(token) for token in list(vocab) + list(continuation))
+  return dict(whole=_lookup_table(list(vocab), list(vocab.values())),
+              continuation=_lookup_table(list(continuation), list(continuation.values())),
+              max_chars=max(1, min(max_chars, _MAX_INPUT_CHARS_PER_WORD)),
+              unk_id=vocab["[UNK]"])
 
 
 # --------------------------------------------------------------------------
@@ -431,55 +597,42 @@ def _kept_lengths(length_a, length_b, max_seq_length):
           tf.where(single, tf.zeros_like(pair_b), pair_b))
 
 
-def _pack(ids, rows, count_a, pairs, max_seq_length, cls_id, sep_id):
-  """Word-piece ids [P] int32 of texts rows [P] int64 (sorted; texts a are rows 0..count_a - 1,
-  and when `pairs` texts b are rows count_a..2 count_a - 1) -> input_ids, input_mask,
-  segment_ids: int32 [count_a, max_seq_length], written straight to their columns."""
-  texts = 2 * count_a if pairs else count_a
-  lengths = tf.math.unsorted_segment_sum(tf.ones_like(rows), rows, texts)
-  starts = _exclusive_cumsum(lengths)
-  index = tf.range(tf.size(rows, out_type=tf.int64)) - tf.gather(starts, rows)  # in its text
-  length_b = lengths[count_a:] if pairs else tf.zeros_like(lengths)
-  kept_a, kept_b = _kept_lengths(lengths[:count_a], length_b, max_seq_length)
-  is_b = rows >= count_a
-  row = tf.where(is_b, rows - count_a, rows)
-  column = tf.where(is_b, 2 + tf.gather(kept_a, row) + index, 1 + index)
-  kept = index < tf.where(is_b, tf.gather(kept_b, row), tf.gather(kept_a, row))
-  batch = tf.range(count_a)
-  second_sep = kept_b > 0
-  indices = tf.concat([
-      tf.stack([tf.boolean_mask(row, kept), tf.boolean_mask(column, kept)], 1),
-      tf.stack([batch, tf.zeros_like(batch)], 1), tf.stack([batch, kept_a + 1], 1),
-      tf.stack([tf.boolean_mask(batch, second_sep),
-                tf.boolean_mask(kept_a + kept_b + 2, second_sep)], 1)], 0)
-  updates = tf.concat([tf.boolean_mask(ids, kept), tf.fill([count_a], cls_id),
-                       tf.fill([count_a], sep_id),
-                       tf.fill([tf.reduce_sum(tf.cast(second_sep, tf.int64))], sep_id)], 0)
-  shape = tf.stack([count_a, max_seq_length])
-  columns = tf.range(max_seq_length, dtype=tf.int64)[None]
-  length_a = kept_a[:, None] + 2
-  length = length_a + kept_b[:, None] + tf.cast(second_sep, tf.int64)[:, None]
-  return dict(input_ids=tf.scatter_nd(indices, updates, shape),
-              input_mask=tf.cast(columns < length, tf.int32),
-              segment_ids=tf.cast((columns >= length_a) & (columns < length), tf.int32))
+def _pack(ids, splits, count_a, pairs, max_seq_length, cls_id, sep_id):
+  """Word-piece ids [P] int32 of the texts, those of text i being ids[splits[i]:splits[i + 1]]
+  (splits int64 [texts + 1]; texts a are 0..count_a - 1, and when `pairs` texts b are
+  count_a..2 count_a - 1) -> input_ids, input_mask, segment_ids: int32 [count_a,
+  max_seq_length], each cell gathered from where it comes from: [CLS] a [SEP] (b [SEP]) 0..."""
+  starts, lengths = splits[:-1], splits[1:] - splits[:-1]
+  columns = tf.range(max_seq_length, dtype=tf.int64)[None]          # [1, L]
+  if pairs:
+    kept_a, kept_b = [k[:, None] for k in _kept_lengths(
+        lengths[:count_a], lengths[count_a:], max_seq_length)]        # [B, 1]
+  else:
+    kept_a = tf.minimum(lengths, max_seq_length - 2)[:, None]
+  # The index in ids of each cell's piece; size(ids) (a 0 appended) for the others.
+  padding = tf.size(ids, out_type=tf.int64)
+  source = tf.where((columns >= 1) & (columns <= kept_a), starts[:count_a, None] + columns - 1,
+                    padding)
+  length = kept_a + 2                                                # [CLS] a [SEP]
+  sep = tf.equal(columns, kept_a + 1)
+  segment = None
+  if pairs:
+    b_start = length
+    in_b = (columns >= b_start) & (columns < b_start + kept_b)
+    source = tf.where(in_b, starts[count_a:, None] + columns - b_start, source)
+    length += kept_b + tf.cast(kept_b > 0, tf.int64)                # b [SEP]
+    sep |= (kept_b > 0) & tf.equal(columns, length - 1)
+    segment = (columns >= b_start) & (columns < length)
+  input_ids = tf.gather(tf.concat([ids, [0]], 0), source)
+  input_ids = tf.where(tf.equal(columns, 0), cls_id, tf.where(sep, sep_id, input_ids))
+  segment_ids = tf.zeros_like(input_ids) if segment is None else tf.cast(segment, tf.int32)
+  return dict(input_ids=input_ids, input_mask=tf.cast(columns < length, tf.int32),
+              segment_ids=segment_ids)
 
 
 # --------------------------------------------------------------------------
 # The Keras layer
 # --------------------------------------------------------------------------
-
-def _vocab_tables(vocabulary):
-  """vocabulary (token of each id, None for an id whose token a later line took) -> what
-  the WordPiece graph reads: the whole-token and "##"-continuation lookup tables, the
-  longest entry in code points, the [UNK] id."""
-  vocab = {token: index for index, token in enumerate(vocabulary) if token is not None}
-  continuation = {token[2:]: index for token, index in vocab.items() if token.startswith("##")}
-  max_chars = max(len(token) for token in list(vocab) + list(continuation))
-  return dict(whole=_lookup_table(list(vocab), list(vocab.values())),
-              continuation=_lookup_table(list(continuation), list(continuation.values())),
-              max_chars=max(1, min(max_chars, _MAX_INPUT_CHARS_PER_WORD)),
-              unk_id=vocab["[UNK]"], cls_id=vocab["[CLS]"], sep_id=vocab["[SEP]"])
-
 
 @keras.saving.register_keras_serializable(package="bert_keras")
 class BertPreprocessor(keras.layers.Layer):
@@ -521,8 +674,19 @@ class BertPreprocessor(keras.layers.Layer):
     self._vocabulary = tuple(by_id)
     self.do_lower_case = bool(do_lower_case)
     self.max_seq_length = int(max_seq_length)
-    self._vocab = _vocab_tables(self._vocabulary)
-    _character_tables(self.do_lower_case)  # (built now, not while tracing)
+    self._cls_id, self._sep_id = vocab["[CLS]"], vocab["[SEP]"]
+    _gen_wordpiece()  # (tensorflow_text's kernels registered before any tracing)
+    models = dict(texts=_wordpiece_model(self._vocabulary, False),
+                  words=_wordpiece_model(self._vocabulary, True),
+                  tables=_character_tables(self.do_lower_case))
+    if any(token and len(_suffix_free(token).encode("utf-8")) > _MAX_OP_TOKEN_BYTES
+           for token in by_id):
+      models["long_words"] = _long_words_vocab(self._vocabulary)
+    # Eager tensors, which a traced function captures by reference: as constants in its
+    # graph (megabytes), every tf.data iterator would copy and optimise them first.
+    with tf.init_scope():
+      self._models = tf.nest.map_structure(
+          lambda x: tf.constant(x) if isinstance(x, np.ndarray) else x, models)
     self._convert_input_args = False
     self._allow_non_tensor_positional_args = True
     self.built = True
@@ -564,10 +728,9 @@ class BertPreprocessor(keras.layers.Layer):
       reshape = lambda t: None if t is None else tf.reshape(t, [-1])
       text_a, text_b = reshape(text_a), reshape(text_b)
     texts = text_a if text_b is None else tf.concat([text_a, text_b], 0)
-    ids, rows = self._word_piece_ids(texts)
-    vocab = self._vocab
-    features = _pack(ids, rows, tf.shape(text_a, out_type=tf.int64)[0], text_b is not None,
-                     self.max_seq_length, vocab["cls_id"], vocab["sep_id"])
+    ids, splits = self._word_piece_ids(texts)
+    features = _pack(ids, splits, tf.shape(text_a, out_type=tf.int64)[0], text_b is not None,
+                     self.max_seq_length, self._cls_id, self._sep_id)
     if scalar:
       features = {name: value[0] for name, value in features.items()}
     return features
@@ -575,20 +738,12 @@ class BertPreprocessor(keras.layers.Layer):
   def encode(self, texts):
     """The original FullTokenizer's ids: texts [B] string -> int32 [B, (pieces)] ragged."""
     texts = tf.convert_to_tensor(texts, tf.string)
-    ids, rows = self._word_piece_ids(texts)
-    return tf.RaggedTensor.from_value_rowids(
-        ids, rows, nrows=tf.shape(texts, out_type=tf.int64)[0])
+    return tf.RaggedTensor.from_row_splits(*self._word_piece_ids(texts), validate=False)
 
   def _word_piece_ids(self, texts):
-    """texts [B] string -> (ids int32 [P], rows int64 [P]): the word-piece ids of all texts
-    in order, rows the text of each."""
-    tables = {name: tf.constant(value)
-              for name, value in _character_tables(self.do_lower_case).items()}
-    vocab = {name: tuple(tf.constant(a) for a in value) if isinstance(value, tuple) else value
-             for name, value in self._vocab.items()}
-    tokens, lengths, token_rows = _basic_tokens(texts, tables, self.do_lower_case)
-    ids, owners = _wordpiece(tokens, lengths, vocab)
-    return ids, tf.gather(token_rows, owners)
+    """texts [B] string -> (ids int32 [P], splits int64 [B + 1]): the word-piece ids of all
+    texts in order, those of text i being ids[splits[i]:splits[i + 1]]."""
+    return _wordpiece_ids(texts, self._models, self.do_lower_case)
 
   def compute_output_spec(self, inputs):
     text_a = (inputs["text_a"] if isinstance(inputs, dict) else

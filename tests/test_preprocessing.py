@@ -235,6 +235,45 @@ def test_squad_questions_and_contexts_match_original(original, cased_vocab, do_l
                    sorted(set(contexts))[:40])
 
 
+# A vocab with what the WordPiece op's builder does not take or treats its own way: "" (an
+# empty line), "##" alone, NUL, whitespace inside, "." with "##.", tokens over 256 UTF-8
+# bytes (whole and "##"), words of 199-201 characters. (No duplicates: bert-tensorflow 1.0.4
+# keeps a token's first line, tokenization.load_vocab its last, as google-research/bert.)
+QUIRK_VOCAB = SPECIALS + [
+    "x" * 200, "x" * 199, "x", "##x", "xx", "##xx", "a", "##b", "ab", "the", "##s", ".", "##.",
+    ",", "#", "##", "###", "", "a b", "x\0", "é" * 150, "##" + "é" * 130, "é", "##é",
+    "hello", "##ello", "Hello", "##" + "x" * 199]
+ASCII_EDGES = ["x" * n for n in (199, 200, 201, 202)] + [
+    "xx" * 100, "xx" * 100 + "x", "x" * 200 + "." + "x" * 201, "a.b ## ### #a the the",
+    "Hello HELLO hello ab##b", " ", "\t \n\r", "", "".join(chr(c) for c in range(32, 127)),
+    "a\x0bb a\x0cb", "x\x7fy a\x1fb \x00ab"] + [chr(c) + "ab" + chr(c) for c in range(128)]
+NON_ASCII_EDGES = ["é" * 150, "é" * 200, "é" * 280, "é" * 151 + " x" + "é" * 131, "Éé" * 90,
+                   "caf\u00e9 the", "\u00a0x\u2003the"]
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_ascii_fast_path_and_vocab_quirks_match_original(original, tmp_path, do_lower_case):
+  """ASCII texts take the fast path (the WordPiece op splits them), the others the TF-op
+  basic tokenizer; in batches of one kind or mixed, on a vocab of quirks and on
+  bert-base-uncased: identical to the original."""
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(t + "\n" for t in QUIRK_VOCAB), encoding="utf-8")
+  rng = random.Random(5 + do_lower_case)
+  alphabet = [chr(c) for c in range(32, 127)] + ["\t", "\n", "\r"] + [
+      "x", "xx", "the", "ab", "Hello", "a", "b", " "] * 4
+  randoms = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
+             for _ in range(600)]
+  mixed = ASCII_EDGES + NON_ASCII_EDGES + randoms
+  rng.shuffle(mixed)
+  for name, texts in (("ASCII edges", ASCII_EDGES), ("non-ASCII edges", NON_ASCII_EDGES),
+                      ("random ASCII", randoms), ("mixed", mixed)):
+    _assert_parity(name, original, vocab, do_lower_case, 64, texts)
+  _assert_parity("mixed", original, vocab, do_lower_case, 48, *_pairs(mixed))
+  if do_lower_case:
+    _assert_parity("mixed, bert-base-uncased vocab", original, shared_path(*UNCASED_VOCAB),
+                   True, 64, mixed)
+
+
 def test_truncation_matches_original(original, tmp_path):
   """What truncation keeps of every pair of lengths 0-40 at every max_seq_length 3-40 is what
   the original's _truncate_seq_pair keeps; end to end (texts of n known words, through the
@@ -355,10 +394,11 @@ def test_tf_data_and_keras_model(tmp_path):
 _LOAD_SCRIPT = """
 import json, sys
 import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the FastWordpieceTokenizeWithOffsets op)
 loaded = tf.saved_model.load(sys.argv[1])
 single = loaded.single(tf.constant(json.loads(sys.argv[2])))
 pair = loaded.pair(tf.constant(json.loads(sys.argv[2])), tf.constant(json.loads(sys.argv[3])))
-assert not [m for m in sys.modules if m.startswith(("bert_keras", "tensorflow_text"))]
+assert not [m for m in sys.modules if m.startswith("bert_keras")]
 print("RESULT", json.dumps({k: v.numpy().tolist() for k, v in
                             [("single", single["input_ids"]), ("pair", pair["segment_ids"])]}))
 """
@@ -366,15 +406,16 @@ print("RESULT", json.dumps({k: v.numpy().tolist() for k, v in
 
 def test_saved_model_loads_without_bert_keras(tmp_path, edge_vocab):
   """tf.saved_model.save of a tf.Module using the layer; loaded with tf.saved_model.load in
-  a fresh process that imports only TensorFlow (neither bert_keras nor tensorflow_text)."""
+  a fresh process that imports only TensorFlow and tensorflow_text (for its WordPiece op),
+  not bert_keras."""
   layer = preprocessing.BertPreprocessor(edge_vocab, do_lower_case=True, max_seq_length=16)
   spec = tf.TensorSpec([None], tf.string)
   module = tf.Module()
   module.single = tf.function(lambda a: layer(a), input_signature=[spec])
   module.pair = tf.function(lambda a, b: layer((a, b)), input_signature=[spec, spec])
   tf.saved_model.save(module, str(tmp_path / "saved"))
-  texts_a = ["ΑΣ ΟΔΥΣΣΕΥΣ naïve", "x" * 201 + " café", "\u4e2d\u6587, İstanbul!"]
-  texts_b = ["second text", "", "a\U0001D16D\U0001D165b"]
+  texts_a = ["ΑΣ ΟΔΥΣΣΕΥΣ naïve", "x" * 201 + " café", "\u4e2d\u6587, İstanbul!", "Plain, ASCII."]
+  texts_b = ["second text", "", "a\U0001D16D\U0001D165b", "x" * 200]
   proc = subprocess.run(
       [sys.executable, "-c", _LOAD_SCRIPT, str(tmp_path / "saved"), json.dumps(texts_a),
        json.dumps(texts_b)],
