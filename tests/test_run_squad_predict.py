@@ -238,7 +238,7 @@ def test_best_threshold_answering_nothing(tmp_path, monkeypatch):
   data = [{"paragraphs": [{"context": "a b", "qas": [
       {"id": "1", "answers": []}, {"id": "2", "answers": []},
       {"id": "3", "answers": [{"text": "right", "answer_start": 0}]}]}]}]
-  monkeypatch.setattr(run_squad, "_gold_dataset", lambda path: data)
+  monkeypatch.setattr(run_squad, "_gold_dataset", lambda path, dataset=None: data)
   odds = {"1": -2.5, "2": -0.5, "3": -1.0}
   non_null = {"1": "x", "2": "y", "3": "wrong"}
   figures = run_squad.evaluate_predictions("gold.json", dict(non_null), odds, non_null,
