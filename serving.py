@@ -1,0 +1,143 @@
+"""Raw text in, predictions out: a TensorFlow SavedModel of a BERT task model with the
+original's tokenization and packing in its graph (preprocessing.BertPreprocessor).
+
+build_module(model, preprocessor, task) -> a tf.Module with two tf.functions, both taking
+text_a and text_b (tf.string [B]; an empty text_b means a single segment, as in the original):
+  preprocess:      input_ids, input_mask, segment_ids   int32 [B, S]
+  serving_default: classifier  probabilities [B, N], logits [B, N] float32 (regression,
+                               N = 1: predictions [B] and logits [B, 1])
+                   embeddings  pooled_output [B, H], sequence_output [B, S, H] float32
+                   squad       start_logits, end_logits [B, S] float32; the best span
+                               (text_a = question, text_b = context): start_index,
+                               end_index int32 [B] (-1: no context), answer tf.string [B]
+save_atomic(module, export_dir) writes it (a temporary sibling directory, then a rename).
+Only TensorFlow's own ops are used: the SavedModel loads with tf.saved_model.load in a process
+that imports neither bert_keras nor tensorflow_text.
+"""
+
+import os
+
+import tensorflow as tf
+
+TASKS = ("classifier", "squad", "embeddings")
+SIGNATURES = ("serving_default", "preprocess")
+
+
+def _logits(outputs):
+  """A classifier's output (the logits tensor [B, N], or a dict holding "logits") -> logits."""
+  return outputs["logits"] if isinstance(outputs, dict) else outputs
+
+
+def best_spans(start_logits, end_logits, input_mask, segment_ids, max_answer_length):
+  """The original write_predictions' choice without its n-best cut: the start <= end pair,
+  both in the context (segment 1, the final [SEP] excluded), end - start + 1 <=
+  max_answer_length, with the largest start_logit + end_logit (ties: the smallest start,
+  then the smallest end). logits float [B, S], mask and segments int [B, S] ->
+  (start int32 [B], end int32 [B]); both -1 where the row has no context."""
+  seq_length = tf.shape(start_logits)[1]
+  positions = tf.range(seq_length)
+  length = tf.reduce_sum(tf.cast(input_mask, tf.int32), axis=1)
+  context = tf.equal(segment_ids, 1) & (positions[None] < length[:, None] - 1)
+  offset = positions[None, :] - positions[:, None]  # [S, S]: end - start
+  valid = ((offset >= 0) & (offset < max_answer_length))[None] & (
+      context[:, :, None] & context[:, None, :])
+  scores = (tf.cast(start_logits, tf.float32)[:, :, None]
+            + tf.cast(end_logits, tf.float32)[:, None, :])
+  scores = tf.where(valid, scores, float("-inf"))
+  best = tf.argmax(tf.reshape(scores, [tf.shape(scores)[0], -1]), axis=1, output_type=tf.int32)
+  found = tf.reduce_any(context, axis=1)
+  return (tf.where(found, best // seq_length, -1), tf.where(found, best % seq_length, -1))
+
+
+def span_text(input_ids, start, end, vocabulary):
+  """The word pieces input_ids[start..end] joined as the original's write_predictions joins
+  them (" ".join, then " ##" and "##" removed). input_ids int [B, S], start/end int32 [B]
+  (-1: none, the empty string); vocabulary: string [V] -> string [B]."""
+  pieces = tf.gather(vocabulary, input_ids)
+  positions = tf.range(tf.shape(input_ids)[1])[None]
+  inside = (positions >= start[:, None]) & (positions <= end[:, None])
+  text = tf.strings.reduce_join(tf.ragged.boolean_mask(pieces, inside), axis=1, separator=" ")
+  return tf.strings.regex_replace(tf.strings.regex_replace(text, " ##", ""), "##", "")
+
+
+class ServingModule(tf.Module):
+  """The exported object: the task model, its preprocessor and the two signatures."""
+
+  def __init__(self, model, preprocessor, task, max_answer_length=30, regression=False):
+    super().__init__(name="bert_serving")
+    if task not in TASKS:
+      raise ValueError(f"task {task!r} is not one of {', '.join(TASKS)}")
+    self.model = model
+    self.preprocessor = preprocessor
+    self._task = task
+    self._max_answer_length = int(max_answer_length)
+    self._regression = bool(regression)
+    spec = tf.TensorSpec([None], tf.string)
+    self.preprocess = tf.function(self._preprocess, input_signature=[spec, spec])
+    self.serve = tf.function(self._serve, input_signature=[spec, spec])
+
+  def _preprocess(self, text_a, text_b):
+    return self.preprocessor({"text_a": text_a, "text_b": text_b})
+
+  def _serve(self, text_a, text_b):
+    features = self._preprocess(text_a, text_b)
+    outputs = self.model(features, training=False)
+    if self._task == "classifier":
+      logits = tf.cast(_logits(outputs), tf.float32)
+      if self._regression:
+        return {"predictions": logits[:, 0], "logits": logits}
+      return {"probabilities": tf.nn.softmax(logits, axis=-1), "logits": logits}
+    if self._task == "embeddings":
+      return {"pooled_output": tf.cast(outputs["pooled_output"], tf.float32),
+              "sequence_output": tf.cast(outputs["sequence_output"], tf.float32)}
+    start_logits = tf.cast(outputs["start_logits"], tf.float32)
+    end_logits = tf.cast(outputs["end_logits"], tf.float32)
+    start, end = best_spans(start_logits, end_logits, features["input_mask"],
+                            features["segment_ids"], self._max_answer_length)
+    vocabulary = tf.constant([t or "" for t in self.preprocessor.vocabulary], tf.string)
+    return {"start_logits": start_logits, "end_logits": end_logits, "start_index": start,
+            "end_index": end,
+            "answer": span_text(features["input_ids"], start, end, vocabulary)}
+
+  def signatures(self):
+    """{signature key: concrete function} for tf.saved_model.save."""
+    return {"serving_default": self.serve.get_concrete_function(),
+            "preprocess": self.preprocess.get_concrete_function()}
+
+
+def check_export_dir(export_dir, overwrite=False):
+  """A ValueError (naming --export_dir) when export_dir exists, is not an empty directory and
+  overwrite is off."""
+  if tf.io.gfile.exists(export_dir):
+    if not tf.io.gfile.isdir(export_dir):
+      raise ValueError(f"--export_dir {export_dir} exists and is not a directory")
+    if tf.io.gfile.listdir(export_dir) and not overwrite:
+      raise ValueError(f"--export_dir {export_dir} exists and is not empty "
+                       "(pass --overwrite to replace it)")
+
+
+def save_atomic(module, export_dir, overwrite=False):
+  """tf.saved_model.save(module) into <export_dir>.tmp-<pid>, then renamed to export_dir: a
+  failed save leaves no directory behind. An existing empty export_dir is replaced; a
+  non-empty one only with overwrite (moved aside, then deleted once the new one is in place)."""
+  check_export_dir(export_dir, overwrite)
+  export_dir = export_dir.rstrip("/") or export_dir
+  tmp = f"{export_dir}.tmp-{os.getpid()}"
+  if tf.io.gfile.exists(tmp):
+    tf.io.gfile.rmtree(tmp)
+  try:
+    tf.saved_model.save(module, tmp, signatures=module.signatures())
+    old = None
+    if tf.io.gfile.exists(export_dir):
+      if tf.io.gfile.listdir(export_dir):
+        old = f"{export_dir}.old-{os.getpid()}"
+        tf.io.gfile.rename(export_dir, old)
+      else:
+        tf.io.gfile.rmtree(export_dir)
+    tf.io.gfile.rename(tmp, export_dir)
+  except BaseException:
+    if tf.io.gfile.exists(tmp):
+      tf.io.gfile.rmtree(tmp)
+    raise
+  if old:
+    tf.io.gfile.rmtree(old)
