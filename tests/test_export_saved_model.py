@@ -264,3 +264,14 @@ def test_command_line_error_is_one_line(setup, tmp_path):
   assert proc.stderr.strip().splitlines()[-1] == (
       "error: --task=classifier needs --num_labels or --task_name")
   assert os.listdir(tmp_path) == []
+
+
+def test_span_text_glues_word_pieces():
+  """The original's joining: " ".join(pieces), " ##" and "##" removed; -1: empty."""
+  vocabulary = tf.constant(WORDS)
+  ids = [[WORDS.index(t) for t in ("[CLS]", "who", "[SEP]", "jim", "puppet", "##eer", "##s",
+                                   "b", "##ark", "##ed", "[SEP]")]] * 5
+  start = tf.constant([4, 3, 5, 8, -1])
+  end = tf.constant([6, 5, 6, 10, -1])
+  got = serving.span_text(tf.constant(ids), start, end, vocabulary).numpy().astype(str)
+  assert got.tolist() == ["puppeteers", "jim puppeteer", "eers", "arked [SEP]", ""]
