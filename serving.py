@@ -10,7 +10,10 @@ text_a and text_b (tf.string [B]; an empty text_b means a single segment, as in 
                    squad       start_logits, end_logits [B, S] float32; the best span
                                (text_a = question, text_b = context): start_index,
                                end_index int32 [B] (-1: no context), answer tf.string [B]
-save_atomic(module, export_dir) writes it (a temporary sibling directory, then a rename).
+Per-position outputs are 0 where input_mask is 0 (padding). The model runs on the batch's
+columns up to its longest row only (trim_padding; the outputs are the same, the work is less
+for short texts). save_atomic(module, export_dir) writes it (a temporary sibling directory,
+then a rename).
 Only TensorFlow's own ops are used: the SavedModel loads with tf.saved_model.load in a process
 that imports neither bert_keras nor tensorflow_text.
 """
@@ -21,6 +24,7 @@ import tensorflow as tf
 
 TASKS = ("classifier", "squad", "embeddings")
 SIGNATURES = ("serving_default", "preprocess")
+_PER_POSITION = ("sequence_output", "start_logits", "end_logits")
 
 
 def _logits(outputs):
@@ -63,7 +67,8 @@ def span_text(input_ids, start, end, vocabulary):
 class ServingModule(tf.Module):
   """The exported object: the task model, its preprocessor and the two signatures."""
 
-  def __init__(self, model, preprocessor, task, max_answer_length=30, regression=False):
+  def __init__(self, model, preprocessor, task, max_answer_length=30, regression=False,
+               trim_padding=True):
     super().__init__(name="bert_serving")
     if task not in TASKS:
       raise ValueError(f"task {task!r} is not one of {', '.join(TASKS)}")
@@ -72,6 +77,7 @@ class ServingModule(tf.Module):
     self._task = task
     self._max_answer_length = int(max_answer_length)
     self._regression = bool(regression)
+    self._trim_padding = bool(trim_padding)
     spec = tf.TensorSpec([None], tf.string)
     self.preprocess = tf.function(self._preprocess, input_signature=[spec, spec])
     self.serve = tf.function(self._serve, input_signature=[spec, spec])
@@ -81,7 +87,7 @@ class ServingModule(tf.Module):
 
   def _serve(self, text_a, text_b):
     features = self._preprocess(text_a, text_b)
-    outputs = self.model(features, training=False)
+    outputs = self._model_outputs(features)
     if self._task == "classifier":
       logits = tf.cast(_logits(outputs), tf.float32)
       if self._regression:
@@ -98,6 +104,29 @@ class ServingModule(tf.Module):
     return {"start_logits": start_logits, "end_logits": end_logits, "start_index": start,
             "end_index": end,
             "answer": span_text(features["input_ids"], start, end, vocabulary)}
+
+  def _model_outputs(self, features):
+    """The model on features (int32 [B, S] each). With trim_padding, on their first L
+    columns only, L = the longest row of the batch (the columns after it are padding in
+    every row: attention never reads them, so the real positions' outputs are the same);
+    per-position outputs are then padded back to S. Either way, per-position outputs are 0
+    where input_mask is 0."""
+    mask = features["input_mask"]
+    if self._trim_padding:
+      length = tf.maximum(tf.reduce_max(tf.reduce_sum(mask, axis=1)), 1)
+      outputs = self.model({k: v[:, :length] for k, v in features.items()}, training=False)
+    else:
+      outputs = self.model(features, training=False)
+    if not isinstance(outputs, dict):
+      return outputs
+
+    def positions(x):  # [B, L, ...] -> [B, S, ...], zero where input_mask is 0
+      padding = tf.shape(mask)[1] - tf.shape(x)[1]
+      x = tf.pad(x, [[0, 0], [0, padding]] + [[0, 0]] * (len(x.shape) - 2))
+      return x * tf.reshape(tf.cast(mask, x.dtype), tf.concat(
+          [tf.shape(mask), tf.ones([len(x.shape) - 2], tf.int32)], 0))
+    return {k: positions(outputs[k]) if k in _PER_POSITION else outputs[k]
+            for k in outputs if k in _PER_POSITION or k in ("pooled_output", "logits")}
 
   def signatures(self):
     """{signature key: concrete function} for tf.saved_model.save."""
