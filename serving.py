@@ -20,6 +20,7 @@ that imports neither bert_keras nor tensorflow_text.
 
 import os
 
+import keras
 import tensorflow as tf
 
 TASKS = ("classifier", "squad", "embeddings")
@@ -128,10 +129,17 @@ class ServingModule(tf.Module):
     return {k: positions(outputs[k]) if k in _PER_POSITION else outputs[k]
             for k in outputs if k in _PER_POSITION or k in ("pooled_output", "logits")}
 
-  def signatures(self):
-    """{signature key: concrete function} for tf.saved_model.save."""
-    return {"serving_default": self.serve.get_concrete_function(),
-            "preprocess": self.preprocess.get_concrete_function()}
+  def export_archive(self):
+    """A keras.export.ExportArchive of the model's variables and the two endpoints. (Keras
+    tracks the variables as TensorFlow variables there, so TF1-style loaders such as
+    `saved_model_cli run` and TF Serving restore them too; a plain tf.saved_model.save of
+    this module loads only with tf.saved_model.load.)"""
+    archive = keras.export.ExportArchive()
+    archive.track(self.model)
+    spec = tf.TensorSpec([None], tf.string)
+    archive.add_endpoint("serving_default", self.serve, input_signature=[spec, spec])
+    archive.add_endpoint("preprocess", self.preprocess, input_signature=[spec, spec])
+    return archive
 
 
 def check_export_dir(export_dir, overwrite=False):
@@ -146,7 +154,7 @@ def check_export_dir(export_dir, overwrite=False):
 
 
 def save_atomic(module, export_dir, overwrite=False):
-  """tf.saved_model.save(module) into <export_dir>.tmp-<pid>, then renamed to export_dir: a
+  """The module's ExportArchive written into <export_dir>.tmp-<pid>, then renamed to export_dir: a
   failed save leaves no directory behind. An existing empty export_dir is replaced; a
   non-empty one only with overwrite (moved aside, then deleted once the new one is in place)."""
   check_export_dir(export_dir, overwrite)
@@ -155,7 +163,7 @@ def save_atomic(module, export_dir, overwrite=False):
   if tf.io.gfile.exists(tmp):
     tf.io.gfile.rmtree(tmp)
   try:
-    tf.saved_model.save(module, tmp, signatures=module.signatures())
+    module.export_archive().write_out(tmp, verbose=False)
     old = None
     if tf.io.gfile.exists(export_dir):
       if tf.io.gfile.listdir(export_dir):

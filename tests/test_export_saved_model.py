@@ -212,6 +212,21 @@ def test_saved_model_cli_lists_both_signatures(exported):
     assert line in proc.stdout
 
 
+def test_saved_model_cli_run(setup, exported):
+  """The TF1-style loader of saved_model_cli run (as TF Serving's) restores the variables.
+  (Its --input_exprs are split at ";": PAIRS[2] has none.)"""
+  dirs, results = exported
+  proc = subprocess.run([sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", "run",
+                         "--dir", dirs["classifier"], "--tag_set", "serve", "--signature_def",
+                         "serving_default", "--input_exprs",
+                         f"text_a={[PAIRS[2][0]]!r};text_b={[PAIRS[2][1]]!r}"],
+                        capture_output=True, text=True, timeout=300, env=ENV)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  printed = proc.stdout.split("Result for output key probabilities:", 1)[1].split("Result")[0]
+  values = [float(x) for x in printed.replace("[", " ").replace("]", " ").split()]
+  np.testing.assert_allclose(values, results["classifier"]["probabilities"][2], atol=1e-5)
+
+
 def test_bad_checkpoint_leaves_no_directory(setup, tmp_path):
   """A squad checkpoint for a classifier export of another hidden size: a one-line
   CheckpointError, and neither export_dir nor a temporary beside it."""
@@ -228,8 +243,8 @@ def test_bad_checkpoint_leaves_no_directory(setup, tmp_path):
 def test_failed_save_leaves_no_directory(setup, tmp_path, monkeypatch):
   real_save = tf.saved_model.save
 
-  def failing_save(obj, path, signatures=None):
-    real_save(obj, path, signatures=signatures)
+  def failing_save(*args, **kwargs):
+    real_save(*args, **kwargs)
     raise OSError("disk full")
   monkeypatch.setattr(serving.tf.saved_model, "save", failing_save)
   with pytest.raises(OSError, match="disk full"):
