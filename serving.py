@@ -162,9 +162,9 @@ def save_atomic(module, export_dir, overwrite=False):
   tmp = f"{export_dir}.tmp-{os.getpid()}"
   if tf.io.gfile.exists(tmp):
     tf.io.gfile.rmtree(tmp)
+  old = None
   try:
     module.export_archive().write_out(tmp, verbose=False)
-    old = None
     if tf.io.gfile.exists(export_dir):
       if tf.io.gfile.listdir(export_dir):
         old = f"{export_dir}.old-{os.getpid()}"
@@ -175,6 +175,8 @@ def save_atomic(module, export_dir, overwrite=False):
   except BaseException:
     if tf.io.gfile.exists(tmp):
       tf.io.gfile.rmtree(tmp)
+    if old and not tf.io.gfile.exists(export_dir):
+      tf.io.gfile.rename(old, export_dir)  # (the previous export back in place)
     raise
   if old:
     tf.io.gfile.rmtree(old)

@@ -241,15 +241,27 @@ def test_bad_checkpoint_leaves_no_directory(setup, tmp_path):
 
 
 def test_failed_save_leaves_no_directory(setup, tmp_path, monkeypatch):
-  real_save = tf.saved_model.save
+  """A save that fails after writing its files (e.g. a full disk at the end)."""
+  real_export_archive = serving.ServingModule.export_archive
 
-  def failing_save(*args, **kwargs):
-    real_save(*args, **kwargs)
-    raise OSError("disk full")
-  monkeypatch.setattr(serving.tf.saved_model, "save", failing_save)
+  class FailingArchive:
+    def __init__(self, archive):
+      self.archive = archive
+
+    def write_out(self, path, **kwargs):
+      self.archive.write_out(path, **kwargs)
+      assert os.listdir(path)  # (it did write)
+      raise OSError("disk full")
+  monkeypatch.setattr(serving.ServingModule, "export_archive",
+                      lambda self: FailingArchive(real_export_archive(self)))
   with pytest.raises(OSError, match="disk full"):
     export_saved_model.run(_options(setup, "embeddings", tmp_path / "out"))
   assert os.listdir(tmp_path) == []
+  (tmp_path / "out").mkdir()
+  (tmp_path / "out" / "previous.txt").write_text("x")
+  with pytest.raises(OSError, match="disk full"):  # (--overwrite: the previous one stays)
+    export_saved_model.run(_options(setup, "embeddings", tmp_path / "out", overwrite=True))
+  assert os.listdir(tmp_path) == ["out"] and os.listdir(tmp_path / "out") == ["previous.txt"]
 
 
 def test_existing_export_dir(setup, tmp_path):
