@@ -323,3 +323,15 @@ def test_span_text_glues_word_pieces():
   end = tf.constant([6, 5, 6, 10, -1])
   got = serving.span_text(tf.constant(ids), start, end, vocabulary).numpy().astype(str)
   assert got.tolist() == ["puppeteers", "jim puppeteer", "eers", "arked [SEP]", ""]
+
+
+def test_checkpoint_without_the_head_warns(setup, tmp_path, caplog):
+  """A classifier exported from a pre-training checkpoint: its head stays random, said in a
+  warning (the export still happens: the encoder is the checkpoint's)."""
+  export_saved_model.run(_options(setup, "classifier", tmp_path / "out",
+                                  init_checkpoint=setup["checkpoints"]["embeddings"]))
+  assert "has no classifier head" in caplog.text
+  assert (tmp_path / "out" / "saved_model.pb").exists()
+  caplog.clear()
+  export_saved_model.run(_options(setup, "classifier", tmp_path / "out2"))
+  assert "has no classifier head" not in caplog.text
