@@ -1,0 +1,156 @@
+# coding=utf-8
+r"""A fine-tuned (or pre-trained) BERT as a TensorFlow SavedModel that takes raw text.
+
+  python export_saved_model.py --task=classifier --task_name=MRPC \
+    --bert_config_file=$BERT_BASE_DIR/bert_config.json --vocab_file=$BERT_BASE_DIR/vocab.txt \
+    --init_checkpoint=/tmp/mrpc_output/ --max_seq_length=128 --export_dir=/tmp/mrpc_saved_model
+
+--init_checkpoint: Google's TF1 checkpoint, a run_classifier / run_squad --output_dir (its
+newest model.ckpt-N) or a HuggingFace directory (training_checkpoints.warm_start).
+The SavedModel (serving.py) has two signatures, both taking text_a and text_b (tf.string [B];
+an empty text_b: a single segment): `preprocess` (input_ids, input_mask, segment_ids) and
+`serving_default` (classifier: probabilities, logits; embeddings: pooled_output,
+sequence_output; squad, text_a = question and text_b = context: start_logits, end_logits and
+the best span's start_index, end_index and answer text). It loads with tf.saved_model.load
+in a process that imports only TensorFlow. Written to a temporary sibling directory and
+renamed when complete.
+"""
+
+from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from bert_keras import cli
+from bert_keras import modeling
+from bert_keras import preprocessing
+from bert_keras import serving
+from bert_keras import training_checkpoints
+
+# run_classifier's GLUE tasks -> their number of labels (len(processor.get_labels()); STS-B
+# is a regression: one output).
+NUM_LABELS = {"cola": 2, "mnli": 3, "mrpc": 2, "xnli": 3, "sst-2": 2, "sst2": 2, "qqp": 2,
+              "qnli": 2, "rte": 2, "wnli": 2, "sts-b": 1, "stsb": 1}
+
+DEFAULTS = dict(bert_config_file=None, init_checkpoint=None, vocab_file=None,
+                do_lower_case=True, max_seq_length=128, task="classifier", num_labels=None,
+                task_name=None, max_answer_length=30, export_dir=None, overwrite=False)
+
+
+def options(**overrides):
+  """A namespace of all run() options: DEFAULTS updated with `overrides`."""
+  return cli.make_options(DEFAULTS, overrides)
+
+
+def define_flags():
+  cli.define_model_flags(max_seq_length=128, output_dir=False)
+  flags.DEFINE_enum("task", "classifier", serving.TASKS,
+                    "classifier (run_classifier's model), squad (run_squad's) or embeddings "
+                    "(the encoder alone).")
+  flags.DEFINE_integer("num_labels", None, "--task=classifier: the number of labels "
+                       "(1: a regression such as STS-B).")
+  flags.DEFINE_string("task_name", None, "--task=classifier: a GLUE task name of "
+                      "run_classifier (gives --num_labels): " + ", ".join(sorted(NUM_LABELS)))
+  flags.DEFINE_integer("max_answer_length", 30,
+                       "--task=squad: the longest answer span, in word pieces.")
+  flags.DEFINE_string("export_dir", None, "The SavedModel directory to write (it must not "
+                      "exist, or be empty).")
+  flags.DEFINE_bool("overwrite", False, "Replace an existing non-empty --export_dir.")
+  for name in ("bert_config_file", "init_checkpoint", "vocab_file", "export_dir"):
+    flags.mark_flag_as_required(name)
+  flags.adopt_module_key_flags(cli)
+
+
+def num_labels(options):
+  """--num_labels / --task_name -> the classifier's number of labels (ValueError naming the
+  flag when neither, both disagreeing, or an unknown task name)."""
+  from_name = None
+  if options.task_name is not None:
+    from_name = NUM_LABELS.get(options.task_name.lower())
+    if from_name is None:
+      raise ValueError(f"--task_name {options.task_name}: not a known task ("
+                       f"{', '.join(sorted(NUM_LABELS))}); give --num_labels instead")
+  if options.num_labels is not None:
+    if options.num_labels < 1:
+      raise ValueError(f"--num_labels {options.num_labels}: must be at least 1")
+    if from_name is not None and from_name != options.num_labels:
+      raise ValueError(f"--num_labels {options.num_labels} disagrees with --task_name "
+                       f"{options.task_name} ({from_name} labels)")
+    return options.num_labels
+  if from_name is None:
+    raise ValueError("--task=classifier needs --num_labels or --task_name")
+  return from_name
+
+
+def _check_options(options, config):
+  """Every flag problem as a one-line ValueError, before anything is built."""
+  if options.max_seq_length > config.max_position_embeddings:
+    raise ValueError(f"--max_seq_length {options.max_seq_length} is longer than the model's "
+                     f"max_position_embeddings {config.max_position_embeddings}")
+  if options.max_seq_length < 3:
+    raise ValueError(f"--max_seq_length {options.max_seq_length}: must be at least 3")
+  if options.task == "squad" and options.max_answer_length < 1:
+    raise ValueError(f"--max_answer_length {options.max_answer_length}: must be at least 1")
+  if options.task != "classifier" and (options.num_labels or options.task_name):
+    raise ValueError(f"--num_labels / --task_name are for --task=classifier, not "
+                     f"--task={options.task}")
+  checkpoint = options.init_checkpoint
+  if not (tf.io.gfile.exists(checkpoint) or tf.io.gfile.exists(checkpoint + ".index")):
+    raise ValueError(f"--init_checkpoint {checkpoint}: no such file, directory or checkpoint "
+                     "prefix")
+  if not tf.io.gfile.exists(options.vocab_file):
+    raise ValueError(f"--vocab_file {options.vocab_file}: no such file")
+  serving.check_export_dir(options.export_dir, options.overwrite)
+
+
+def build_model(task, config, labels=None):
+  """The Keras model of `task`: BertClassifier (labels outputs), BertSquad or BertModel."""
+  if task == "classifier":
+    return modeling.BertClassifier(config, labels)
+  if task == "squad":
+    return modeling.BertSquad(config)
+  return modeling.BertModel(config)
+
+
+def _head(model):
+  """The task head layer of `model` (None for the bare encoder)."""
+  return getattr(model, "classifier", None) or getattr(model, "squad", None)
+
+
+def run(options):
+  """Checks the options, builds the model, loads --init_checkpoint, writes the SavedModel."""
+  if options.task not in serving.TASKS:
+    raise ValueError(f"--task {options.task}: not one of {', '.join(serving.TASKS)}")
+  config = cli.load_bert_config(options.bert_config_file)
+  labels = num_labels(options) if options.task == "classifier" else None
+  _check_options(options, config)
+  preprocessor = preprocessing.BertPreprocessor(
+      options.vocab_file, options.do_lower_case, options.max_seq_length)
+  vocab_size = len(preprocessor.vocabulary)
+  if vocab_size > config.vocab_size:
+    raise ValueError(f"--vocab_file {options.vocab_file} has ids up to {vocab_size - 1}, "
+                     f"beyond the model's vocab_size {config.vocab_size}")
+  model = build_model(options.task, config, labels)
+  head = _head(model)
+  initial = [w.numpy() for w in head.weights] if head is not None else []
+  training_checkpoints.warm_start(model, options.init_checkpoint)
+  if head is not None and all(np.array_equal(a, w.numpy())
+                              for a, w in zip(initial, head.weights)):
+    logging.warning("--init_checkpoint %s has no %s head: the exported head is randomly "
+                    "initialised", options.init_checkpoint, options.task)
+  module = serving.ServingModule(model, preprocessor, options.task, options.max_answer_length,
+                                 regression=labels == 1)
+  serving.save_atomic(module, options.export_dir, options.overwrite)
+  logging.info("Wrote the SavedModel %s (task %s, signatures %s)", options.export_dir,
+               options.task, ", ".join(serving.SIGNATURES))
+
+
+main = cli.script_main(run)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

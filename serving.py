@@ -1,0 +1,182 @@
+"""Raw text in, predictions out: a TensorFlow SavedModel of a BERT task model with the
+original's tokenization and packing in its graph (preprocessing.BertPreprocessor).
+
+build_module(model, preprocessor, task) -> a tf.Module with two tf.functions, both taking
+text_a and text_b (tf.string [B]; an empty text_b means a single segment, as in the original):
+  preprocess:      input_ids, input_mask, segment_ids   int32 [B, S]
+  serving_default: classifier  probabilities [B, N], logits [B, N] float32 (regression,
+                               N = 1: predictions [B] and logits [B, 1])
+                   embeddings  pooled_output [B, H], sequence_output [B, S, H] float32
+                   squad       start_logits, end_logits [B, S] float32; the best span
+                               (text_a = question, text_b = context): start_index,
+                               end_index int32 [B] (-1: no context), answer tf.string [B]
+Per-position outputs are 0 where input_mask is 0 (padding). The model runs on the batch's
+columns up to its longest row only (trim_padding; the outputs are the same, the work is less
+for short texts). save_atomic(module, export_dir) writes it (a temporary sibling directory,
+then a rename).
+Only TensorFlow's own ops are used: the SavedModel loads with tf.saved_model.load in a process
+that imports neither bert_keras nor tensorflow_text.
+"""
+
+import os
+
+import keras
+import tensorflow as tf
+
+TASKS = ("classifier", "squad", "embeddings")
+SIGNATURES = ("serving_default", "preprocess")
+_PER_POSITION = ("sequence_output", "start_logits", "end_logits")
+
+
+def _logits(outputs):
+  """A classifier's output (the logits tensor [B, N], or a dict holding "logits") -> logits."""
+  return outputs["logits"] if isinstance(outputs, dict) else outputs
+
+
+def best_spans(start_logits, end_logits, input_mask, segment_ids, max_answer_length):
+  """The original write_predictions' choice without its n-best cut: the start <= end pair,
+  both in the context (segment 1, the final [SEP] excluded), end - start + 1 <=
+  max_answer_length, with the largest start_logit + end_logit (ties: the smallest start,
+  then the smallest end). logits float [B, S], mask and segments int [B, S] ->
+  (start int32 [B], end int32 [B]); both -1 where the row has no context."""
+  seq_length = tf.shape(start_logits)[1]
+  positions = tf.range(seq_length)
+  length = tf.reduce_sum(tf.cast(input_mask, tf.int32), axis=1)
+  context = tf.equal(segment_ids, 1) & (positions[None] < length[:, None] - 1)
+  offset = positions[None, :] - positions[:, None]  # [S, S]: end - start
+  valid = ((offset >= 0) & (offset < max_answer_length))[None] & (
+      context[:, :, None] & context[:, None, :])
+  scores = (tf.cast(start_logits, tf.float32)[:, :, None]
+            + tf.cast(end_logits, tf.float32)[:, None, :])
+  scores = tf.where(valid, scores, float("-inf"))
+  best = tf.argmax(tf.reshape(scores, [tf.shape(scores)[0], -1]), axis=1, output_type=tf.int32)
+  found = tf.reduce_any(context, axis=1)
+  return (tf.where(found, best // seq_length, -1), tf.where(found, best % seq_length, -1))
+
+
+def span_text(input_ids, start, end, vocabulary):
+  """The word pieces input_ids[start..end] joined as the original's write_predictions joins
+  them (" ".join, then " ##" and "##" removed). input_ids int [B, S], start/end int32 [B]
+  (-1: none, the empty string); vocabulary: string [V] -> string [B]."""
+  pieces = tf.gather(vocabulary, input_ids)
+  positions = tf.range(tf.shape(input_ids)[1])[None]
+  inside = (positions >= start[:, None]) & (positions <= end[:, None])
+  text = tf.strings.reduce_join(tf.ragged.boolean_mask(pieces, inside), axis=1, separator=" ")
+  return tf.strings.regex_replace(tf.strings.regex_replace(text, " ##", ""), "##", "")
+
+
+class ServingModule(tf.Module):
+  """The exported object: the task model, its preprocessor and the two signatures."""
+
+  def __init__(self, model, preprocessor, task, max_answer_length=30, regression=False,
+               trim_padding=True):
+    super().__init__(name="bert_serving")
+    if task not in TASKS:
+      raise ValueError(f"task {task!r} is not one of {', '.join(TASKS)}")
+    self.model = model
+    self.preprocessor = preprocessor
+    self._task = task
+    self._max_answer_length = int(max_answer_length)
+    self._regression = bool(regression)
+    self._trim_padding = bool(trim_padding)
+    spec = tf.TensorSpec([None], tf.string)
+    self.preprocess = tf.function(self._preprocess, input_signature=[spec, spec])
+    self.serve = tf.function(self._serve, input_signature=[spec, spec])
+
+  def _preprocess(self, text_a, text_b):
+    return self.preprocessor({"text_a": text_a, "text_b": text_b})
+
+  def _serve(self, text_a, text_b):
+    features = self._preprocess(text_a, text_b)
+    outputs = self._model_outputs(features)
+    if self._task == "classifier":
+      logits = tf.cast(_logits(outputs), tf.float32)
+      if self._regression:
+        return {"predictions": logits[:, 0], "logits": logits}
+      return {"probabilities": tf.nn.softmax(logits, axis=-1), "logits": logits}
+    if self._task == "embeddings":
+      return {"pooled_output": tf.cast(outputs["pooled_output"], tf.float32),
+              "sequence_output": tf.cast(outputs["sequence_output"], tf.float32)}
+    start_logits = tf.cast(outputs["start_logits"], tf.float32)
+    end_logits = tf.cast(outputs["end_logits"], tf.float32)
+    start, end = best_spans(start_logits, end_logits, features["input_mask"],
+                            features["segment_ids"], self._max_answer_length)
+    vocabulary = tf.constant([t or "" for t in self.preprocessor.vocabulary], tf.string)
+    return {"start_logits": start_logits, "end_logits": end_logits, "start_index": start,
+            "end_index": end,
+            "answer": span_text(features["input_ids"], start, end, vocabulary)}
+
+  def _model_outputs(self, features):
+    """The model on features (int32 [B, S] each). With trim_padding, on their first L
+    columns only, L = the longest row of the batch (the columns after it are padding in
+    every row: attention never reads them, so the real positions' outputs are the same);
+    per-position outputs are then padded back to S. Either way, per-position outputs are 0
+    where input_mask is 0."""
+    mask = features["input_mask"]
+    if self._trim_padding:
+      length = tf.maximum(tf.reduce_max(tf.reduce_sum(mask, axis=1)), 1)
+      outputs = self.model({k: v[:, :length] for k, v in features.items()}, training=False)
+    else:
+      outputs = self.model(features, training=False)
+    if not isinstance(outputs, dict):
+      return outputs
+
+    def positions(x):  # [B, L, ...] -> [B, S, ...], zero where input_mask is 0
+      padding = tf.shape(mask)[1] - tf.shape(x)[1]
+      x = tf.pad(x, [[0, 0], [0, padding]] + [[0, 0]] * (len(x.shape) - 2))
+      return x * tf.reshape(tf.cast(mask, x.dtype), tf.concat(
+          [tf.shape(mask), tf.ones([len(x.shape) - 2], tf.int32)], 0))
+    return {k: positions(outputs[k]) if k in _PER_POSITION else outputs[k]
+            for k in outputs if k in _PER_POSITION or k in ("pooled_output", "logits")}
+
+  def export_archive(self):
+    """A keras.export.ExportArchive of the model's variables and the two endpoints. (Keras
+    tracks the variables as TensorFlow variables there, so TF1-style loaders such as
+    `saved_model_cli run` and TF Serving restore them too; a plain tf.saved_model.save of
+    this module loads only with tf.saved_model.load.)"""
+    archive = keras.export.ExportArchive()
+    archive.track(self.model)
+    spec = tf.TensorSpec([None], tf.string)
+    archive.add_endpoint("serving_default", self.serve, input_signature=[spec, spec])
+    archive.add_endpoint("preprocess", self.preprocess, input_signature=[spec, spec])
+    return archive
+
+
+def check_export_dir(export_dir, overwrite=False):
+  """A ValueError (naming --export_dir) when export_dir exists, is not an empty directory and
+  overwrite is off."""
+  if tf.io.gfile.exists(export_dir):
+    if not tf.io.gfile.isdir(export_dir):
+      raise ValueError(f"--export_dir {export_dir} exists and is not a directory")
+    if tf.io.gfile.listdir(export_dir) and not overwrite:
+      raise ValueError(f"--export_dir {export_dir} exists and is not empty "
+                       "(pass --overwrite to replace it)")
+
+
+def save_atomic(module, export_dir, overwrite=False):
+  """The module's ExportArchive written into <export_dir>.tmp-<pid>, then renamed to export_dir: a
+  failed save leaves no directory behind. An existing empty export_dir is replaced; a
+  non-empty one only with overwrite (moved aside, then deleted once the new one is in place)."""
+  check_export_dir(export_dir, overwrite)
+  export_dir = export_dir.rstrip("/") or export_dir
+  tmp = f"{export_dir}.tmp-{os.getpid()}"
+  if tf.io.gfile.exists(tmp):
+    tf.io.gfile.rmtree(tmp)
+  old = None
+  try:
+    module.export_archive().write_out(tmp, verbose=False)
+    if tf.io.gfile.exists(export_dir):
+      if tf.io.gfile.listdir(export_dir):
+        old = f"{export_dir}.old-{os.getpid()}"
+        tf.io.gfile.rename(export_dir, old)
+      else:
+        tf.io.gfile.rmtree(export_dir)
+    tf.io.gfile.rename(tmp, export_dir)
+  except BaseException:
+    if tf.io.gfile.exists(tmp):
+      tf.io.gfile.rmtree(tmp)
+    if old and not tf.io.gfile.exists(export_dir):
+      tf.io.gfile.rename(old, export_dir)  # (the previous export back in place)
+    raise
+  if old:
+    tf.io.gfile.rmtree(old)
