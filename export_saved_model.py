@@ -37,7 +37,8 @@ NUM_LABELS = {"cola": 2, "mnli": 3, "mrpc": 2, "xnli": 3, "sst-2": 2, "sst2": 2,
 
 DEFAULTS = dict(bert_config_file=None, init_checkpoint=None, vocab_file=None,
                 do_lower_case=True, max_seq_length=128, task="classifier", num_labels=None,
-                task_name=None, max_answer_length=30, export_dir=None, overwrite=False)
+                task_name=None, max_answer_length=30, export_dir=None, overwrite=False,
+                tensorflow_text_ops=False)
 
 
 def options(**overrides):
@@ -59,6 +60,11 @@ def define_flags():
   flags.DEFINE_string("export_dir", None, "The SavedModel directory to write (it must not "
                       "exist, or be empty).")
   flags.DEFINE_bool("overwrite", False, "Replace an existing non-empty --export_dir.")
+  flags.DEFINE_bool(
+      "tensorflow_text_ops", False,
+      "Tokenize with tensorflow-text's WordPiece op (faster; the loading process must `import "
+      "tensorflow_text` first, and a TensorFlow Serving build must include its ops). Off: "
+      "TensorFlow's own ops only, loadable anywhere TensorFlow is; the same outputs.")
   for name in ("bert_config_file", "init_checkpoint", "vocab_file", "export_dir"):
     flags.mark_flag_as_required(name)
   flags.adopt_module_key_flags(cli)
@@ -128,7 +134,8 @@ def run(options):
   labels = num_labels(options) if options.task == "classifier" else None
   _check_options(options, config)
   preprocessor = preprocessing.BertPreprocessor(
-      options.vocab_file, options.do_lower_case, options.max_seq_length)
+      options.vocab_file, options.do_lower_case, options.max_seq_length,
+      core_ops_only=not options.tensorflow_text_ops)
   vocab_size = len(preprocessor.vocabulary)
   if vocab_size > config.vocab_size:
     raise ValueError(f"--vocab_file {options.vocab_file} has ids up to {vocab_size - 1}, "

@@ -33,7 +33,8 @@ original's for these characters); any other text takes these steps in TF ops:
   6. packing: [CLS] a [SEP] (b [SEP]), the longer side truncated first (b on ties) to
      max_seq_length - 3 (a single text to max_seq_length - 2); zero padding.
 A graph with this layer needs tensorflow-text's op registered (import tensorflow_text) to run,
-e.g. before tf.saved_model.load. Vocab entries over 256 bytes, which the op's builder
+e.g. before tf.saved_model.load; with core_ops_only=True it uses TensorFlow's own ops only (the
+exact basic tokenizer on every text, then the WordPiece loop in TF ops below on every word). Vocab entries over 256 bytes, which the op's builder
 refuses, are matched by a WordPiece loop in TF ops (lookups after a binary search over 63-bit
 fingerprints), only for the words over 256 bytes and only with a vocab that has such entries.
 """
@@ -412,6 +413,9 @@ def _slow_path(texts, models, do_lower_case):
   tokens in TF ops, then WordPiece on each (a token over 200 code points is one [UNK]; one
   over 256 bytes goes to _long_words_wordpiece where the vocab has a token that long)."""
   tokens, lengths, token_rows = _basic_tokens(texts, models["tables"], do_lower_case)
+  if "words" not in models:  # core TensorFlow ops only: every token through the TF-op loop
+    ids, owners = _long_words_wordpiece(tokens, lengths, models["long_words"])
+    return ids, tf.gather(token_rows, owners)
   tokens = tf.where(lengths > _MAX_INPUT_CHARS_PER_WORD, _TOO_LONG, tokens)
   if "long_words" not in models:
     ids, splits = _run_wordpiece(tokens, models["words"])
@@ -436,7 +440,12 @@ def _wordpiece_ids(texts, models, do_lower_case):
   """texts [B] string -> (ids int32 [P], splits int64 [B + 1]): the original FullTokenizer's
   ids of all texts in order, those of text i being ids[splits[i]:splits[i + 1]]. A batch of
   ASCII texts takes the fast path alone; otherwise its ASCII texts take it and the others
+  the slow path. Without tensorflow-text's op (models without "texts"), every text takes
   the slow path."""
+  if "texts" not in models:
+    ids, rows = _slow_path(texts, models, do_lower_case)
+    lengths = tf.math.unsorted_segment_sum(tf.ones_like(rows), rows, tf.size(texts))
+    return ids, tf.concat([[0], tf.math.cumsum(lengths)], 0)
   ascii_text = tf.strings.regex_full_match(texts, _ASCII_TEXT)
 
   def mixed():
@@ -646,6 +655,9 @@ class BertPreprocessor(keras.layers.Layer):
     vocabulary: instead of vocab_file, the token of each id in order (a list of str; None
       for an id that no token maps to). get_config stores the vocab this way, so a saved
       model needs no vocab file.
+    core_ops_only: use TensorFlow's own ops only (no tensorflow-text op), so that a graph or
+      SavedModel with this layer runs where tensorflow_text cannot be imported (TensorFlow
+      Serving builds without it, saved_model_cli); the same outputs, about 5x slower.
 
   Call it on a string tensor [B] (single texts), a tuple/list (text_a, text_b) of two [B]
   string tensors, or a dict {"text_a": [B], "text_b": [B]} (text_b optional); an empty
@@ -655,7 +667,7 @@ class BertPreprocessor(keras.layers.Layer):
   """
 
   def __init__(self, vocab_file=None, do_lower_case=True, max_seq_length=128,
-               vocabulary=None, **kwargs):
+               vocabulary=None, core_ops_only=False, **kwargs):
     super().__init__(**kwargs)
     if (vocab_file is None) == (vocabulary is None):
       raise ValueError("BertPreprocessor: give vocab_file or vocabulary (one of the two)")
@@ -675,13 +687,17 @@ class BertPreprocessor(keras.layers.Layer):
     self.do_lower_case = bool(do_lower_case)
     self.max_seq_length = int(max_seq_length)
     self._cls_id, self._sep_id = vocab["[CLS]"], vocab["[SEP]"]
-    _gen_wordpiece()  # (tensorflow_text's kernels registered before any tracing)
-    models = dict(texts=_wordpiece_model(self._vocabulary, False),
-                  words=_wordpiece_model(self._vocabulary, True),
-                  tables=_character_tables(self.do_lower_case))
-    if any(token and len(_suffix_free(token).encode("utf-8")) > _MAX_OP_TOKEN_BYTES
-           for token in by_id):
+    self.core_ops_only = bool(core_ops_only)
+    models = dict(tables=_character_tables(self.do_lower_case))
+    if self.core_ops_only:
       models["long_words"] = _long_words_vocab(self._vocabulary)
+    else:
+      _gen_wordpiece()  # (tensorflow_text's kernels registered before any tracing)
+      models.update(texts=_wordpiece_model(self._vocabulary, False),
+                    words=_wordpiece_model(self._vocabulary, True))
+      if any(token and len(_suffix_free(token).encode("utf-8")) > _MAX_OP_TOKEN_BYTES
+             for token in by_id):
+        models["long_words"] = _long_words_vocab(self._vocabulary)
     # Eager tensors, which a traced function captures by reference: as constants in its
     # graph (megabytes), every tf.data iterator would copy and optimise them first.
     with tf.init_scope():
@@ -699,7 +715,7 @@ class BertPreprocessor(keras.layers.Layer):
   def get_config(self):
     config = super().get_config()
     config.update(vocabulary=list(self._vocabulary), do_lower_case=self.do_lower_case,
-                  max_seq_length=self.max_seq_length)
+                  max_seq_length=self.max_seq_length, core_ops_only=self.core_ops_only)
     return config
 
   @staticmethod

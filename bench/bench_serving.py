@@ -4,7 +4,8 @@ Three ways to turn MRPC sentence pairs (text_a, text_b) into probabilities with 
 classifier of the same size and the same bert-base-uncased vocab (random weights: speed only):
   * ours, SavedModel: serving.ServingModule (preprocessing.BertPreprocessor + BertClassifier)
     saved with tf.saved_model.save and loaded with tf.saved_model.load, called through its
-    serving_default signature (also without its padding trim, to show what that brings);
+    serving_default signature (TensorFlow's own ops, export_saved_model.py's default; also
+    with --tensorflow_text_ops, and without the padding trim, to show what each brings);
   * KerasHub (keras-hub 0.32): BertTextClassifier(BertBackbone(...), activation="softmax")
     with its BertTextClassifierPreprocessor, a tf.function taking the two string tensors,
     saved and loaded the same way;
@@ -63,11 +64,14 @@ def _ours(config, vocab_file, max_seq_length, directory):
   from bert_keras import serving
   from bert_keras import tokenization
   model = modeling.BertClassifier(config, 2)
-  preprocessor = preprocessing.BertPreprocessor(vocab_file, True, max_seq_length)
+  core = preprocessing.BertPreprocessor(vocab_file, True, max_seq_length, core_ops_only=True)
+  fast = preprocessing.BertPreprocessor(vocab_file, True, max_seq_length)
   peers = []
-  for trim, name in ((True, "ours: SavedModel (export_saved_model.py)"),
-                     (False, "ours: SavedModel, padding not trimmed")):
-    path = os.path.join(directory, f"ours_{trim}")
+  for trim, preprocessor, name in (
+      (True, core, "ours: SavedModel (export_saved_model.py)"),
+      (True, fast, "ours: SavedModel, --tensorflow_text_ops"),
+      (False, core, "ours: SavedModel, padding not trimmed")):
+    path = os.path.join(directory, f"ours_{trim}_{preprocessor is core}")
     serving.save_atomic(serving.ServingModule(model, preprocessor, "classifier",
                                               trim_padding=trim), path)
     peers.append((name, _signature(tf.saved_model.load(path), "probabilities")))
@@ -156,7 +160,7 @@ def main(_):
 
     def texts(batch):
       return [a for a, _ in batch], [b for _, b in batch]
-    ours_sm, python_path = peers[0][1], peers[2][1]
+    ours_sm, python_path = peers[0][1], peers[3][1]
     parity = float(np.abs(ours_sm(*texts(batches[0])) - python_path(*texts(batches[0]))).max())
     for _, fn in peers:  # warm-up
       fn(*texts(requests[:1]))

@@ -196,6 +196,21 @@ def test_edge_cases_match_original(original, edge_vocab, do_lower_case):
 
 
 @pytest.mark.parametrize("do_lower_case", [True, False])
+def test_core_ops_only_matches_original(original, edge_vocab, do_lower_case):
+  """core_ops_only=True (no tensorflow-text op: every text through the exact basic tokenizer
+  and the TF-op WordPiece loop) gives the original's rows too."""
+  layer = preprocessing.BertPreprocessor(str(edge_vocab), do_lower_case, 48, core_ops_only=True)
+  assert layer.get_config()["core_ops_only"]
+  texts = EDGE_CASES + EXTRA_CASES + BAD_UTF8 + _random_texts(300, seed=5 + do_lower_case) + [
+      "Plain ASCII, as most text is.", "x" * 200, "x" * 201, "a " * 30]
+  for texts_a, texts_b in ((texts, None), _pairs(texts)):
+    got = _features(layer, texts_a, texts_b)
+    want = _expected(original, edge_vocab, do_lower_case, 48, texts_a, texts_b)
+    for name in FEATURES:
+      np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
 def test_random_unicode_matches_original(original, edge_vocab, do_lower_case):
   texts = _random_texts(1200, seed=77 + do_lower_case)
   _assert_parity("random Unicode", original, edge_vocab, do_lower_case, 48, texts)
