@@ -36,7 +36,7 @@ if [ "$REAL" = 1 ]; then
   VOCAB_SIZE=${VOCAB_SIZE:-8000}; STEPS=${STEPS:-2000}; SEQ=${SEQ:-128}; PREDS=${PREDS:-20}
   EPOCHS=${EPOCHS:-3}
   FT_VOCAB="$MINILM/vocab.txt"; FT_CONFIG="$MINILM/config.json"; FT_INIT="$MINILM"
-  PAIRS=(--task_name=MRPC --data_dir="$SHARED/glue/MRPC")
+  PAIRS=(--task_name=MRPC --data_dir="$SHARED/glue/MRPC"); LABELS="0,1"
   # xquad.en.json (SQuAD v1.1 dev questions) split by article: 32 articles to train, 8 to predict.
   mkdir -p "$OUT/squad_data"
   $PY - "$SHARED/squad/xquad.en.json" "$OUT/squad_data" <<'PY'
@@ -55,7 +55,7 @@ else
   EPOCHS=${EPOCHS:-5}
   FT_VOCAB="$OUT/vocab.txt"; FT_CONFIG="$OUT/bert_config.json"
   FT_INIT="$OUT/pretraining_output/bert_model.ckpt"
-  PAIRS=(--task_name=custom --data_dir=sample_tasks/pairs)
+  PAIRS=(--task_name=custom --data_dir=sample_tasks/pairs); LABELS="other_topic,same_topic"
   SQUAD=(--train_file=sample_tasks/squad/train-v1.1.json
          --predict_file=sample_tasks/squad/dev-v1.1.json)
   FT_SEQ=$SEQ; FT_BATCH=8; FT_LR=5e-4; EVAL_EVERY=10; SQ_SEQ=$SEQ; SQ_STRIDE=32; SQ_QLEN=24
@@ -143,24 +143,25 @@ $PY export_saved_model.py --task=classifier --num_labels=2 \
 done_step export "$OUT/saved_model/saved_model.pb"
 
 begin "8. a query of the SavedModel from a fresh Python process (TensorFlow only)"
-$PY - "$OUT" <<'PY'
+# (TensorFlow's start-up lines go to OUT/query.log; shown if the query fails.)
+$PY - "$OUT" "$LABELS" 2> "$OUT/query.log" <<'PY' || { cat "$OUT/query.log"; exit 1; }
 import json, sys
 import tensorflow as tf
-import tensorflow_text  # noqa: F401  (registers the ops the in-graph tokenizer uses)
-out = sys.argv[1]
+out, labels = sys.argv[1], sys.argv[2].split(",")
 model = tf.saved_model.load(f"{out}/saved_model")
 query = {"text_a": tf.constant(["The keeper lit the lamp before the storm."]),
          "text_b": tf.constant(["Waves broke on the cliffs all night."])}
 probabilities = model.signatures["serving_default"](**query)["probabilities"].numpy()[0]
 print("query:", [q.numpy()[0].decode() for q in query.values()])
-print("probabilities:", probabilities.round(4).tolist())
+print("probabilities:", dict(zip(labels, probabilities.round(4).tolist())))
+assert not [m for m in sys.modules if m.startswith(("bert_keras", "tensorflow_text"))]
 with open(f"{out}/query.json", "w") as f:
   json.dump({k: v.numpy()[0].decode() for k, v in query.items()}
-            | {"probabilities": probabilities.tolist()}, f)
+            | {"labels": labels, "probabilities": probabilities.tolist()}, f)
 PY
 done_step query "$OUT/query.json"
 
-$PY - "$OUT" "$REAL" <<'PY'
+$PY - "$OUT" "$REAL" 2> "$OUT/summary.log" <<'PY' || { cat "$OUT/summary.log"; exit 1; }
 # The summary: each step, its key figure, its time and its files (also OUT/summary.md).
 import json, os, sys
 out, real = sys.argv[1], sys.argv[2] == "1"
@@ -196,7 +197,9 @@ def figure(step, path):
   if step == "export":
     return "signatures preprocess, serving_default"
   if step == "query":
-    return "probabilities " + ", ".join("%.3f" % p for p in json.load(open(path))["probabilities"])
+    query = json.load(open(path))
+    return "probabilities " + ", ".join(
+        "%s %.3f" % (label, p) for label, p in zip(query["labels"], query["probabilities"]))
   return ""
 
 rows = [line.rstrip("\n").split("\t") for line in open(os.path.join(out, "steps.tsv"))]

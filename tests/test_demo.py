@@ -23,7 +23,7 @@ FIGURES = {
     "squad": r"exact \d+\.\d, F1 \d+\.\d",
     "features": r"\d+ tokens x 2 layers x 64",
     "export": r"signatures preprocess, serving_default",
-    "query": r"probabilities [01]\.\d{3}, [01]\.\d{3}",
+    "query": r"probabilities other_topic [01]\.\d{3}, same_topic [01]\.\d{3}",
 }
 
 
