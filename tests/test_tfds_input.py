@@ -581,17 +581,22 @@ def test_run_squad_with_tfds_name_predicts_as_with_predict_file(tmp_path):
               do_predict=True, version_2_with_negative=True, max_seq_length=64,
               doc_stride=32, max_query_length=16, predict_batch_size=5)
   want = run_squad.run(run_squad.options(**base, predict_file=str(path),
-                                         output_dir=str(tmp_path / "json_out")))["predictions"]
+                                         output_dir=str(tmp_path / "json_out")))
   with fake.mocked():
     got = run_squad.run(run_squad.options(**base, tfds_name="squad/v2.0",
                                           tfds_data_dir=fake.data_dir,
-                                          output_dir=str(tmp_path / "tfds_out")))["predictions"]
-  assert len(got[0]) == 14 and dict(got[0]) == dict(want[0])
-  assert sorted(got[1]) == sorted(want[1]) and sorted(got[2]) == sorted(want[2])
-  for qid in want[1]:
-    assert [e["text"] for e in got[1][qid]] == [e["text"] for e in want[1][qid]]
-    np.testing.assert_allclose([e["probability"] for e in got[1][qid]],
-                               [e["probability"] for e in want[1][qid]], rtol=1e-5)
-    np.testing.assert_allclose(got[2][qid], want[2][qid], rtol=1e-5, atol=1e-6)
+                                          output_dir=str(tmp_path / "tfds_out")))
+  assert len(got["predictions"]) == 14
+  assert dict(got["predictions"]) == dict(want["predictions"])  # (TFDS has its own order)
+  assert got["eval_results"] == want["eval_results"] and want["eval_results"]["total"] == 14
+  assert sorted(got["null_odds"]) == sorted(want["null_odds"])
+  nbest = [json.loads((tmp_path / out / "nbest_predictions.json").read_text())
+           for out in ("tfds_out", "json_out")]
+  for qid in want["null_odds"]:
+    assert [e["text"] for e in nbest[0][qid]] == [e["text"] for e in nbest[1][qid]]
+    np.testing.assert_allclose([e["probability"] for e in nbest[0][qid]],
+                               [e["probability"] for e in nbest[1][qid]], rtol=1e-5)
+    np.testing.assert_allclose(got["null_odds"][qid], want["null_odds"][qid], rtol=1e-5,
+                               atol=1e-6)
   on_disk = json.loads((tmp_path / "tfds_out" / "predictions.json").read_text())
   assert on_disk == json.loads((tmp_path / "json_out" / "predictions.json").read_text())
