@@ -151,7 +151,10 @@ def define_training_flags():
 def script_main(run):
   """The absl main() of a run_* script: run(FLAGS), with a user's mistake (a ValueError,
   which checkpoints.CheckpointError and tokenization.VocabError are) reported as one line
-  `error: ...` and exit status 1 instead of a traceback."""
+  `error: ...` and exit status 1 instead of a traceback; so are an out-of-memory error and,
+  as a last net behind the scripts' own checks (which name the flag), a file that cannot be
+  found, read or reached (an OSError, TensorFlow's NotFound / PermissionDenied / unknown
+  file system scheme), named by its path."""
 
   def main(unused_argv):
     logging.set_verbosity(logging.INFO)
@@ -163,8 +166,30 @@ def script_main(run):
       what = " ".join(str(getattr(e, "message", e) or type(e).__name__).split())
       raise SystemExit("error: out of memory (%s): use a smaller --train_batch_size, "
                        "--max_seq_length or model" % what[:300]) from None
+    except (OSError, tf.errors.NotFoundError, tf.errors.PermissionDeniedError,
+            tf.errors.UnimplementedError) as e:
+      if not _is_file_error(e):
+        raise
+      raise SystemExit("error: " + _file_error_text(e)) from None
 
   return main
+
+
+def _is_file_error(e):
+  """Whether `e` is a file the user named being absent, unreadable or on a file system this
+  TensorFlow lacks (an OSError, or TensorFlow's NotFound / PermissionDenied / unknown
+  scheme): a user's mistake that a check before it missed, told in one line by script_main."""
+  if isinstance(e, tf.errors.UnimplementedError):
+    return "File system scheme" in str(e.message)
+  return True
+
+
+def _file_error_text(e):
+  if isinstance(e, OSError) and e.filename is not None:
+    text = f"{e.filename}: {e.strerror or type(e).__name__}"
+  else:
+    text = str(getattr(e, "message", None) or e or type(e).__name__)
+  return " ".join(text.split())[:500]
 
 
 def temp_path(path):
@@ -235,6 +260,11 @@ def load_and_check_config(options):
   for flag, path in sources:
     if not path:
       continue
+    if flag == "--init_checkpoint":
+      try:
+        training_checkpoints.init_checkpoint_prefix(path)
+      except ValueError as e:
+        raise ValueError(f"--init_checkpoint {e}") from None
     try:
       shapes = checkpoints.checkpoint_shapes(path)
     except (ValueError, tf.errors.OpError):

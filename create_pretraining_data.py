@@ -745,7 +745,11 @@ class Config(object):
       if not file_io.is_remote(path):
         directory = os.path.dirname(path) or "."
         if not os.path.isdir(directory):
-          raise UsageError("--output_file %s: directory %s does not exist" % (path, directory))
+          raise UsageError("--output_file %s: %s %s" % (
+              path, directory, "is not a directory" if os.path.exists(directory)
+              else "does not exist"))
+        if os.path.isdir(path):
+          raise UsageError("--output_file %s: is a directory, not a file name" % path)
     for path in self.input_files:
       if not file_io.is_remote(path) and not os.path.isfile(path):
         raise UsageError("--input_file %s: not a readable file" % path)
