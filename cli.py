@@ -153,8 +153,7 @@ def script_main(run):
   which checkpoints.CheckpointError and tokenization.VocabError are) reported as one line
   `error: ...` and exit status 1 instead of a traceback; so are an out-of-memory error and,
   as a last net behind the scripts' own checks (which name the flag), a file that cannot be
-  found, read or reached (an OSError, TensorFlow's NotFound / PermissionDenied / unknown
-  file system scheme), named by its path."""
+  found, read or reached (file_io.file_error_text), named by its path."""
 
   def main(unused_argv):
     logging.set_verbosity(logging.INFO)
@@ -166,30 +165,13 @@ def script_main(run):
       what = " ".join(str(getattr(e, "message", e) or type(e).__name__).split())
       raise SystemExit("error: out of memory (%s): use a smaller --train_batch_size, "
                        "--max_seq_length or model" % what[:300]) from None
-    except (OSError, tf.errors.NotFoundError, tf.errors.PermissionDeniedError,
-            tf.errors.UnimplementedError) as e:
-      if not _is_file_error(e):
+    except (OSError, tf.errors.OpError) as e:
+      text = file_io.file_error_text(e)
+      if text is None:
         raise
-      raise SystemExit("error: " + _file_error_text(e)) from None
+      raise SystemExit("error: " + text) from None
 
   return main
-
-
-def _is_file_error(e):
-  """Whether `e` is a file the user named being absent, unreadable or on a file system this
-  TensorFlow lacks (an OSError, or TensorFlow's NotFound / PermissionDenied / unknown
-  scheme): a user's mistake that a check before it missed, told in one line by script_main."""
-  if isinstance(e, tf.errors.UnimplementedError):
-    return "File system scheme" in str(e.message)
-  return True
-
-
-def _file_error_text(e):
-  if isinstance(e, OSError) and e.filename is not None:
-    text = f"{e.filename}: {e.strerror or type(e).__name__}"
-  else:
-    text = str(getattr(e, "message", None) or e or type(e).__name__)
-  return " ".join(text.split())[:500]
 
 
 def temp_path(path):

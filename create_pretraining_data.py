@@ -906,6 +906,11 @@ def main(_):
     run(config)
   except UsageError as e:
     raise SystemExit("error: %s" % e) from None
+  except Exception as e:  # pylint: disable=broad-except
+    text = file_io.file_error_text(e)  # a file its checks missed (a bucket not reachable)
+    if text is None:
+      raise
+    raise SystemExit("error: %s" % text) from None
 
 
 if __name__ == "__main__":

@@ -553,6 +553,9 @@ def test_directory_or_unreadable_file_as_input_file(tmp_path):
      "error: File system scheme 'foo' not implemented (file: 'foo://x/train.tsv')"),
     (tf.errors.NotFoundError(None, None, "gs://b/x.json; No such file\nmore"),
      "error: gs://b/x.json; No such file more"),
+    (tf.errors.FailedPreconditionError(None, None, "Error executing an HTTP request: libcurl "
+                                       "code 6\n when reading gs://b/"),
+     "error: Error executing an HTTP request: libcurl code 6 when reading gs://b/"),
 ])
 def test_file_errors_missed_by_the_checks_are_one_line(error, expected):
   def run(options):
@@ -562,11 +565,31 @@ def test_file_errors_missed_by_the_checks_are_one_line(error, expected):
   assert str(info.value.code) == expected
 
 
-def test_other_errors_keep_their_traceback():
+@pytest.mark.parametrize("error", [
+    tf.errors.UnimplementedError(None, None, "an op this build lacks"),
+    tf.errors.FailedPreconditionError(None, None, "uninitialized value x"),
+    KeyError("a bug"),
+])
+def test_other_errors_keep_their_traceback(error):
   def run(options):
-    raise tf.errors.UnimplementedError(None, None, "an op this build lacks")
-  with pytest.raises(tf.errors.UnimplementedError):
+    raise error
+  with pytest.raises(type(error)):
     cli.script_main(run)(None)
+  assert file_io.file_error_text(error) is None
+
+
+def test_command_line_unreachable_input_of_pretraining_data(tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
+  proc = subprocess.run(
+      [sys.executable, str(REPO / "create_pretraining_data.py"), "--input_file=foo://x/in.txt",
+       f"--output_file={tmp_path / 'out.tfrecord'}", f"--vocab_file={vocab}"],
+      env=ENV, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1].startswith(
+      "error: File system scheme 'foo' not implemented")
+  assert "Traceback" not in proc.stderr
+  assert os.listdir(tmp_path) == ["vocab.txt"]
 
 
 def test_command_line_unknown_scheme_is_one_line(tmp_path):
