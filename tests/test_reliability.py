@@ -643,3 +643,21 @@ def test_export_dir_below_a_file_or_on_an_unknown_scheme(data, tmp_path, monkeyp
           init_checkpoint=str(data / "init" / "bert_model.ckpt"), max_seq_length=16,
           export_dir=export_dir))
     assert str(info.value).startswith(expected)
+
+
+def test_extract_features_output_below_a_file_before_the_model(data, tmp_path,  # noqa: F811
+                                                               monkeypatch):
+  from bert_keras import extract_features  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(modeling, "BertModel", None)          # any model built would fail
+  text = tmp_path / "in.txt"
+  text.write_text("a b\n")
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "b"]))
+  output = text / "sub" / "out.jsonl"
+  with pytest.raises(ValueError) as info:
+    extract_features.run(extract_features.options(
+        input_file=str(text), output_file=str(output), vocab_file=str(vocab),
+        bert_config_file=str(data / "config.json"), max_seq_length=16, layers="-1",
+        init_checkpoint=str(data / "init" / "bert_model.ckpt")))
+  assert str(info.value) == (f"--output_file {output}: its directory {text}/sub is, or is "
+                             "below, a file")
