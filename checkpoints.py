@@ -350,7 +350,12 @@ def _assign(model, values, shapes, path, fmt, checkpoint_name):
     used.add(ckpt)
     result.loaded.append(tf1)
   for variable, ckpt, transpose in assignments:
-    value = np.asarray(values[ckpt]())
+    try:
+      value = np.asarray(values[ckpt]())
+    except (IndexError, tf.errors.OpError) as e:  # a .data file cut short or damaged
+      message = " ".join(str(getattr(e, "message", e)).split())[:300]
+      raise CheckpointError("%s: tensor %s cannot be read (the checkpoint is truncated or "
+                            "damaged): %s" % (path, ckpt, message)) from None
     variable.assign(np.ascontiguousarray(value.T if transpose else value)
                     .astype(variable.dtype))
   result.unused = sorted(set(shapes) - used)

@@ -151,7 +151,9 @@ def define_training_flags():
 def script_main(run):
   """The absl main() of a run_* script: run(FLAGS), with a user's mistake (a ValueError,
   which checkpoints.CheckpointError and tokenization.VocabError are) reported as one line
-  `error: ...` and exit status 1 instead of a traceback."""
+  `error: ...` and exit status 1 instead of a traceback; so are an out-of-memory error and,
+  as a last net behind the scripts' own checks (which name the flag), a file that cannot be
+  found, read or reached (file_io.file_error_text), named by its path."""
 
   def main(unused_argv):
     logging.set_verbosity(logging.INFO)
@@ -163,6 +165,11 @@ def script_main(run):
       what = " ".join(str(getattr(e, "message", e) or type(e).__name__).split())
       raise SystemExit("error: out of memory (%s): use a smaller --train_batch_size, "
                        "--max_seq_length or model" % what[:300]) from None
+    except (OSError, tf.errors.OpError) as e:
+      text = file_io.file_error_text(e)
+      if text is None:
+        raise
+      raise SystemExit("error: " + text) from None
 
   return main
 
@@ -235,6 +242,11 @@ def load_and_check_config(options):
   for flag, path in sources:
     if not path:
       continue
+    if flag == "--init_checkpoint":
+      try:
+        training_checkpoints.init_checkpoint_prefix(path)
+      except ValueError as e:
+        raise ValueError(f"--init_checkpoint {e}") from None
     try:
       shapes = checkpoints.checkpoint_shapes(path)
     except (ValueError, tf.errors.OpError):

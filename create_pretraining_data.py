@@ -745,7 +745,11 @@ class Config(object):
       if not file_io.is_remote(path):
         directory = os.path.dirname(path) or "."
         if not os.path.isdir(directory):
-          raise UsageError("--output_file %s: directory %s does not exist" % (path, directory))
+          raise UsageError("--output_file %s: %s %s" % (
+              path, directory, "is not a directory" if os.path.exists(directory)
+              else "does not exist"))
+        if os.path.isdir(path):
+          raise UsageError("--output_file %s: is a directory, not a file name" % path)
     for path in self.input_files:
       if not file_io.is_remote(path) and not os.path.isfile(path):
         raise UsageError("--input_file %s: not a readable file" % path)
@@ -902,6 +906,11 @@ def main(_):
     run(config)
   except UsageError as e:
     raise SystemExit("error: %s" % e) from None
+  except Exception as e:  # pylint: disable=broad-except
+    text = file_io.file_error_text(e)  # a file its checks missed (a bucket not reachable)
+    if text is None:
+      raise
+    raise SystemExit("error: %s" % text) from None
 
 
 if __name__ == "__main__":

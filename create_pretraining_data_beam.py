@@ -893,8 +893,13 @@ def main(argv):
     options = pipeline_options(FLAGS.runner, FLAGS.direct_num_workers,
                                FLAGS.direct_running_mode, beam_args)
     run(config, options)
-  except UsageError as e:
-    raise SystemExit("error: %s" % e) from None
+  except ValueError as e:  # a UsageError, or Beam's for a path no file system it has takes
+    raise SystemExit("error: %s" % " ".join(str(e).split())) from None
+  except Exception as e:  # pylint: disable=broad-except
+    text = file_io.file_error_text(e)  # a file its checks missed (a bucket not reachable)
+    if text is None:
+      raise
+    raise SystemExit("error: %s" % text) from None
 
 
 if __name__ == "__main__":

@@ -109,7 +109,12 @@ def _check_options(options, config):
                      "prefix")
   if not tf.io.gfile.exists(options.vocab_file):
     raise ValueError(f"--vocab_file {options.vocab_file}: no such file")
-  serving.check_export_dir(options.export_dir, options.overwrite)
+  cli.check_output_dir(options.export_dir, "--export_dir")
+  try:
+    serving.check_export_dir(options.export_dir, options.overwrite)
+  except tf.errors.OpError as e:  # an unknown scheme, an unreachable bucket
+    raise ValueError(f"--export_dir {options.export_dir}: "
+                     f"{' '.join(str(e.message).split())[:300]}") from None
 
 
 def build_model(task, config, labels=None):
@@ -130,7 +135,7 @@ def run(options):
   """Checks the options, builds the model, loads --init_checkpoint, writes the SavedModel."""
   if options.task not in serving.TASKS:
     raise ValueError(f"--task {options.task}: not one of {', '.join(serving.TASKS)}")
-  config = cli.load_bert_config(options.bert_config_file)
+  config = cli.load_and_check_config(options)
   labels = num_labels(options) if options.task == "classifier" else None
   _check_options(options, config)
   preprocessor = preprocessing.BertPreprocessor(

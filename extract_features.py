@@ -286,6 +286,12 @@ def run(options, strategy=None):
                            required=("[UNK]", "[CLS]", "[SEP]"))
   if tf.io.gfile.isdir(options.output_file):
     raise ValueError(f"--output_file {options.output_file}: is a directory")
+  if os.path.dirname(options.output_file):  # not below a regular file (before the model)
+    try:
+      cli.check_output_dir(os.path.dirname(options.output_file), "--output_file")
+    except ValueError:
+      raise ValueError(f"--output_file {options.output_file}: its directory "
+                       f"{os.path.dirname(options.output_file)} is, or is below, a file") from None
   examples = read_examples(options.input_file)
 
   strategy = distribution.strategy_for(options, strategy)

@@ -8,6 +8,7 @@ import glob
 import os
 import re
 import shutil
+import sys
 
 
 def is_remote(path):
@@ -18,6 +19,29 @@ def is_remote(path):
 def _gfile():
   import tensorflow as tf  # pylint: disable=g-import-not-at-top  (remote paths only)
   return tf.io.gfile
+
+
+def file_error_text(error):
+  """One line telling `error` when it is a file the user named being absent, unreadable or
+  unreachable: an OSError, or (when TensorFlow is loaded) its NotFound / PermissionDenied, an
+  unknown file system scheme, or a remote file system's failure (a gs:// bucket that cannot be
+  reached); None for any other error, which keeps its traceback."""
+  if isinstance(error, OSError):
+    if error.filename is not None:
+      text = f"{error.filename}: {error.strerror or type(error).__name__}"
+    else:
+      text = str(error) or type(error).__name__
+  else:
+    tf = sys.modules.get("tensorflow")
+    errors = getattr(tf, "errors", None)
+    if errors is None or not isinstance(error, errors.OpError):
+      return None
+    text = str(error.message or type(error).__name__)
+    if not (isinstance(error, (errors.NotFoundError, errors.PermissionDeniedError))
+            or (isinstance(error, errors.UnimplementedError) and "File system scheme" in text)
+            or "://" in text or "HTTP request" in text):
+      return None
+  return " ".join(text.split())[:500]
 
 
 def expand_input_patterns(input_file):

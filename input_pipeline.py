@@ -113,20 +113,29 @@ def check_record_files(files, flag, feature_lengths, vocab_size=None, id_feature
 
 
 def _check_record_framing(path, flag):
-  size = tf.io.gfile.stat(path).length
+  if tf.io.gfile.isdir(path):
+    raise ValueError(f"{flag} {path}: a directory, not a TFRecord file (give a file or a glob "
+                     f"such as {path.rstrip('/')}/*.tfrecord)")
+  try:
+    size = tf.io.gfile.stat(path).length
+  except tf.errors.OpError as e:
+    raise ValueError(f"{flag} {path}: cannot read it ({e.message})") from None
   if size == 0:
     raise ValueError(f"{flag} {path}: empty file (no records)")
   if "://" in path:
     return  # remote: walking every record would read the whole file; TF checks as it reads
   offset = count = 0
-  with open(path, "rb") as f:
-    while offset < size:
-      f.seek(offset)
-      header = f.read(8)
-      if len(header) < 8:
-        break
-      offset += 16 + int.from_bytes(header, "little")  # length, its CRC, data, data CRC
-      count += 1
+  try:
+    with open(path, "rb") as f:
+      while offset < size:
+        f.seek(offset)
+        header = f.read(8)
+        if len(header) < 8:
+          break
+        offset += 16 + int.from_bytes(header, "little")  # length, its CRC, data, data CRC
+        count += 1
+  except OSError as e:
+    raise ValueError(f"{flag} {path}: cannot read it ({e.strerror})") from None
   if offset != size:
     raise ValueError(f"{flag} {path}: not a whole TFRecord file: record {count} ends at byte "
                      f"{offset} of {size} (cut short, or not a TFRecord file)")

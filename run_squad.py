@@ -189,6 +189,8 @@ def _load_squad_json(input_file):
       text = reader.read()
   except tf.errors.OpError as e:
     raise ValueError(f"{input_file}: cannot read ({e.message})") from None
+  except UnicodeDecodeError as e:
+    raise ValueError(f"{input_file}: not UTF-8 text (byte {e.start}: {e.reason})") from None
   try:
     root = json.loads(text)
   except json.JSONDecodeError as e:

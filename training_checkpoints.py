@@ -75,15 +75,38 @@ def warm_start(model, init_checkpoint):
   keep their initial values. Raises checkpoints.CheckpointError (a ValueError) on a mismatch."""
   if not init_checkpoint:
     return
-  path = init_checkpoint
-  if tf.io.gfile.isdir(path):
-    path = latest_checkpoint(path) or path
-  restored = restore_model_variables(path, checkpoints.tf1_variable_map(model))
+  path = init_checkpoint_prefix(init_checkpoint)
+  try:
+    restored = restore_model_variables(path, checkpoints.tf1_variable_map(model))
+  except tf.errors.OpError as e:  # e.g. a CRC mismatch: the file is damaged
+    raise checkpoints.CheckpointError(
+        "%s: unreadable checkpoint: %s" % (path, " ".join(str(e.message).split())[:300])) from None
   if restored:
     logging.info("init_checkpoint: restored %d variables from %s", restored, path)
   else:
     result = checkpoints.load_checkpoint(model, init_checkpoint)
     logging.info("init_checkpoint: %s", result)
+
+
+def init_checkpoint_prefix(init_checkpoint):
+  """What warm_start reads for `init_checkpoint`: a directory's newest readable model.ckpt-N
+  (latest_checkpoint), else the path itself. A TF checkpoint there (or a directory's
+  bert_model.ckpt) whose files are incomplete (checkpoint_problem: a .data file cut short, a
+  missing shard) is a CheckpointError naming it, found from the index and the file sizes
+  before any tensor is read (reading one past the end is an IndexError deep in TensorFlow)."""
+  path = init_checkpoint
+  if tf.io.gfile.isdir(path):
+    path = latest_checkpoint(path) or path
+  prefix = path
+  if tf.io.gfile.isdir(prefix):
+    prefix = os.path.join(prefix, "bert_model.ckpt")
+  elif prefix.endswith(".index"):
+    prefix = prefix[:-len(".index")]
+  if tf.io.gfile.exists(prefix + ".index"):
+    problem = checkpoint_problem(prefix)
+    if problem is not None:
+      raise checkpoints.CheckpointError(f"{prefix}: unreadable checkpoint ({problem})")
+  return path
 
 
 def make_checkpoint_manager(checkpoint, directory, max_to_keep=5):
@@ -109,9 +132,10 @@ def latest_checkpoint(directory, warn=True):
     return None
   if state is None or not state.model_checkpoint_path:
     return None
+  # get_checkpoint_state has already joined relative entries with `directory` (joining them
+  # again made a relative --output_dir unresumable).
   paths = [p for p in state.all_model_checkpoint_paths if p != state.model_checkpoint_path]
   paths.append(state.model_checkpoint_path)
-  paths = [p if os.path.isabs(p) or "://" in p else os.path.join(directory, p) for p in paths]
   problems = []
   for path in reversed(paths):
     problem = checkpoint_problem(path)

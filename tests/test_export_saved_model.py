@@ -228,13 +228,15 @@ def test_saved_model_cli_run(setup, exported):
 
 
 def test_bad_checkpoint_leaves_no_directory(setup, tmp_path):
-  """A squad checkpoint for a classifier export of another hidden size: a one-line
-  CheckpointError, and neither export_dir nor a temporary beside it."""
+  """A checkpoint of another hidden size: a one-line error (the config checked against the
+  checkpoint's shapes before any model is built), and neither export_dir nor a temporary
+  beside it."""
   other = modeling.BertConfig(vocab_size=len(WORDS), hidden_size=48, num_hidden_layers=2,
                               num_attention_heads=2, intermediate_size=64,
                               max_position_embeddings=32)
   checkpoints.save_tf1_checkpoint(modeling.BertModel(other), tmp_path / "other" / "model.ckpt")
-  with pytest.raises(checkpoints.CheckpointError):
+  with pytest.raises(ValueError, match="does not fit --init_checkpoint .*: hidden_size 32 in "
+                     "the config, 48 in the checkpoint"):
     export_saved_model.run(_options(setup, "embeddings", tmp_path / "out",
                                     init_checkpoint=str(tmp_path / "other" / "model.ckpt")))
   assert sorted(os.listdir(tmp_path)) == ["other"]

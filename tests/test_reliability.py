@@ -26,6 +26,7 @@ from bert_keras import checkpoints
 from bert_keras import cli
 from bert_keras import create_pretraining_data
 from bert_keras import file_io
+from bert_keras import input_pipeline
 from bert_keras import modeling
 from bert_keras import run_classifier
 from bert_keras import run_pretraining
@@ -478,3 +479,185 @@ def test_lock_on_a_file_system_without_flock(tmp_path, monkeypatch):
       with cli.output_directory(_one_device(), out):
         pass
   assert os.listdir(out) == []
+
+
+# ----------------------------------------------------------------------------
+# 7. Found by the command-line audit of issue 15.
+
+def test_relative_output_dir_resumes(tmp_path, monkeypatch):
+  """tf.train.get_checkpoint_state joins relative entries with the directory already: a
+  relative --output_dir must find its own checkpoints (it used to join them twice)."""
+  monkeypatch.chdir(tmp_path)
+  step = tf.Variable(0)
+  manager = training_checkpoints.make_checkpoint_manager(tf.train.Checkpoint(step=step), "out")
+  for value in (1, 2):
+    step.assign(value)
+    manager.save(checkpoint_number=value)
+  assert training_checkpoints.latest_checkpoint("out") == os.path.join("out", "model.ckpt-2")
+  data_file = tmp_path / "out" / "model.ckpt-2.data-00000-of-00001"
+  data_file.write_bytes(b"")                                # cut short: the previous one
+  assert training_checkpoints.latest_checkpoint("out") == os.path.join("out", "model.ckpt-1")
+
+
+def _truncate(path, keep):
+  path.write_bytes(path.read_bytes()[:keep])
+
+
+def test_truncated_init_checkpoint_is_one_line_before_the_model(data, tmp_path,  # noqa: F811
+                                                                 monkeypatch):
+  init = tmp_path / "init"
+  init.mkdir()
+  for name in os.listdir(data / "init"):
+    (init / name).write_bytes((data / "init" / name).read_bytes())
+  data_file = init / "bert_model.ckpt.data-00000-of-00001"
+  whole = data_file.read_bytes()
+  _truncate(data_file, len(whole) // 3)
+  prefix = str(init / "bert_model.ckpt")
+  for path in (prefix, str(init)):                         # the prefix, or its directory
+    with pytest.raises(checkpoints.CheckpointError, match=r"bert_model\.ckpt: unreadable "
+                       r"checkpoint \(its \.data files hold \d+ bytes, its tensors \d+: trunc"):
+      training_checkpoints.init_checkpoint_prefix(path)
+  # Found by the scripts' config check, before any model is built.
+  monkeypatch.setattr(modeling, "BertPretrainer", None)
+  with pytest.raises(ValueError, match=f"^--init_checkpoint {prefix}: unreadable checkpoint"):
+    run_pretraining.run(_options(data, tmp_path / "out", init_checkpoint=prefix))
+  assert not (tmp_path / "out").exists()
+  monkeypatch.undo()
+  # Read past its end directly (load_checkpoint): a CheckpointError naming the tensor, not
+  # TensorFlow's IndexError; a damaged byte: TensorFlow's CRC error, as a CheckpointError.
+  model = modeling.BertModel(modeling.BertConfig.from_json_file(str(data / "config.json")))
+  with pytest.raises(checkpoints.CheckpointError, match=r"bert_model\.ckpt: tensor bert/.* "
+                     r"cannot be read \(the checkpoint is truncated or damaged\)"):
+    checkpoints.load_checkpoint(model, prefix)
+  damaged = bytearray(whole)
+  damaged[len(whole) // 2] ^= 0xFF
+  data_file.write_bytes(bytes(damaged))
+  assert training_checkpoints.init_checkpoint_prefix(prefix) == prefix  # sizes are right
+  with pytest.raises(checkpoints.CheckpointError, match="cannot be read .*Checksum"):
+    checkpoints.load_checkpoint(model, prefix)
+
+
+def test_directory_or_unreadable_file_as_input_file(tmp_path):
+  folder = tmp_path / "records"
+  folder.mkdir()
+  with pytest.raises(ValueError, match=f"^--input_file {folder}: a directory, not a TFRecord"):
+    input_pipeline.check_record_files([str(folder)], "--input_file", {})
+
+
+@pytest.mark.parametrize("error, expected", [
+    (FileNotFoundError(2, "No such file or directory", "/data/x.txt"),
+     "error: /data/x.txt: No such file or directory"),
+    (IsADirectoryError(21, "Is a directory", "out"), "error: out: Is a directory"),
+    (tf.errors.UnimplementedError(None, None, "File system scheme 'foo' not implemented "
+                                  "(file: 'foo://x/train.tsv')"),
+     "error: File system scheme 'foo' not implemented (file: 'foo://x/train.tsv')"),
+    (tf.errors.NotFoundError(None, None, "gs://b/x.json; No such file\nmore"),
+     "error: gs://b/x.json; No such file more"),
+    (tf.errors.FailedPreconditionError(None, None, "Error executing an HTTP request: libcurl "
+                                       "code 6\n when reading gs://b/"),
+     "error: Error executing an HTTP request: libcurl code 6 when reading gs://b/"),
+])
+def test_file_errors_missed_by_the_checks_are_one_line(error, expected):
+  def run(options):
+    raise error
+  with pytest.raises(SystemExit) as info:
+    cli.script_main(run)(None)
+  assert str(info.value.code) == expected
+
+
+@pytest.mark.parametrize("error", [
+    tf.errors.UnimplementedError(None, None, "an op this build lacks"),
+    tf.errors.FailedPreconditionError(None, None, "uninitialized value x"),
+    KeyError("a bug"),
+])
+def test_other_errors_keep_their_traceback(error):
+  def run(options):
+    raise error
+  with pytest.raises(type(error)):
+    cli.script_main(run)(None)
+  assert file_io.file_error_text(error) is None
+
+
+def test_command_line_unreachable_input_of_pretraining_data(tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
+  proc = subprocess.run(
+      [sys.executable, str(REPO / "create_pretraining_data.py"), "--input_file=foo://x/in.txt",
+       f"--output_file={tmp_path / 'out.tfrecord'}", f"--vocab_file={vocab}"],
+      env=ENV, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1].startswith(
+      "error: File system scheme 'foo' not implemented")
+  assert "Traceback" not in proc.stderr
+  assert os.listdir(tmp_path) == ["vocab.txt"]
+
+
+def test_command_line_unknown_scheme_is_one_line(tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n")
+  config = _config_file(tmp_path, "config.json")
+  proc = subprocess.run(
+      [sys.executable, str(REPO / "run_classifier.py"), "--task_name=CoLA", "--do_train",
+       "--data_dir=foo://x", f"--vocab_file={vocab}", f"--bert_config_file={config}",
+       "--max_seq_length=16", f"--output_dir={tmp_path / 'out'}"],
+      env=ENV, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "error: File system scheme 'foo' not implemented (file: 'foo://x/train.tsv')")
+  assert "Traceback" not in proc.stderr
+  assert not (tmp_path / "out").exists()
+
+
+def test_squad_file_not_utf8_names_the_file(tmp_path):
+  from bert_keras import run_squad  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "train.json"
+  path.write_bytes(b'{"data": [{"paragraphs": [{"context": "caf\xe9", "qas": []}]}]}')
+  with pytest.raises(ValueError, match=f"^{path}: not UTF-8 text \\(byte 42: invalid"):
+    run_squad.read_squad_examples(str(path), is_training=True)
+
+
+def test_pretraining_data_output_file_that_is_a_directory(tmp_path):
+  text = tmp_path / "in.txt"
+  text.write_text("a b\n")
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nb\n")
+  for output, expected in ((tmp_path, f"--output_file {tmp_path}: is a directory"),
+                           (text / "x.tfrecord", f"--output_file {text}/x.tfrecord: {text} "
+                            "is not a directory")):
+    with pytest.raises(create_pretraining_data.UsageError) as info:
+      create_pretraining_data.Config([str(text)], [str(output)], str(vocab))
+    assert str(info.value).startswith(expected)
+
+
+def test_export_dir_below_a_file_or_on_an_unknown_scheme(data, tmp_path, monkeypatch):  # noqa: F811
+  from bert_keras import export_saved_model  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(export_saved_model, "build_model", None)  # any model built would fail
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"w{i}\n" for i in range(100)))
+  for export_dir, expected in (
+      ("/etc/passwd/x", "--export_dir /etc/passwd/x: is below the file /etc/passwd"),
+      ("foo://x/y", "--export_dir foo://x/y: File system scheme 'foo' not implemented")):
+    with pytest.raises(ValueError) as info:
+      export_saved_model.run(export_saved_model.options(
+          bert_config_file=str(data / "config.json"), vocab_file=str(vocab), task="embeddings",
+          init_checkpoint=str(data / "init" / "bert_model.ckpt"), max_seq_length=16,
+          export_dir=export_dir))
+    assert str(info.value).startswith(expected)
+
+
+def test_extract_features_output_below_a_file_before_the_model(data, tmp_path,  # noqa: F811
+                                                               monkeypatch):
+  from bert_keras import extract_features  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(modeling, "BertModel", None)          # any model built would fail
+  text = tmp_path / "in.txt"
+  text.write_text("a b\n")
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "b"]))
+  output = text / "sub" / "out.jsonl"
+  with pytest.raises(ValueError) as info:
+    extract_features.run(extract_features.options(
+        input_file=str(text), output_file=str(output), vocab_file=str(vocab),
+        bert_config_file=str(data / "config.json"), max_seq_length=16, layers="-1",
+        init_checkpoint=str(data / "init" / "bert_model.ckpt")))
+  assert str(info.value) == (f"--output_file {output}: its directory {text}/sub is, or is "
+                             "below, a file")
