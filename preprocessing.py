@@ -34,9 +34,10 @@ original's for these characters); any other text takes these steps in TF ops:
      max_seq_length - 3 (a single text to max_seq_length - 2); zero padding.
 A graph with this layer needs tensorflow-text's op registered (import tensorflow_text) to run,
 e.g. before tf.saved_model.load; with core_ops_only=True it uses TensorFlow's own ops only (the
-exact basic tokenizer on every text, then the WordPiece loop in TF ops below on every word). Vocab entries over 256 bytes, which the op's builder
-refuses, are matched by a WordPiece loop in TF ops (lookups after a binary search over 63-bit
-fingerprints), only for the words over 256 bytes and only with a vocab that has such entries.
+exact basic tokenizer on every text, then the WordPiece loop in TF ops below on every word).
+Vocab entries over 256 bytes, which the op's builder refuses, are matched by that WordPiece
+loop in TF ops (lookups after a binary search over 63-bit fingerprints), only for the words over
+256 bytes and only with a vocab that has such entries.
 """
 
 import functools
