@@ -658,7 +658,7 @@ class BertPreprocessor(keras.layers.Layer):
       model needs no vocab file.
     core_ops_only: use TensorFlow's own ops only (no tensorflow-text op), so that a graph or
       SavedModel with this layer runs where tensorflow_text cannot be imported (TensorFlow
-      Serving builds without it, saved_model_cli); the same outputs, about 5x slower.
+      Serving builds without it, saved_model_cli); the same outputs, several times slower.
 
   Call it on a string tensor [B] (single texts), a tuple/list (text_a, text_b) of two [B]
   string tensors, or a dict {"text_a": [B], "text_b": [B]} (text_b optional); an empty
