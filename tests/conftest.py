@@ -26,6 +26,19 @@ def shared_path(*parts):
   return path
 
 
+def mrpc_subset(root, counts=(("train.tsv", 64), ("dev.tsv", 32), ("test.tsv", 16))):
+  """root/MRPC with the header and the first n rows of ../shared's MRPC files (skips without
+  ../shared); returns that directory."""
+  src = shared_path("data", "glue", "MRPC")
+  data = root / "MRPC"
+  data.mkdir()
+  for name, n in counts:
+    with open(src / name, encoding="utf-8", newline="") as f:
+      lines = f.readlines()[:n + 1]
+    (data / name).write_text("".join(lines), encoding="utf-8", newline="")
+  return data
+
+
 def run_workers(script, env, cwd, count=2, timeout=300):
   """Runs `python -c script` as `count` workers of a TF_CONFIG cluster on localhost (free
   ports); returns (stdouts, stderrs) once all exited with status 0 (kills the others if one

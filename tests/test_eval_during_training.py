@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import shared_path
+from conftest import mrpc_subset, shared_path
 from bert_keras import checkpoints
 from bert_keras import inference
 from bert_keras import modeling
@@ -26,14 +26,8 @@ METRIC = getattr(run_classifier.PROCESSORS["mrpc"], "metric_name", "eval_accurac
 @pytest.fixture(scope="module")
 def glue(tmp_path_factory):
   """Tiny config and an MRPC subset (64 train / 32 dev / 16 test)."""
-  src = shared_path("data", "glue", "MRPC")
   root = tmp_path_factory.mktemp("glue")
-  data = root / "MRPC"
-  data.mkdir()
-  for name, n in (("train.tsv", 64), ("dev.tsv", 32), ("test.tsv", 16)):
-    with open(src / name, encoding="utf-8", newline="") as f:
-      lines = f.readlines()[:n + 1]
-    (data / name).write_text("".join(lines), encoding="utf-8", newline="")
+  mrpc_subset(root)
   (root / "bert_config.json").write_text(modeling.BertConfig(**TINY).to_json_string())
   return root
 

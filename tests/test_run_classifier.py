@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import oracle
-from conftest import run_workers, shared_path, worker_results
+from conftest import mrpc_subset, run_workers, shared_path, worker_results
 from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import preprocessing
@@ -252,14 +252,8 @@ def test_pretraining_checkpoint_initialises_the_encoder_only(tmp_path):
 @pytest.fixture(scope="module")
 def glue(tmp_path_factory):
   """Tiny config, MRPC subset (64 train / 32 dev / 16 test), a pretraining checkpoint."""
-  src = shared_path("data", "glue", "MRPC")
   root = tmp_path_factory.mktemp("glue")
-  data = root / "MRPC"
-  data.mkdir()
-  for name, n in (("train.tsv", 64), ("dev.tsv", 32), ("test.tsv", 16)):
-    with open(src / name, encoding="utf-8", newline="") as f:
-      lines = f.readlines()[:n + 1]
-    (data / name).write_text("".join(lines), encoding="utf-8", newline="")
+  mrpc_subset(root)
   config = modeling.BertConfig(**TINY)
   (root / "bert_config.json").write_text(config.to_json_string())
   checkpoints.save_tf1_checkpoint(modeling.BertPretrainer(config),
