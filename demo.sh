@@ -91,11 +91,13 @@ $PY create_pretraining_data.py --input_file="$INPUT" --output_file="$OUT/tf_exam
   --vocab_file="$OUT/vocab.txt" --do_lower_case=True --max_seq_length="$SEQ" \
   --max_predictions_per_seq="$PREDS" --masked_lm_prob=0.15 --random_seed=12345 \
   --dupe_factor="$DUPE" --num_workers="$WORKERS"
-done_step pretraining_data "$OUT/tf_examples.tfrecord"
+# (--num_workers N > 1 writes N parts, tf_examples.tfrecord-0000p-of-0000N; the glob reads both.)
+RECORDS="$OUT/tf_examples.tfrecord"; [ "$WORKERS" = 1 ] || RECORDS="$RECORDS-*-of-*"
+done_step pretraining_data "$RECORDS"
 
 begin "3. pretraining and evaluation: run_pretraining.py"
 rm -rf "$OUT/pretraining_output"
-$PY run_pretraining.py --input_file="$OUT/tf_examples.tfrecord" \
+$PY run_pretraining.py --input_file="$RECORDS" \
   --output_dir="$OUT/pretraining_output" --do_train=True --do_eval=True \
   --bert_config_file="$OUT/bert_config.json" --train_batch_size=16 --eval_batch_size=16 \
   --max_seq_length="$SEQ" --max_predictions_per_seq="$PREDS" --num_train_steps="$STEPS" \
@@ -175,7 +177,7 @@ def figure(step, path):
     return "%d tokens" % sum(1 for _ in open(path, encoding="utf-8"))
   if step == "pretraining_data":
     import tensorflow as tf
-    return "%d instances" % sum(1 for _ in tf.data.TFRecordDataset(path))
+    return "%d instances" % sum(1 for _ in tf.data.TFRecordDataset(tf.io.gfile.glob(path)))
   if step == "pretraining":
     r = results(path)
     return "MLM accuracy %.3f, NSP accuracy %.3f" % (

@@ -26,7 +26,7 @@ def _context_values(input_context):
 
 
 def training_dataset(files, decode_fn, per_replica_batch, input_context=None, seed=12345,
-                     skip_records=0, cycle_length=4, shuffle_buffer=100):
+                     skip_records=0, cycle_length=4, shuffle_buffer=100, trim=False):
   """The original training pipeline, made deterministic and seekable.
 
   file names -> shard by input pipeline (by file when there are at least as many
@@ -37,7 +37,8 @@ def training_dataset(files, decode_fn, per_replica_batch, input_context=None, se
   drop_remainder=True). Both shuffles are seeded, so the record order is a pure
   function of (files, seed, pipeline): skipping the records consumed before a
   checkpoint resumes the exact input position (records are skipped before
-  decoding; TFRecord reading only).
+  decoding; TFRecord reading only). trim: each batch is then cut to its longest
+  sequence (trim_to_longest; batches of varying length, so not for TPU).
   """
   num_pipelines, pipeline_id = _context_values(input_context)
   ds = tf.data.Dataset.from_tensor_slices(tf.constant(files))
@@ -56,7 +57,25 @@ def training_dataset(files, decode_fn, per_replica_batch, input_context=None, se
     ds = ds.skip(skip_records)
   ds = ds.map(decode_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   ds = ds.batch(per_replica_batch, drop_remainder=True)
+  if trim:
+    ds = ds.map(trim_to_longest, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return ds.prefetch(tf.data.AUTOTUNE)
+
+
+SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+
+
+def trim_to_longest(batch, multiple=8):
+  """A batch (dict) whose input_mask is [B, S] (1 = real token, padding at the end) -> the
+  same dict with input_ids, input_mask and segment_ids cut to [B, L]: L is the batch's
+  longest sequence rounded up to a multiple of `multiple`, at most S (the rule of
+  inference.trim_batch, in TensorFlow ops for tf.data). Other features are unchanged. BERT's
+  outputs at the real tokens do not depend on the padding beyond them."""
+  mask = batch["input_mask"]
+  longest = tf.reduce_max(tf.reduce_sum(tf.cast(mask, tf.int32), axis=1))
+  length = tf.minimum(tf.shape(mask)[1],
+                      tf.maximum(1, (longest + multiple - 1) // multiple) * multiple)
+  return {k: v[:, :length] if k in SEQUENCE_FEATURES else v for k, v in batch.items()}
 
 
 def int64_feature(values):

@@ -48,7 +48,7 @@ DEFAULTS = dict(
     save_checkpoints_steps=1000, iterations_per_loop=1000,
     tpu_job_name=None, tfds_name=None, tfds_data_dir=None, eval_every_steps=0,
     early_stopping_patience=0, trim_eval_batches=True,
-    **cli.TPU_DEFAULTS, **cli.TRAINING_DEFAULTS)
+    trim_train_batches=False, **cli.TPU_DEFAULTS, **cli.TRAINING_DEFAULTS)
 # --task_name=custom's columns and labels (CustomProcessor).
 DEFAULTS.update(text_a_column=None, text_b_column=None, label_column=None, labels=None)
 
@@ -79,6 +79,7 @@ def define_flags():
   flags.DEFINE_string("tpu_job_name", None,
                       "Name of TPU worker, if anything other than 'tpu_worker'")
   cli.define_training_flags()
+  cli.define_trim_train_batches_flag()
   flags.DEFINE_string(
       "tfds_name", None,
       "Read the task through TensorFlow Datasets instead of --data_dir: glue/<config> (e.g. "

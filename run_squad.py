@@ -62,7 +62,7 @@ DEFAULTS = dict(
     n_best_size=20, max_answer_length=30, verbose_logging=False,
     version_2_with_negative=False, null_score_diff_threshold=0.0, tfds_name=None,
     tfds_data_dir=None, trim_predict_batches=False,
-    **cli.TPU_DEFAULTS, **cli.TRAINING_DEFAULTS)
+    trim_train_batches=False, **cli.TPU_DEFAULTS, **cli.TRAINING_DEFAULTS)
 
 
 def options(**overrides):
@@ -108,6 +108,7 @@ def define_flags():
       "null_score_diff_threshold", 0.0,
       "If null_score - best_non_null is greater than the threshold predict null.")
   cli.define_training_flags()
+  cli.define_trim_train_batches_flag()
   flags.DEFINE_string(
       "tfds_name", None,
       "Read SQuAD through TensorFlow Datasets instead of --train_file/--predict_file: "

@@ -163,6 +163,13 @@ class Trainer:
       grad_fn = tf.function(grad_fn, jit_compile=True)
     if len(micro_batches) == 1:
       grads, stats = grad_fn(micro_batches[0], dens)
+    elif not all(v.shape.is_fully_defined() for b in micro_batches for v in b.values()):
+      # Trimmed batches (lengths known only when run): one unrolled call per micro-batch.
+      grads, stats = grad_fn(micro_batches[0], dens)
+      for batch in micro_batches[1:]:
+        more_grads, more_stats = grad_fn(batch, dens)
+        grads = [g + h for g, h in zip(grads, more_grads)]
+        stats = _sum_dicts(stats, more_stats)
     else:
       stacked = {k: tf.stack([b[k] for b in micro_batches]) for k in micro_batches[0]}
       first = {k: v[0] for k, v in stacked.items()}
@@ -602,6 +609,9 @@ def build_trainer(options, strategy, make_model, task, num_train_steps, num_warm
   per step, compiles with XLA as options.use_xla says (None: on GPU/TPU only) and saves
   the model variables under their TF1 names. Its .model and .optimizer are the built ones."""
   check_training_numbers(options)
+  if getattr(options, "trim_train_batches", False) and isinstance(
+      strategy, tf.distribute.TPUStrategy):
+    raise ValueError("--trim_train_batches: not on TPU, where every step must have one shape")
   distribution.set_dtype_policy(options.dtype)
   with strategy.scope():
     model = make_model()
@@ -624,15 +634,19 @@ def fine_tune(trainer, options, train_file, decode_fn, num_train_steps, **extra)
   train_file decoded by decode_fn, options.train_batch_size sequences a step (split over the
   replicas and options.gradient_accumulation_steps micro-batches), num_train_steps steps,
   warm-started from options.init_checkpoint, checkpoints in options.output_dir (resumed
-  when there); a progress line every options.log_every_steps steps. extra: more
-  Trainer.train arguments (eval_every_steps, eval_fn)."""
+  when there); a progress line every options.log_every_steps steps; with
+  options.trim_train_batches each batch cut to its longest sequence
+  (input_pipeline.trim_to_longest). extra: more Trainer.train arguments (eval_every_steps,
+  eval_fn)."""
   per_replica = input_pipeline.per_replica_batch_size(
       options.train_batch_size, trainer.strategy, options.gradient_accumulation_steps,
       "--train_batch_size")
+  trim = getattr(options, "trim_train_batches", False)
 
   def dataset(input_context, skip_records):
     return input_pipeline.training_dataset([train_file], decode_fn, per_replica, input_context,
-                                           seed=options.seed, skip_records=skip_records)
+                                           seed=options.seed, skip_records=skip_records,
+                                           trim=trim)
 
   train_as_configured(trainer, dataset, options, num_train_steps, **extra)
 

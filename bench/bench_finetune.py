@@ -5,10 +5,12 @@ Peers, all at MiniLM's size (6 layers, hidden 384, 12 heads, intermediate 1536, 
 bert-base-uncased vocab; random initial weights: nothing downloads), the same examples
 (the first --max_*_examples of /work/shared/data/glue/MRPC, or --data_dir):
   ours            run_classifier.run (run_classifier.options(...)): tokenization, TFRecords,
-                  training, evaluation and prediction as the script does them; eval and
-                  predict batches trimmed to their longest sequence (the default)
-  ours untrimmed  the same checkpoint evaluated and predicted with --trim_eval_batches=false
-                  (every batch padded to max_seq_length, as the original)
+                  training, evaluation and prediction as the script does them, every batch
+                  trimmed to its longest sequence (--trim_train_batches,
+                  --trim_eval_batches)
+  ours untrimmed  the same from the same initial weights, every batch padded to
+                  max_seq_length (--trim_train_batches=false --trim_eval_batches=false: the
+                  original's shapes)
   keras_hub       keras_hub.models.BertTextClassifier on a BertBackbone of the same size, its
                   BertTextClassifierPreprocessor (BertTokenizer on the same vocab file) in the
                   tf.data pipeline; compile (AdamW, jit_compile=False as ours on CPU) then
@@ -16,11 +18,14 @@ bert-base-uncased vocab; random initial weights: nothing downloads), the same ex
 Each phase's time includes what that call does first (ours: reading and tokenizing the
 examples, writing the TFRecords, building the model, restoring the checkpoint; KerasHub:
 tracing); the eval accuracy is reported beside it (random init: near the majority class).
+"end to end s" is train + eval + predict; "vs keras_hub" is keras_hub's end-to-end seconds
+over the peer's.
 "steady eval ex/s": ours' model alone (built, restored, traced once) over the dev records,
 the best of two passes, trimmed or not: the rate without the per-call start-up.
 
 Usage:
   python bench/bench_finetune.py                        # 256 train examples, ~a few minutes
+  python bench/bench_finetune.py --max_train_examples=100000 # all of MRPC train (3,668)
   python bench/bench_finetune.py --max_train_examples=64 --max_eval_examples=64 \\
       --max_predict_examples=64 --max_seq_length=64     # a quick check
 Prints a table; the last line is a JSON object with every figure.
@@ -66,23 +71,27 @@ def timed(fn):
 
 
 def bench_ours(args, data_dir, vocab, config_file, work):
-  """{phase: seconds} and the eval accuracy of run_classifier.run, trimmed and not."""
-  base = dict(task_name="MRPC", data_dir=str(data_dir), vocab_file=vocab,
-              bert_config_file=str(config_file), max_seq_length=args.max_seq_length,
-              train_batch_size=args.train_batch_size, eval_batch_size=args.eval_batch_size,
-              predict_batch_size=args.eval_batch_size, learning_rate=2e-5,
-              num_train_epochs=1.0, output_dir=str(work / "ours"), log_every_steps=0,
-              save_checkpoints_steps=10**9, init_checkpoint=args.init_checkpoint)
+  """{peer: {phase: seconds, eval accuracy}} of run_classifier.run: "ours" with training,
+  eval and predict batches trimmed to their longest sequence (--trim_train_batches,
+  --trim_eval_batches), "ours untrimmed" every batch padded to max_seq_length (the
+  original's shapes); each its own training from the same initial weights."""
   rows = {}
-  _, train = timed(lambda: run_classifier.run(run_classifier.options(**base, do_train=True)))
   for name, trim in (("ours", True), ("ours untrimmed", False)):
+    base = dict(task_name="MRPC", data_dir=str(data_dir), vocab_file=vocab,
+                bert_config_file=str(config_file), max_seq_length=args.max_seq_length,
+                train_batch_size=args.train_batch_size, eval_batch_size=args.eval_batch_size,
+                predict_batch_size=args.eval_batch_size, learning_rate=args.learning_rate,
+                num_train_epochs=1.0, output_dir=str(work / name.replace(" ", "_")),
+                log_every_steps=0, save_checkpoints_steps=10**9,
+                init_checkpoint=args.init_checkpoint or str(work / "init" / "model.ckpt"),
+                trim_train_batches=trim, trim_eval_batches=trim)
+    _, train = timed(lambda: run_classifier.run(run_classifier.options(**base, do_train=True)))
     results, evaluate = timed(lambda: run_classifier.run(run_classifier.options(
-        **base, do_eval=True, trim_eval_batches=trim)))
+        **base, do_eval=True)))
     _, predict = timed(lambda: run_classifier.run(run_classifier.options(
-        **base, do_predict=True, trim_eval_batches=trim)))
+        **base, do_predict=True)))
     rows[name] = dict(train_s=train, eval_s=evaluate, predict_s=predict,
                       eval_accuracy=float(results["eval"]["eval_accuracy"]))
-  rows["ours untrimmed"]["train_s"] = None  # the same training as "ours"
   # The model alone (built, restored, traced): the steady eval rate, trimmed or not.
   model = modeling.BertClassifier(modeling.BertConfig.from_json_file(str(config_file)), 2)
   checkpoints.load_checkpoint(model, str(work / "ours"))
@@ -124,7 +133,7 @@ def bench_keras_hub(args, data_dir, vocab, vocab_size):
         max_sequence_length=MINILM["max_position_embeddings"])
     state["classifier"] = classifier = keras_hub.models.BertTextClassifier(
         backbone, num_classes=2, preprocessor=None)
-    classifier.compile(optimizer=keras.optimizers.AdamW(2e-5, weight_decay=0.01),
+    classifier.compile(optimizer=keras.optimizers.AdamW(args.learning_rate, weight_decay=0.01),
                        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                        metrics=["accuracy"], jit_compile=False)
     examples = processor.get_train_examples(str(data_dir))
@@ -143,19 +152,27 @@ def bench_keras_hub(args, data_dir, vocab, vocab_size):
 
 
 def table(rows, counts):
-  lines = ["| peer | train s (ex/s) | eval s (ex/s) | predict s (ex/s) | eval accuracy | "
-           "steady eval ex/s |", "|---|---|---|---|---|---|"]
+  """The Markdown table; adds each peer's examples/s, end-to-end seconds and its speed-up
+  over keras_hub end to end (keras_hub's seconds / the peer's) to rows."""
+  lines = ["| peer | train s (ex/s) | eval s (ex/s) | predict s (ex/s) | end to end s | "
+           "vs keras_hub | eval accuracy | steady eval ex/s |",
+           "|---|---|---|---|---|---|---|---|"]
+  for r in rows.values():
+    r["end_to_end_s"] = r["train_s"] + r["eval_s"] + r["predict_s"]
+  hub = rows.get("keras_hub", {}).get("end_to_end_s")
   for peer, r in rows.items():
     cells = []
     for phase, n in (("train", counts["train"]), ("eval", counts["eval"]),
                      ("predict", counts["predict"])):
-      s = r.get(phase + "_s")
-      cells.append("(same)" if s is None else "%.1f (%.1f)" % (s, n / s))
-      if s is not None:
-        r[phase + "_examples_per_s"] = n / s
+      r[phase + "_examples_per_s"] = n / r[phase + "_s"]
+      cells.append("%.1f (%.1f)" % (r[phase + "_s"], r[phase + "_examples_per_s"]))
+    if hub:
+      r["speedup_vs_keras_hub"] = hub / r["end_to_end_s"]
     steady = r.get("steady_eval_examples_per_s")
-    lines.append("| %s | %s | %.4f | %s |" % (peer, " | ".join(cells), r["eval_accuracy"],
-                                              "%.1f" % steady if steady else ""))
+    lines.append("| %s | %s | %.1f | %s | %.4f | %s |" % (
+        peer, " | ".join(cells), r["end_to_end_s"],
+        "%.2fx" % r["speedup_vs_keras_hub"] if hub else "", r["eval_accuracy"],
+        "%.1f" % steady if steady else ""))
   return "\n".join(lines)
 
 
@@ -171,6 +188,7 @@ def main():
   parser.add_argument("--train_batch_size", type=int, default=32)
   parser.add_argument("--eval_batch_size", type=int, default=32,
                       help="eval and predict batch, every peer")
+  parser.add_argument("--learning_rate", type=float, default=2e-5, help="every peer")
   parser.add_argument("--peers", default="ours,keras_hub")
   parser.add_argument("--init_checkpoint", default=None,
                       help="ours only: e.g. the all-MiniLM-L6-v2 model directory of the "
@@ -203,6 +221,10 @@ def main():
           ", max_seq_length %d, batch %d (train) / %d (eval, predict), one epoch, "
           "L6/H384/A12/I1536" % (args.max_seq_length, args.train_batch_size,
                                  args.eval_batch_size), flush=True)
+    # Both of ours start from the same random weights (or --init_checkpoint).
+    checkpoints.save_tf1_checkpoint(
+        modeling.BertClassifier(modeling.BertConfig.from_json_file(str(config_file)), 2),
+        str(work / "init" / "model.ckpt"))
     rows = {}
     peers = [p.strip() for p in args.peers.split(",")]
     if "ours" in peers:

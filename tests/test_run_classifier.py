@@ -438,3 +438,63 @@ def test_bad_data_is_found_before_training(glue, vocab, tmp_path):
   no_cls.write_text("".join(t + "\n" for t in ["[PAD]", "[UNK]", "[SEP]", "the", "a"]))
   assert "has no [CLS] token" in error(vocab_file=str(no_cls))
   assert error(learning_rate=-2e-5) == "--learning_rate=-2e-05: must be > 0"
+
+
+# ----------------------------------------------------------------------------
+# --trim_train_batches.
+
+def test_trim_to_longest_cuts_sequence_features_only():
+  from bert_keras import input_pipeline
+  mask = np.zeros((3, 32), np.int32)
+  for row, n in enumerate((5, 17, 9)):
+    mask[row, :n] = 1
+  batch = {"input_ids": np.arange(96, dtype=np.int32).reshape(3, 32), "input_mask": mask,
+           "segment_ids": mask.copy(), "label_ids": np.array([0, 1, 1], np.int32)}
+  trimmed = input_pipeline.trim_to_longest({k: tf.constant(v) for k, v in batch.items()})
+  assert trimmed["input_ids"].shape == (3, 24)  # 17 rounded up to a multiple of 8
+  np.testing.assert_array_equal(trimmed["input_ids"], batch["input_ids"][:, :24])
+  np.testing.assert_array_equal(trimmed["input_mask"], mask[:, :24])
+  np.testing.assert_array_equal(trimmed["label_ids"], batch["label_ids"])
+  mask[0, :] = 1  # a full row: nothing to cut
+  full = input_pipeline.trim_to_longest({"input_mask": tf.constant(mask)})
+  assert full["input_mask"].shape == (3, 32)
+
+
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_trimmed_training_batches_train_the_same_model(glue, vocab, tmp_path, accumulation,
+                                                       monkeypatch):
+  """--trim_train_batches: with dropout off the trained classifier equals the untrimmed
+  run's (the padding changes no gradient), with gradient accumulation too (micro-batches of
+  different lengths); and the batches really were shorter than max_seq_length."""
+  from bert_keras import input_pipeline
+  config = modeling.BertConfig(**{**TINY, "max_position_embeddings": 128,
+                                  "hidden_dropout_prob": 0.0,
+                                  "attention_probs_dropout_prob": 0.0})
+  (tmp_path / "bert_config.json").write_text(config.to_json_string())
+  init = str(tmp_path / "init" / "model.ckpt")  # the head too: both runs start the same
+  checkpoints.save_tf1_checkpoint(modeling.BertClassifier(config, 2), init)
+  trained, traced = {}, []
+  trim_to_longest = input_pipeline.trim_to_longest
+  monkeypatch.setattr(input_pipeline, "trim_to_longest",
+                      lambda batch: traced.append(trim) or trim_to_longest(batch))
+  for trim in (False, True):
+    out = tmp_path / f"trim_{trim}"
+    run_classifier.run(run_classifier.options(
+        task_name="MRPC", do_train=True, data_dir=str(glue / "MRPC"), vocab_file=vocab,
+        bert_config_file=str(tmp_path / "bert_config.json"), init_checkpoint=init,
+        max_seq_length=128, train_batch_size=16, learning_rate=1e-3, num_train_epochs=1.0,
+        gradient_accumulation_steps=accumulation, trim_train_batches=trim,
+        output_dir=str(out)))
+    model = modeling.BertClassifier(config, 2)
+    checkpoints.load_checkpoint(model, str(out))
+    trained[trim] = [w.numpy() for w in model.weights]
+  assert traced and set(traced) == {True}  # the trimmed run's pipeline, only
+  lengths = {int(b["input_ids"].shape[1]) for b in input_pipeline.training_dataset(
+      [str(tmp_path / "trim_True" / "train.tf_record")],
+      run_classifier.decode_fn(128), 8, trim=True).take(8)}
+  assert max(lengths) < 128, lengths
+  start = modeling.BertClassifier(config, 2)
+  checkpoints.load_checkpoint(start, init)
+  assert max(np.abs(a - b).max() for a, b in zip(trained[False], start.weights)) > 1e-3
+  for untrimmed, trimmed in zip(trained[False], trained[True]):
+    np.testing.assert_allclose(trimmed, untrimmed, atol=2e-5)
