@@ -12,7 +12,8 @@
 # and prints a summary table (each step's figure, time and files), also in OUT/summary.md.
 #
 #   bash demo.sh             # built-in data, a tiny model: ~2 minutes on 2 cores after the install
-#   REAL=1 bash demo.sh      # real inputs: ../shared books, MRPC and SQuAD, all-MiniLM-L6-v2
+#   REAL=1 bash demo.sh      # real inputs: ../shared books, MRPC and SQuAD, all-MiniLM-L6-v2:
+#                            ~35 minutes on 2 cores after the install
 #
 # Environment: OUT (default /tmp/bert_keras_demo), INPUT, VOCAB_SIZE, STEPS (pretraining),
 # SEQ, PREDS, EPOCHS (fine-tuning), REAL. Every step's files go under OUT.

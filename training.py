@@ -147,8 +147,9 @@ class Trainer:
       loss, stats = self.task.loss(outputs, batch, denominators)
       scaled = self.optimizer.scale_loss(loss) if self.loss_scale else loss
     grads = tape.gradient(scaled, tvars)
+    # None stays None: a variable the loss does not read (the pooler under the span head)
+    # is left alone by the optimizer, no weight decay either, as by the original's.
     grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
-    grads = [tf.zeros_like(v) if g is None else g for g, v in zip(grads, tvars)]
     return grads, stats
 
   def _replica_train_step(self, micro_batches):
@@ -161,25 +162,32 @@ class Trainer:
     grad_fn = self._grads_and_stats
     if self.use_xla:
       grad_fn = tf.function(grad_fn, jit_compile=True)
-    if len(micro_batches) == 1:
-      grads, stats = grad_fn(micro_batches[0], dens)
-    elif not all(v.shape.is_fully_defined() for b in micro_batches for v in b.values()):
-      # Trimmed batches (lengths known only when run): one unrolled call per micro-batch.
-      grads, stats = grad_fn(micro_batches[0], dens)
+
+    def run(batch, present=None):
+      """(gradients of the variables at `present`, stats); present: by default the indices
+      of the variables that have a gradient (one the loss does not read has None)."""
+      grads, stats = grad_fn(batch, dens)
+      if present is None:
+        present = [i for i, g in enumerate(grads) if g is not None]
+      return [grads[i] for i in present], stats, present
+
+    if len(micro_batches) == 1 or not all(v.shape.is_fully_defined()
+                                          for b in micro_batches for v in b.values()):
+      # One batch, or trimmed micro-batches (lengths known only when run): unrolled.
+      grads, stats, present = run(micro_batches[0])
       for batch in micro_batches[1:]:
-        more_grads, more_stats = grad_fn(batch, dens)
+        more_grads, more_stats, _ = run(batch, present)
         grads = [g + h for g, h in zip(grads, more_grads)]
         stats = _sum_dicts(stats, more_stats)
     else:
       stacked = {k: tf.stack([b[k] for b in micro_batches]) for k in micro_batches[0]}
-      first = {k: v[0] for k, v in stacked.items()}
-      grads, stats = grad_fn(first, dens)
+      grads, stats, present = run({k: v[0] for k, v in stacked.items()})
       for i in tf.range(1, len(micro_batches)):
-        batch = {k: v[i] for k, v in stacked.items()}
-        more_grads, more_stats = grad_fn(batch, dens)
+        more_grads, more_stats, _ = run({k: v[i] for k, v in stacked.items()}, present)
         grads = [g + h for g, h in zip(grads, more_grads)]
         stats = _sum_dicts(stats, more_stats)
-    self.optimizer.apply(grads, self.model.trainable_variables)
+    tvars = self.model.trainable_variables
+    self.optimizer.apply(grads, [tvars[i] for i in present])
     return stats
 
   def _replica_eval_step(self, batch):
