@@ -570,6 +570,15 @@ def test_span_head_against_the_original_graph(tmp_path):
   np.testing.assert_allclose(outputs["end_logits"].numpy(), fresh[1], atol=1e-5)
 
 
+def _stand_in_estimator(monkeypatch):
+  """tf.estimator is gone from TF 2.21: a stand-in for what the original's model_fn reads of it
+  (the mode keys) and builds (a TPUEstimatorSpec, here the dict of its fields)."""
+  import tensorflow.compat.v1 as tf1
+  monkeypatch.setattr(tf1, "estimator", types.SimpleNamespace(
+      ModeKeys=types.SimpleNamespace(TRAIN="train", PREDICT="infer"),
+      tpu=types.SimpleNamespace(TPUEstimatorSpec=lambda **spec: spec)), raising=False)
+
+
 def test_loss_matches_the_original_model_fn(tmp_path, monkeypatch):
   """The original model_fn in TRAIN mode (dropout 0, warm-started from our checkpoint):
   its total_loss equals the batch mean of modeling.squad_loss. tf.estimator is gone from
@@ -589,10 +598,7 @@ def test_loss_matches_the_original_model_fn(tmp_path, monkeypatch):
   per_example = modeling.squad_loss(outputs["start_logits"], outputs["end_logits"], starts,
                                     ends).numpy()
   assert per_example.shape == (3,)
-  stand_in = types.SimpleNamespace(
-      ModeKeys=types.SimpleNamespace(TRAIN="train", PREDICT="infer"),
-      tpu=types.SimpleNamespace(TPUEstimatorSpec=lambda **spec: spec))
-  monkeypatch.setattr(tf1, "estimator", stand_in, raising=False)
+  _stand_in_estimator(monkeypatch)
   tf1.disable_v2_tensorshape()
   try:
     with tf.Graph().as_default():
@@ -649,10 +655,7 @@ def _train_the_original(config, init_checkpoint, batches, learning_rate, num_tra
   import tensorflow.compat.v1 as tf1
   orig = oracle.original("run_squad")
   original_modeling = oracle.original("modeling")
-  stand_in = types.SimpleNamespace(
-      ModeKeys=types.SimpleNamespace(TRAIN="train", PREDICT="infer"),
-      tpu=types.SimpleNamespace(TPUEstimatorSpec=lambda **spec: spec))
-  monkeypatch.setattr(tf1, "estimator", stand_in, raising=False)
+  _stand_in_estimator(monkeypatch)
   tf1.disable_v2_tensorshape()
   try:
     with tf.Graph().as_default():
