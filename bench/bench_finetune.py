@@ -199,6 +199,16 @@ def main():
   for path in (args.data_dir, args.vocab_file):
     if not os.path.exists(path):
       sys.exit(f"error: {path}: no such file or directory")
+  for flag in ("max_train_examples", "max_eval_examples", "max_predict_examples",
+               "max_seq_length", "train_batch_size", "eval_batch_size"):
+    if getattr(args, flag) < 1:
+      sys.exit(f"error: --{flag}={getattr(args, flag)}: must be >= 1")
+  if not args.learning_rate > 0:
+    sys.exit(f"error: --learning_rate={args.learning_rate}: must be > 0")
+  unknown = set(p.strip() for p in args.peers.split(",")) - {"ours", "keras_hub"}
+  if unknown:
+    sys.exit(f"error: --peers={args.peers}: unknown {', '.join(sorted(unknown))} "
+             "(known: ours, keras_hub)")
   with open(args.vocab_file, encoding="utf-8") as f:
     vocab_size = sum(1 for _ in f)
   with tempfile.TemporaryDirectory(prefix="bench_finetune_") as tmp:

