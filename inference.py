@@ -5,6 +5,8 @@ pass run on every replica of a strategy at once, over numpy batches padded to on
 import numpy as np
 import tensorflow as tf
 
+from bert_keras import input_pipeline
+
 
 def make_inference_fn(strategy, forward, use_xla=False):
   """forward(batch) -> outputs, run on every replica of `strategy` at once.
@@ -81,15 +83,14 @@ def infer_dataset(infer, dataset, batch_size, trim_key=None):
 
 def trim_batch(arrays, mask_key="input_mask", multiple=8):
   """A dict of numpy arrays, `arrays[mask_key]` [B, S] (1 = real token, 0 = padding at the
-  end) -> (the dict with every array of shape [B, S, ...] cut to [B, L, ...], L). L is the
-  longest sequence of the batch (max of sum(mask)) rounded up to a multiple of `multiple`
-  (fewer distinct shapes to trace; an all-padding batch counts as 1 long), at most S.
+  end) -> (the dict with every array of shape [B, S, ...] cut to [B, L, ...], L), L the
+  batch's longest sequence rounded up to a multiple of `multiple`, at most S
+  (input_pipeline.trimmed_length).
   BERT's outputs at the real positions do not depend on the padding beyond them (the
   attention masks it out), so the model gives the same results on the trimmed batch."""
   mask = arrays[mask_key]
   seq_length = mask.shape[1]
-  longest = int(mask.sum(axis=1).max()) if len(mask) else 0
-  length = min(seq_length, max(1, -(-longest // multiple)) * multiple)
+  length = int(input_pipeline.trimmed_length(mask, multiple))
   if length == seq_length:
     return arrays, length
   return {k: v[:, :length] if v.ndim >= 2 and v.shape[1] == seq_length else v

@@ -67,15 +67,21 @@ SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
 
 def trim_to_longest(batch, multiple=8):
   """A batch (dict) whose input_mask is [B, S] (1 = real token, padding at the end) -> the
-  same dict with input_ids, input_mask and segment_ids cut to [B, L]: L is the batch's
-  longest sequence rounded up to a multiple of `multiple`, at most S (the rule of
-  inference.trim_batch, in TensorFlow ops for tf.data). Other features are unchanged. BERT's
-  outputs at the real tokens do not depend on the padding beyond them."""
-  mask = batch["input_mask"]
-  longest = tf.reduce_max(tf.reduce_sum(tf.cast(mask, tf.int32), axis=1))
-  length = tf.minimum(tf.shape(mask)[1],
-                      tf.maximum(1, (longest + multiple - 1) // multiple) * multiple)
+  same dict with input_ids, input_mask and segment_ids cut to [B, L], L = trimmed_length
+  (the rule of inference.trim_batch too), in TensorFlow ops for tf.data. Other features are
+  unchanged. BERT's outputs at the real tokens do not depend on the padding beyond them."""
+  length = trimmed_length(batch["input_mask"], multiple)
   return {k: v[:, :length] if k in SEQUENCE_FEATURES else v for k, v in batch.items()}
+
+
+def trimmed_length(mask, multiple=8):
+  """input_mask [B, S] (tensor or array) -> int32 scalar tensor L: the longest sequence
+  (max of sum(mask)) rounded up to a multiple of `multiple` (fewer distinct shapes to trace;
+  an all-padding or empty batch counts as 1 long), at most S."""
+  mask = tf.convert_to_tensor(mask)
+  longest = tf.reduce_max(tf.reduce_sum(tf.cast(mask, tf.int32), axis=1))
+  return tf.minimum(tf.shape(mask)[1],
+                    tf.maximum(1, (longest + multiple - 1) // multiple) * multiple)
 
 
 def int64_feature(values):
