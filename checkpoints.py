@@ -22,7 +22,7 @@ BertClassifier, BertSquad); the models themselves live in modeling.py.
   checkpoints.save_pretrained(modeling.BertClassifier(encoder, 2), "/tmp/mine")
 """
 
-from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
+from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
 import collections
 import dataclasses
 import io
@@ -39,8 +39,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from bert_keras import file_io
 from bert_keras import modeling
+from bert_keras.utils import file_io
 
 
 # ----------------------------------------------------------------------------------------------
@@ -434,7 +434,7 @@ def _object_keys(root, prefix):
   keys, seen, queue = {}, {id(root)}, [(root, prefix)]
   while queue:
     obj, path = queue.pop(0)
-    children = obj._trackable_children(save_type="checkpoint")  # pylint: disable=protected-access
+    children = obj._trackable_children(save_type="checkpoint")
     for name, child in children.items():
       if id(child) in seen:
         continue
@@ -723,7 +723,7 @@ def _unpickle_state(path, file, read_storages):
                                    path, read_storages).load()
   except CheckpointError:
     raise
-  except Exception as e:  # pylint: disable=broad-except  (a damaged archive or pickle)
+  except Exception as e:  # a damaged archive or pickle
     raise CheckpointError("%s: unreadable torch archive: %s: %s"
                           % (path, type(e).__name__, e)) from None
   if not isinstance(state, dict):

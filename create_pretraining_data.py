@@ -39,12 +39,13 @@ import random
 import numpy as np
 from absl import logging
 
-from bert_keras import file_io
-from bert_keras import parallel_parts
-from bert_keras import progress as progress_lib
-from bert_keras import random_replay
-from bert_keras import tfrecord_encoding
 from bert_keras import tokenization
+from bert_keras.pretraining_data import data_progress as progress_lib
+from bert_keras.pretraining_data import parallel_parts
+from bert_keras.pretraining_data import random_replay
+from bert_keras.pretraining_data import tfrecord_encoding
+from bert_keras.utils import errors
+from bert_keras.utils import file_io
 
 FLAGS = None
 
@@ -622,7 +623,7 @@ def write_instances(store, order, tokens, params, output_files, inv_vocab, progr
     for writer in writers:
       try:
         writer.close()
-      except Exception:  # pylint: disable=broad-except
+      except Exception:
         pass
     for temp in temps:
       file_io.remove_quietly(temp)
@@ -839,7 +840,7 @@ def run(config):
 
 def define_original_flags():
   """Defines the original's flags (same names, defaults, meaning); returns absl's FLAGS."""
-  from absl import flags  # pylint: disable=g-import-not-at-top
+  from absl import flags
   flags.DEFINE_string("input_file", None,
                       "Input raw text file (or comma-separated list of files; globs allowed).")
   flags.DEFINE_string("output_file", None,
@@ -869,7 +870,7 @@ def define_original_flags():
 
 def define_flags():
   """Defines the original's flags plus --num_workers, --part_size_mb and --progress."""
-  from absl import flags  # pylint: disable=g-import-not-at-top
+  from absl import flags
   global FLAGS
   define_original_flags()
   flags.DEFINE_integer(
@@ -890,7 +891,7 @@ def define_flags():
 
 def main(_):
   logging.set_verbosity(logging.INFO)
-  try:
+  with errors.one_line_errors():
     input_files = file_io.expand_input_patterns(FLAGS.input_file)
     if not input_files:
       raise UsageError("--input_file %s: no files match" % FLAGS.input_file)
@@ -904,16 +905,9 @@ def main(_):
         num_workers=FLAGS.num_workers, part_size_mb=FLAGS.part_size_mb,
         progress=FLAGS.progress)
     run(config)
-  except UsageError as e:
-    raise SystemExit("error: %s" % e) from None
-  except Exception as e:  # pylint: disable=broad-except
-    text = file_io.file_error_text(e)  # a file its checks missed (a bucket not reachable)
-    if text is None:
-      raise
-    raise SystemExit("error: %s" % text) from None
 
 
 if __name__ == "__main__":
-  from absl import app  # pylint: disable=g-import-not-at-top
+  from absl import app
   define_flags()
   app.run(main)

@@ -124,21 +124,22 @@ import numpy as np
 from absl import logging
 
 from bert_keras import create_pretraining_data as cpd
-from bert_keras import file_io
-from bert_keras import random_replay
-from bert_keras import tfrecord_encoding
 from bert_keras import tokenization
+from bert_keras.pretraining_data import random_replay
+from bert_keras.pretraining_data import tfrecord_encoding
+from bert_keras.utils import errors
+from bert_keras.utils import file_io
 
 
 def _import_beam():
   """apache_beam, or None (the optional extra is not installed). Its import logs a warning
   about the BigQuery client libraries (unused here) to the root logger: dropped."""
-  import logging as std_logging  # pylint: disable=g-import-not-at-top
+  import logging as std_logging
   quiet = std_logging.Filter()
   quiet.filter = lambda record: "apitools not found" not in record.getMessage()
   std_logging.getLogger().addFilter(quiet)
   try:
-    import apache_beam  # pylint: disable=g-import-not-at-top
+    import apache_beam
     return apache_beam
   except ImportError:
     return None
@@ -148,8 +149,8 @@ def _import_beam():
 
 beam = _import_beam()
 if beam is not None:
-  from apache_beam.io.filesystem import CompressionTypes  # pylint: disable=g-import-not-at-top
-  from apache_beam.io.filesystems import FileSystems  # pylint: disable=g-import-not-at-top
+  from apache_beam.io.filesystem import CompressionTypes
+  from apache_beam.io.filesystems import FileSystems
 
 FLAGS = None
 NAMESPACE = "create_pretraining_data"
@@ -600,7 +601,7 @@ def _remove_temporaries(output_files, run_tag):
     found = [m.path for result in FileSystems.match(patterns) for m in result.metadata_list]
     if found:
       FileSystems.delete(found)
-  except Exception:  # pylint: disable=broad-except
+  except Exception:
     pass
 
 
@@ -754,7 +755,7 @@ def unknown_beam_args(beam_args):
 
 def _metrics(result):
   """({counter name: value}, set of error messages) of a finished pipeline."""
-  from apache_beam.metrics.metric import MetricsFilter  # pylint: disable=g-import-not-at-top
+  from apache_beam.metrics.metric import MetricsFilter
   query = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
   counters = {}
   for counter in query["counters"]:
@@ -789,7 +790,7 @@ def run(config, options=None):
   start = time.time()
   runner = _runner_for(options)
   if runner is not None:  # the DirectRunner's INFO lines (servers, workers) are noise here
-    import logging as std_logging  # pylint: disable=g-import-not-at-top
+    import logging as std_logging
     std_logging.getLogger("apache_beam").setLevel(std_logging.WARNING)
   pipeline = beam.Pipeline(runner=runner, options=options)
   build_pipeline(pipeline, config, vocab_bytes, run_tag)
@@ -826,7 +827,7 @@ def run(config, options=None):
 
 def define_flags():
   """create_pretraining_data.py's flags (the original's) plus the pipeline's."""
-  from absl import flags  # pylint: disable=g-import-not-at-top
+  from absl import flags
   global FLAGS
   cpd.define_original_flags()
   flags.DEFINE_string("runner", "DirectRunner",
@@ -853,7 +854,7 @@ def define_flags():
 
 def parse_flags(argv):
   """absl's flags; the arguments it does not know are returned for Beam."""
-  from absl import app, flags  # pylint: disable=g-import-not-at-top
+  from absl import app, flags
   try:
     return flags.FLAGS(argv, known_only=True)
   except flags.Error as e:
@@ -866,7 +867,7 @@ def parse_flags(argv):
 
 def main(argv):
   logging.set_verbosity(logging.INFO)
-  try:
+  with errors.one_line_errors():
     if beam is None:
       raise UsageError("apache-beam is not installed (pip install 'bert-keras[beam]')")
     beam_args = list(argv[1:])
@@ -893,16 +894,9 @@ def main(argv):
     options = pipeline_options(FLAGS.runner, FLAGS.direct_num_workers,
                                FLAGS.direct_running_mode, beam_args)
     run(config, options)
-  except ValueError as e:  # a UsageError, or Beam's for a path no file system it has takes
-    raise SystemExit("error: %s" % " ".join(str(e).split())) from None
-  except Exception as e:  # pylint: disable=broad-except
-    text = file_io.file_error_text(e)  # a file its checks missed (a bucket not reachable)
-    if text is None:
-      raise
-    raise SystemExit("error: %s" % text) from None
 
 
 if __name__ == "__main__":
-  from absl import app as _app  # pylint: disable=g-import-not-at-top
+  from absl import app as _app
   define_flags()
   _app.run(main, flags_parser=parse_flags)

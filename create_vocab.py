@@ -24,9 +24,10 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from bert_keras import file_io
-from bert_keras import quiet_tensorflow
 from bert_keras import tokenization
+from bert_keras.utils import errors
+from bert_keras.utils import file_io
+from bert_keras.utils import quiet_tensorflow
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -114,37 +115,32 @@ def learn_vocab(word_counts, vocab_size, num_unused=99, extra_reserved_tokens=()
 
 def write_vocab(tokens, output_file):
   """Writes one token per line, atomically (a temporary name, then a rename)."""
-  import tensorflow as tf
-  tmp = file_io.temp_name(output_file)
-  with tf.io.gfile.GFile(tmp, "w") as f:
-    f.write("".join(t + "\n" for t in tokens))
-  tf.io.gfile.rename(tmp, output_file, overwrite=True)
+  file_io.write_text_atomic(output_file, "".join(t + "\n" for t in tokens))
 
 
 def main(_):
   std_logging.getLogger().setLevel(std_logging.INFO)
   logging.set_verbosity(logging.INFO)
-  FLAGS = flags.FLAGS
+  with errors.one_line_errors():
+    run(flags.FLAGS)
+
+
+def run(FLAGS):
+  """Counts the words of --input_file, learns the vocabulary, writes --output_file; a user's
+  mistake is a ValueError naming the flag."""
   input_files = expand_input_files(FLAGS.input_file)
   if not input_files:
-    raise SystemExit(f"error: --input_file={FLAGS.input_file} matches no files")
+    raise ValueError(f"--input_file={FLAGS.input_file} matches no files")
   out_dir = os.path.dirname(FLAGS.output_file)
   if out_dir and "://" not in out_dir and not os.path.isdir(out_dir):
-    raise SystemExit(
-        f"error: --output_file={FLAGS.output_file}: directory {out_dir} does not exist")
+    raise ValueError(f"--output_file={FLAGS.output_file}: directory {out_dir} does not exist")
   tokenizer = tokenization.BasicTokenizer(do_lower_case=FLAGS.do_lower_case)
-  try:
-    counts = count_words(input_files, tokenizer, lenient_decoding=FLAGS.lenient_decoding)
-  except ValueError as e:
-    raise SystemExit(f"error: {e}") from None
+  counts = count_words(input_files, tokenizer, lenient_decoding=FLAGS.lenient_decoding)
   if not counts:
-    raise SystemExit(f"error: --input_file={FLAGS.input_file} holds no text")
+    raise ValueError(f"--input_file={FLAGS.input_file} holds no text")
   logging.info("%d distinct words, %d in all", len(counts), sum(counts.values()))
-  try:
-    vocab = learn_vocab(counts, FLAGS.vocab_size, FLAGS.num_unused, FLAGS.extra_reserved_tokens,
-                        FLAGS.max_unique_chars, FLAGS.max_token_length)
-  except ValueError as e:
-    raise SystemExit(f"error: {e}") from None
+  vocab = learn_vocab(counts, FLAGS.vocab_size, FLAGS.num_unused, FLAGS.extra_reserved_tokens,
+                      FLAGS.max_unique_chars, FLAGS.max_token_length)
   write_vocab(vocab, FLAGS.output_file)
   logging.info("Wrote %d tokens to %s", len(vocab), FLAGS.output_file)
 

@@ -16,7 +16,7 @@ in a process that imports only TensorFlow. Written to a temporary sibling direct
 renamed when complete.
 """
 
-from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
+from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
 
 from absl import app
 from absl import flags
@@ -24,11 +24,14 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from bert_keras import cli
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import serving
-from bert_keras import training_checkpoints
+from bert_keras.runtime import common_flags
+from bert_keras.runtime import outputs
+from bert_keras.runtime import run_checks
+from bert_keras.runtime import training_checkpoints
+from bert_keras.utils import errors
 
 # run_classifier's GLUE tasks -> their number of labels (len(processor.get_labels()); STS-B
 # is a regression: one output).
@@ -43,11 +46,11 @@ DEFAULTS = dict(bert_config_file=None, init_checkpoint=None, vocab_file=None,
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
-  return cli.make_options(DEFAULTS, overrides)
+  return common_flags.make_options(DEFAULTS, overrides)
 
 
 def define_flags():
-  cli.define_model_flags(max_seq_length=128, output_dir=False)
+  common_flags.define_model_flags(max_seq_length=128, output_dir=False)
   flags.DEFINE_enum("task", "classifier", serving.TASKS,
                     "classifier (run_classifier's model), squad (run_squad's) or embeddings "
                     "(the encoder alone).")
@@ -67,7 +70,7 @@ def define_flags():
       "TensorFlow's own ops only, loadable anywhere TensorFlow is; the same outputs.")
   for name in ("bert_config_file", "init_checkpoint", "vocab_file", "export_dir"):
     flags.mark_flag_as_required(name)
-  flags.adopt_module_key_flags(cli)
+  flags.adopt_module_key_flags(common_flags)
 
 
 def num_labels(options):
@@ -109,7 +112,7 @@ def _check_options(options, config):
                      "prefix")
   if not tf.io.gfile.exists(options.vocab_file):
     raise ValueError(f"--vocab_file {options.vocab_file}: no such file")
-  cli.check_output_dir(options.export_dir, "--export_dir")
+  outputs.check_output_dir(options.export_dir, "--export_dir")
   try:
     serving.check_export_dir(options.export_dir, options.overwrite)
   except tf.errors.OpError as e:  # an unknown scheme, an unreachable bucket
@@ -135,7 +138,7 @@ def run(options):
   """Checks the options, builds the model, loads --init_checkpoint, writes the SavedModel."""
   if options.task not in serving.TASKS:
     raise ValueError(f"--task {options.task}: not one of {', '.join(serving.TASKS)}")
-  config = cli.load_and_check_config(options)
+  config = run_checks.load_and_check_config(options)
   labels = num_labels(options) if options.task == "classifier" else None
   _check_options(options, config)
   preprocessor = preprocessing.BertPreprocessor(
@@ -160,7 +163,7 @@ def run(options):
                options.task, ", ".join(serving.SIGNATURES))
 
 
-main = cli.script_main(run)
+main = errors.script_main(run)
 
 
 if __name__ == "__main__":

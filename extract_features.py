@@ -12,7 +12,7 @@ TPUEstimator is replaced by one tf.function per batch under a tf.distribute stra
 (training.py). The output is written to .<output_file>.tmp-<pid> and renamed when complete.
 """
 
-from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
+from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
 import json
 import os
 import time
@@ -24,13 +24,16 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import checkpoints
-from bert_keras import cli
-from bert_keras import distribution
-from bert_keras import file_io
-from bert_keras import inference
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import tokenization
+from bert_keras.runtime import common_flags
+from bert_keras.runtime import distribution
+from bert_keras.runtime import inference
+from bert_keras.runtime import outputs
+from bert_keras.runtime import run_checks
+from bert_keras.utils import errors
+from bert_keras.utils import file_io
 
 SEPARATOR = " ||| "
 
@@ -38,13 +41,13 @@ SEPARATOR = " ||| "
 DEFAULTS = dict(
     input_file=None, output_file=None, layers="-1,-2,-3,-4", bert_config_file=None,
     max_seq_length=128, init_checkpoint=None, vocab_file=None, do_lower_case=True,
-    batch_size=32, use_one_hot_embeddings=False, distribution_strategy=None,
-    dtype="float32", use_xla=None, **cli.TPU_DEFAULTS)
+    batch_size=32, use_one_hot_embeddings=False, **common_flags.DEVICE_DEFAULTS,
+    **common_flags.TPU_DEFAULTS)
 
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
-  return cli.make_options(DEFAULTS, overrides)
+  return common_flags.make_options(DEFAULTS, overrides)
 
 
 def define_flags():
@@ -54,24 +57,17 @@ def define_flags():
   flags.DEFINE_string("output_file", None, "JSON Lines output, one line per input line.")
   flags.DEFINE_string("layers", "-1,-2,-3,-4",
                       "Comma-separated encoder layer indexes (-1 = last layer).")
-  cli.define_model_flags(max_seq_length=128, output_dir=False)
+  common_flags.define_model_flags(max_seq_length=128, output_dir=False)
   flags.DEFINE_integer("batch_size", 32, "Batch size for predictions.")
-  cli.define_tpu_flags()
+  common_flags.define_tpu_flags()
   flags.DEFINE_bool("use_one_hot_embeddings", False,
                     "Accepted for the original's command lines; the embedding lookup is "
                     "the same either way here.")
-  flags.DEFINE_enum("distribution_strategy", None, ("one_device", "mirrored", "tpu"),
-                    "tf.distribute strategy. Default: tpu with --use_tpu, mirrored when "
-                    "more than one GPU is visible, else one_device.")
-  flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16", "float16"],
-                    "Compute dtype (Keras mixed-precision policy); values are written "
-                    "as float32.")
-  flags.DEFINE_bool("use_xla", None, "Compile the model with XLA. Default: on for GPU and "
-                    "TPU, off on CPU.")
+  common_flags.define_device_flags(strategies=("one_device", "mirrored", "tpu"))
   for name in ("input_file", "vocab_file", "bert_config_file", "init_checkpoint",
                "output_file"):
     flags.mark_flag_as_required(name)
-  flags.adopt_module_key_flags(cli)  # --help lists them too, not only --helpfull
+  flags.adopt_module_key_flags(common_flags)  # --help lists them too, not only --helpfull
 
 
 # ----------------------------------------------------------------------------
@@ -266,7 +262,7 @@ def run(options, strategy=None):
                "vocab_file"):
     if not getattr(options, name):
       raise ValueError(f"--{name} is required")
-  config = cli.load_and_check_config(options)
+  config = run_checks.load_and_check_config(options)
   layer_indexes = parse_layers(options.layers, config.num_hidden_layers)
   if options.max_seq_length < 3:
     raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3 ([CLS] a [SEP] b "
@@ -288,7 +284,7 @@ def run(options, strategy=None):
     raise ValueError(f"--output_file {options.output_file}: is a directory")
   if os.path.dirname(options.output_file):  # not below a regular file (before the model)
     try:
-      cli.check_output_dir(os.path.dirname(options.output_file), "--output_file")
+      outputs.check_output_dir(os.path.dirname(options.output_file), "--output_file")
     except ValueError:
       raise ValueError(f"--output_file {options.output_file}: its directory "
                        f"{os.path.dirname(options.output_file)} is, or is below, a file") from None
@@ -310,7 +306,7 @@ def run(options, strategy=None):
 
 
 def _write(options, examples, tokenizer, config, layer_indexes, extract):
-  """Converts, runs and writes the examples batch by batch to cli.temp_path(output_file),
+  """Converts, runs and writes the examples batch by batch to file_io.temp_name(output_file),
   renamed to options.output_file at the end (removed on any error)."""
   directory = os.path.dirname(options.output_file)
   try:
@@ -320,7 +316,7 @@ def _write(options, examples, tokenizer, config, layer_indexes, extract):
     raise _file_error("--output_file", directory, e) from None
   file_io.remove_stale_temporaries(directory or ".", log=logging.warning,
                                    finals={os.path.basename(options.output_file)})
-  tmp = cli.temp_path(options.output_file)
+  tmp = file_io.temp_name(options.output_file)
   started = last_log = time.monotonic()
   try:
     with tf.io.gfile.GFile(tmp, "w") as writer:
@@ -351,7 +347,7 @@ def _write(options, examples, tokenizer, config, layer_indexes, extract):
   return len(examples)
 
 
-main = cli.script_main(run)
+main = errors.script_main(run)
 
 
 if __name__ == "__main__":

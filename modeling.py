@@ -33,15 +33,16 @@ while LayerNorm, softmax, the logits and the losses are float32.
 checkpoints.load_model(directory) builds and loads a model in one call.
 """
 
-from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
+from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
 import copy
 import json
-import os
 import math
 
 import keras
 import tensorflow as tf
 from keras import ops
+
+from bert_keras.utils import memory
 
 _PACKAGE = "bert_keras"
 
@@ -146,7 +147,7 @@ class BertConfig(object):
       raise ValueError("initializer_range must be a non-negative number, got %r"
                        % (self.initializer_range,))
     get_activation(self.hidden_act)
-    gigabytes, available = 4 * self.num_parameters() / 1e9, _memory_bytes() / 1e9
+    gigabytes, available = 4 * self.num_parameters() / 1e9, memory.physical_bytes() / 1e9
     if gigabytes > available:
       raise ValueError("these sizes make a model of %.3g parameters (%.3g GB of float32 "
                        "weights), more than this machine's %.1f GB of memory"
@@ -171,14 +172,6 @@ class BertConfig(object):
 
   def __eq__(self, other):
     return isinstance(other, BertConfig) and self.to_dict() == other.to_dict()
-
-
-def _memory_bytes():
-  """This machine's physical memory (bytes); 1 TB where it cannot be read."""
-  try:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-  except (ValueError, OSError, AttributeError):
-    return 1 << 40
 
 
 def _is_hf_config(json_object):

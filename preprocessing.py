@@ -121,13 +121,13 @@ def _final_sigma_probes(cp):
 @functools.lru_cache(maxsize=None)
 def _code_point_bits():
   """int32 [0x110000]: the bits above other than the mapping row, for every code point."""
-  categories = np.array(tokenization._categories())
+  categories = np.array(tokenization.unicode_categories())
   cps = np.arange(len(categories))
   bits = np.zeros(len(categories), np.int32)
   control = np.isin(categories, ["Cc", "Cf"]) & ~np.isin(cps, [9, 10, 13])
   bits[control | np.isin(cps, [0, 0xFFFD])] |= _DELETE
   bits[np.isin(cps, [9, 10, 13, 32]) | (categories == "Zs")] |= _TO_SPACE
-  for lo, hi in tokenization._CJK_RANGES:
+  for lo, hi in tokenization.CJK_RANGES:
     bits[lo:hi + 1] |= _CJK
   ascii_punct = ((33 <= cps) & (cps <= 47)) | ((58 <= cps) & (cps <= 64)) | (
       (91 <= cps) & (cps <= 96)) | ((123 <= cps) & (cps <= 126))
@@ -156,7 +156,7 @@ def _character_tables(do_lower_case):
   bits = _code_point_bits().copy()
   rows = [[0]]
   if do_lower_case:
-    categories = tokenization._categories()
+    categories = tokenization.unicode_categories()
     for cp in range(len(bits)):
       if categories[cp] in ("Cn", "Cs", "Co") or cp == _CAPITAL_SIGMA:
         continue  # (capital sigma is lower-cased by the final-sigma rule first)
@@ -338,7 +338,7 @@ _MAX_OP_TOKEN_BYTES = 256                        # the op's longest vocab token 
 
 def _gen_wordpiece():
   """tensorflow_text's generated op module (its kernels registered with TensorFlow)."""
-  from bert_keras import quiet_tensorflow
+  from bert_keras.utils import quiet_tensorflow
   with quiet_tensorflow.quietly():
     from tensorflow_text.python.ops import fast_wordpiece_tokenizer
   return fast_wordpiece_tokenizer.gen_fast_wordpiece_tokenizer

@@ -15,7 +15,7 @@ training.py's loop and strategies (checkpoints model.ckpt-N in --output_dir, res
     --output_dir=/tmp/mrpc_output/
 """
 
-from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
+from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
 import csv
 import os
 
@@ -27,17 +27,21 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import checkpoints
-from bert_keras import cli
-from bert_keras import distribution
-from bert_keras import inference
-from bert_keras import input_pipeline
-from bert_keras import metrics
 from bert_keras import modeling
 from bert_keras import preprocessing
-from bert_keras import tfds_input
 from bert_keras import tokenization
-from bert_keras import training
-from bert_keras import training_checkpoints
+from bert_keras.runtime import common_flags
+from bert_keras.runtime import distribution
+from bert_keras.runtime import inference
+from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import outputs
+from bert_keras.runtime import run_checks
+from bert_keras.runtime import training
+from bert_keras.runtime import training_checkpoints
+from bert_keras.tasks import metrics
+from bert_keras.tasks import tfds_input
+from bert_keras.utils import errors
+from bert_keras.utils import file_io
 
 # Programmatic defaults = the flags' defaults (see define_flags).
 DEFAULTS = dict(
@@ -48,14 +52,14 @@ DEFAULTS = dict(
     save_checkpoints_steps=1000, iterations_per_loop=1000,
     tpu_job_name=None, tfds_name=None, tfds_data_dir=None, eval_every_steps=0,
     early_stopping_patience=0, trim_eval_batches=True,
-    trim_train_batches=False, **cli.TPU_DEFAULTS, **cli.TRAINING_DEFAULTS)
+    trim_train_batches=False, **common_flags.TPU_DEFAULTS, **common_flags.TRAINING_DEFAULTS)
 # --task_name=custom's columns and labels (CustomProcessor).
 DEFAULTS.update(text_a_column=None, text_b_column=None, label_column=None, labels=None)
 
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
-  return cli.make_options(DEFAULTS, overrides)
+  return common_flags.make_options(DEFAULTS, overrides)
 
 
 def define_flags():
@@ -63,7 +67,7 @@ def define_flags():
   flags.DEFINE_string(
       "data_dir", None,
       "The input data dir. Should contain the .tsv files (or other data files) for the task.")
-  cli.define_model_flags(max_seq_length=128)
+  common_flags.define_model_flags(max_seq_length=128)
   flags.DEFINE_string("task_name", None, "The name of the task to train.")
   _define_custom_task_flags()
   flags.DEFINE_bool("do_train", False, "Whether to run training.")
@@ -73,13 +77,13 @@ def define_flags():
   flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
   flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
   flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.")
-  cli.define_fine_tuning_flags()
-  cli.define_tpu_flags()
+  common_flags.define_fine_tuning_flags()
+  common_flags.define_tpu_flags()
   # bert-tensorflow 1.0.4's extra TPU flag: accepted (TPUStrategy finds the TPU workers).
   flags.DEFINE_string("tpu_job_name", None,
                       "Name of TPU worker, if anything other than 'tpu_worker'")
-  cli.define_training_flags()
-  cli.define_trim_train_batches_flag()
+  common_flags.define_training_flags()
+  common_flags.define_trim_train_batches_flag()
   flags.DEFINE_string(
       "tfds_name", None,
       "Read the task through TensorFlow Datasets instead of --data_dir: glue/<config> (e.g. "
@@ -89,7 +93,7 @@ def define_flags():
   define_eval_during_training_flags()
   for name in ("vocab_file", "bert_config_file", "output_dir"):  # (data_dir, task_name: below)
     flags.mark_flag_as_required(name)
-  flags.adopt_module_key_flags(cli)  # --help lists them too, not only --helpfull
+  flags.adopt_module_key_flags(common_flags)  # --help lists them too, not only --helpfull
 
 
 def _define_custom_task_flags():
@@ -190,7 +194,7 @@ class DataProcessor(object):
     original (which drops every "\\r"). A missing file raises ValueError naming it."""
     if not tf.io.gfile.exists(input_file):
       raise ValueError(f"--data_dir: no such file {input_file}")
-    cli.allow_long_csv_fields()
+    file_io.allow_long_csv_fields()
     with tf.io.gfile.GFile(input_file, "r") as f:
       reader = csv.reader(f, delimiter="\t", quotechar=quotechar)
       try:
@@ -627,7 +631,7 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
   """Writes one tf.train.Example per example (int64 input_ids, input_mask, segment_ids [S],
   label_ids [1], is_real_example [1]) to output_file (via a temporary name). label_list None
   (regression): label_ids is a float feature [1] instead."""
-  tmp = cli.temp_path(output_file)
+  tmp = file_io.temp_name(output_file)
   with tf.io.TFRecordWriter(tmp) as writer:
     for (ex_index, example) in enumerate(examples):
       if ex_index % 10000 == 0:
@@ -855,7 +859,7 @@ def run(options, strategy=None):
   strategy (built from the options when None).
   """
   _validate(options)
-  config = cli.load_and_check_config(options)
+  config = run_checks.load_and_check_config(options)
   if options.max_seq_length > config.max_position_embeddings:
     raise ValueError(
         "Cannot use sequence length %d because the BERT model was only trained up to "
@@ -879,7 +883,7 @@ def run(options, strategy=None):
   examples = read_examples(options, processor, label_list)
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
-  with cli.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
+  with outputs.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
     return _train_eval_predict(options, strategy, config, examples, label_list, tokenizer,
                                distribution.is_chief(strategy), record_dir, task)
 
@@ -1025,8 +1029,8 @@ def _evaluate(options, trainer, eval_examples, label_list, tokenizer, chief, rec
   for key in sorted(results):
     logging.info("  %s = %s", key, str(results[key]))
   if chief:
-    cli.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
-                          cli.format_results(results))
+    file_io.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
+                              outputs.format_results(results))
   return results
 
 
@@ -1062,11 +1066,11 @@ def _predict(options, trainer, predict_examples, label_list, tokenizer, chief, r
   assert len(lines) == num_actual
   logging.info("***** Predict results *****")
   if chief:
-    cli.write_text_atomic(os.path.join(options.output_dir, "test_results.tsv"), "".join(lines))
+    file_io.write_text_atomic(os.path.join(options.output_dir, "test_results.tsv"), "".join(lines))
   return probabilities
 
 
-main = cli.script_main(run)
+main = errors.script_main(run)
 
 
 if __name__ == "__main__":

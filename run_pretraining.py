@@ -14,7 +14,7 @@ checkpoints of model, optimizer and step in --output_dir and automatic resume.
     --num_warmup_steps=10 --learning_rate=2e-5
 """
 
-from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
+from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
 import os
 
 from absl import app
@@ -25,13 +25,18 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import checkpoints
-from bert_keras import cli
-from bert_keras import distribution
-from bert_keras import flops
-from bert_keras import input_pipeline
 from bert_keras import modeling
-from bert_keras import training
-from bert_keras import training_checkpoints
+from bert_keras.pretraining_data import tfrecord_encoding
+from bert_keras.runtime import common_flags
+from bert_keras.runtime import distribution
+from bert_keras.runtime import flops
+from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import outputs
+from bert_keras.runtime import run_checks
+from bert_keras.runtime import training
+from bert_keras.runtime import training_checkpoints
+from bert_keras.utils import errors
+from bert_keras.utils import file_io
 
 # Programmatic defaults = the flags' defaults (see define_flags).
 DEFAULTS = dict(
@@ -40,18 +45,18 @@ DEFAULTS = dict(
     train_batch_size=32, eval_batch_size=8, learning_rate=5e-5, num_train_steps=100000,
     num_warmup_steps=10000, save_checkpoints_steps=1000, iterations_per_loop=1000,
     max_eval_steps=100,
-    **cli.TPU_DEFAULTS, **cli.TRAINING_DEFAULTS)
+    **common_flags.TPU_DEFAULTS, **common_flags.TRAINING_DEFAULTS)
 
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
-  return cli.make_options(DEFAULTS, overrides)
+  return common_flags.make_options(DEFAULTS, overrides)
 
 
 def define_flags():
   """The original's flags (same names, types and defaults) plus training.py's."""
-  cli.define_model_flags(max_seq_length=128, tokenizer=False,
-                         max_seq_length_help=" Must match data generation.")
+  common_flags.define_model_flags(max_seq_length=128, tokenizer=False,
+                                  max_seq_length_help=" Must match data generation.")
   flags.DEFINE_string("input_file", None,
                       "Input TF example files (can be a glob or comma separated).")
   flags.DEFINE_integer(
@@ -66,14 +71,14 @@ def define_flags():
   flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.")
   flags.DEFINE_integer("save_checkpoints_steps", 1000,
                        "How often to save the model checkpoint.")
-  cli.define_iterations_per_loop_flag()
+  common_flags.define_iterations_per_loop_flag()
   flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
-  cli.define_tpu_flags()
-  cli.define_training_flags()
+  common_flags.define_tpu_flags()
+  common_flags.define_training_flags()
   flags.mark_flag_as_required("input_file")
   flags.mark_flag_as_required("bert_config_file")
   flags.mark_flag_as_required("output_dir")
-  flags.adopt_module_key_flags(cli)  # --help lists them too, not only --helpfull
+  flags.adopt_module_key_flags(common_flags)  # --help lists them too, not only --helpfull
 
 
 # ----------------------------------------------------------------------------
@@ -82,15 +87,7 @@ def define_flags():
 
 def decode_fn(max_seq_length, max_predictions_per_seq):
   """Serialized tf.train.Example -> dict of int32 / float32 tensors (int64 cast to int32)."""
-  feature_types = {
-      "input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
-      "input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
-      "segment_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
-      "masked_lm_positions": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
-      "masked_lm_ids": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
-      "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
-      "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
-  }
+  feature_types = tfrecord_encoding.parsing_features(max_seq_length, max_predictions_per_seq)
 
   def decode(record):
     example = tf.io.parse_single_example(record, feature_types)
@@ -197,7 +194,7 @@ def run(options, strategy=None):
   strategy (built from the options when None).
   """
   _validate(options)
-  config = cli.load_and_check_config(options)
+  config = run_checks.load_and_check_config(options)
   if options.max_seq_length > config.max_position_embeddings:
     raise ValueError(f"--max_seq_length={options.max_seq_length} exceeds "
                      f"max_position_embeddings {config.max_position_embeddings} of "
@@ -206,18 +203,16 @@ def run(options, strategy=None):
   logging.info("*** Input Files ***")
   for path in input_files:
     logging.info("  %s", path)
-  seq, preds = options.max_seq_length, options.max_predictions_per_seq
   input_pipeline.check_record_files(
       input_files, "--input_file",
-      dict(input_ids=seq, input_mask=seq, segment_ids=seq, masked_lm_positions=preds,
-           masked_lm_ids=preds, masked_lm_weights=preds, next_sentence_labels=1),
+      tfrecord_encoding.feature_lengths(options.max_seq_length, options.max_predictions_per_seq),
       vocab_size=config.vocab_size, id_features=("input_ids", "masked_lm_ids"),
       vocab_source=f"--bert_config_file {options.bert_config_file}")
   # Seeds the initial weights and the dropout seed generators (the input order has its
   # own seeds in training_dataset), so that a run is reproducible.
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
-  with cli.output_directory(strategy, options.output_dir):  # (made and locked)
+  with outputs.output_directory(strategy, options.output_dir):  # (made and locked)
     return _train_evaluate(options, config, input_files, strategy)
 
 
@@ -269,8 +264,8 @@ def _train(options, config, trainer, train_dataset):
   if distribution.is_chief(trainer.strategy):
     prefix = os.path.join(options.output_dir, "bert_model.ckpt")
     checkpoints.save_tf1_checkpoint(trainer.model, prefix)
-    cli.write_text_atomic(os.path.join(options.output_dir, "bert_config.json"),
-                          config.to_json_string())
+    file_io.write_text_atomic(os.path.join(options.output_dir, "bert_config.json"),
+                              config.to_json_string())
     logging.info("Exported the final model with the original names to %s", prefix)
 
 
@@ -286,12 +281,12 @@ def _evaluate(options, trainer, eval_dataset):
   for key in sorted(results):
     logging.info("  %s = %s", key, results[key])
   if distribution.is_chief(trainer.strategy):
-    cli.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
-                          cli.format_results(results))
+    file_io.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
+                              outputs.format_results(results))
   return results
 
 
-main = cli.script_main(run)
+main = errors.script_main(run)
 
 
 if __name__ == "__main__":

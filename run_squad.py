@@ -22,15 +22,14 @@ evaluation. The post-processing (write_predictions, PredictionWriter, get_final_
 squad_predictions.py.
 """
 
-from bert_keras import quiet_tensorflow  # noqa: F401  (first: before TensorFlow is imported)
+from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
 import bisect
 import collections
-import datetime
 import json
 import math
 import os
 import random
-import time
+import tempfile
 
 from absl import app
 from absl import flags
@@ -39,18 +38,23 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras import cli
-from bert_keras import distribution
 from bert_keras import evaluate_squad
-from bert_keras import inference
-from bert_keras import input_pipeline
 from bert_keras import modeling
 from bert_keras import preprocessing
-from bert_keras import squad_predictions
-from bert_keras import tfds_input
 from bert_keras import tokenization
-from bert_keras import training
-from bert_keras import training_checkpoints
+from bert_keras.runtime import common_flags
+from bert_keras.runtime import distribution
+from bert_keras.runtime import inference
+from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import outputs
+from bert_keras.runtime import run_checks
+from bert_keras.runtime import training
+from bert_keras.runtime import training_checkpoints
+from bert_keras.tasks import squad_predictions
+from bert_keras.tasks import tfds_input
+from bert_keras.utils import errors
+from bert_keras.utils import file_io
+from bert_keras.utils import progress as progress_lib
 
 # Programmatic defaults = the flags' defaults (see define_flags).
 DEFAULTS = dict(
@@ -62,17 +66,17 @@ DEFAULTS = dict(
     n_best_size=20, max_answer_length=30, verbose_logging=False,
     version_2_with_negative=False, null_score_diff_threshold=0.0, tfds_name=None,
     tfds_data_dir=None, trim_predict_batches=False,
-    trim_train_batches=False, **cli.TPU_DEFAULTS, **cli.TRAINING_DEFAULTS)
+    trim_train_batches=False, **common_flags.TPU_DEFAULTS, **common_flags.TRAINING_DEFAULTS)
 
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
-  return cli.make_options(DEFAULTS, overrides)
+  return common_flags.make_options(DEFAULTS, overrides)
 
 
 def define_flags():
   """The original's flags (same names, types and defaults) plus training.py's."""
-  cli.define_model_flags(max_seq_length=384)
+  common_flags.define_model_flags(max_seq_length=384)
   flags.DEFINE_string("train_file", None, "SQuAD json for training. E.g., train-v1.1.json")
   flags.DEFINE_string("predict_file", None,
                       "SQuAD json for predictions. E.g., dev-v1.1.json or test-v1.1.json")
@@ -87,7 +91,7 @@ def define_flags():
   flags.DEFINE_bool("do_predict", False, "Whether to run eval on the dev set.")
   flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
   flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predictions.")
-  cli.define_fine_tuning_flags()
+  common_flags.define_fine_tuning_flags()
   flags.DEFINE_integer(
       "n_best_size", 20,
       "The total number of n-best predictions to generate in the "
@@ -96,7 +100,7 @@ def define_flags():
       "max_answer_length", 30,
       "The maximum length of an answer that can be generated. This is needed "
       "because the start and end predictions are not conditioned on one another.")
-  cli.define_tpu_flags()
+  common_flags.define_tpu_flags()
   flags.DEFINE_bool(
       "verbose_logging", False,
       "If true, all of the warnings related to data processing will be printed. "
@@ -107,8 +111,8 @@ def define_flags():
   flags.DEFINE_float(
       "null_score_diff_threshold", 0.0,
       "If null_score - best_non_null is greater than the threshold predict null.")
-  cli.define_training_flags()
-  cli.define_trim_train_batches_flag()
+  common_flags.define_training_flags()
+  common_flags.define_trim_train_batches_flag()
   flags.DEFINE_string(
       "tfds_name", None,
       "Read SQuAD through TensorFlow Datasets instead of --train_file/--predict_file: "
@@ -124,7 +128,7 @@ def define_flags():
       "candidates, so an undertrained model's answers can differ. Off: the original's.")
   for name in ("vocab_file", "bert_config_file", "output_dir"):
     flags.mark_flag_as_required(name)
-  flags.adopt_module_key_flags(cli)  # --help lists them too, not only --helpfull
+  flags.adopt_module_key_flags(common_flags)  # --help lists them too, not only --helpfull
 
 
 # ----------------------------------------------------------------------------
@@ -234,6 +238,34 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=False):
       detail = f"no key {e}" if isinstance(e, KeyError) else str(e)
       raise ValueError(f"{where}: not in the SQuAD format ({detail})") from None
   return examples
+
+
+def read_tfds_squad_examples(tfds_name, is_training, version_2_with_negative=False, data_dir=None):
+  """read_squad_examples over a tfds SQuAD split (train when is_training, else
+  validation): the same SquadExamples as the JSON reader gives for the same questions, in
+  squad_data's order. A malformed example is a ValueError naming the tfds name and split."""
+  name = tfds_input.squad_name(tfds_name, version_2_with_negative)
+  split = tfds_input.SQUAD_SPLITS[bool(is_training)]
+  data = tfds_input.squad_data(name, split, data_dir)
+  with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "squad.json")
+    with open(path, "w", encoding="utf-8") as f:
+      json.dump({"version": name, "data": data}, f)
+    try:
+      return read_squad_examples(path, is_training, version_2_with_negative)
+    except ValueError as e:
+      raise ValueError(str(e).replace(path, f"{name} ({split})")) from None
+
+
+def tfds_squad_reader(tfds_name, data_dir=None):
+  """A function like _read(flag, path, is_training, version_2_with_negative) that
+  reads the tfds split instead of the file (flag and path are ignored)."""
+
+  def read(flag, path, is_training, version_2_with_negative):
+    del flag, path
+    return read_tfds_squad_examples(tfds_name, is_training, version_2_with_negative, data_dir)
+
+  return read
 
 
 def _read_question(qa, doc_tokens, char_to_word_offset, is_training, version_2_with_negative,
@@ -499,7 +531,7 @@ def _log_feature(unique_id, example_index, doc_span_index, tokens, token_to_orig
 
 
 class FeatureWriter(object):
-  """Writes InputFeatures as tf.train.Examples to `filename` (via cli.temp_path, renamed by
+  """Writes InputFeatures as tf.train.Examples to `filename` (via file_io.temp_name, renamed by
   close()): int64 unique_ids [1], input_ids, input_mask, segment_ids [S] and, when training,
   start_positions, end_positions and is_impossible (1/0) [1]."""
 
@@ -507,7 +539,7 @@ class FeatureWriter(object):
     self.filename = filename
     self.is_training = is_training
     self.num_features = 0
-    self._tmp = cli.temp_path(filename)
+    self._tmp = file_io.temp_name(filename)
     self._writer = tf.io.TFRecordWriter(self._tmp)
 
   def process_feature(self, feature):
@@ -605,16 +637,11 @@ TRIM_MULTIPLE = 64
 
 
 def trim_batch(arrays, multiple=None):
-  """A dict of arrays [B, S] with "input_mask" (1s then 0s) -> the same arrays [B, L]: L the
-  longest row's length rounded up to a multiple of `multiple` (default TRIM_MULTIPLE;
-  1 <= L <= S). Only columns
-  that are padding in every row go: the logits at the kept positions are unchanged (to
-  float rounding), since attention never looks at padding."""
-  multiple = multiple or TRIM_MULTIPLE
-  seq_length = arrays["input_mask"].shape[1]
-  longest = int(arrays["input_mask"].sum(axis=1).max(initial=1))
-  length = min(seq_length, -(-longest // multiple) * multiple)
-  return {k: v[:, :length] for k, v in arrays.items()}
+  """A dict of arrays [B, S] with "input_mask" (1s then 0s) -> the same arrays [B, L]:
+  inference.trim_batch's rule with `multiple` (default TRIM_MULTIPLE). Only columns that are
+  padding in every row go: the logits at the kept positions are unchanged (to float
+  rounding), since attention never looks at padding."""
+  return inference.trim_batch(arrays, multiple=multiple or TRIM_MULTIPLE)[0]
 
 
 class SpanPredictor(object):
@@ -689,23 +716,18 @@ def predict_results(model, record_file, seq_length, batch_size, strategy=None, u
   return results
 
 
-class Progress(object):
-  """A log line at most every `interval` seconds (and on finish()): questions done of the
-  total, windows, questions/s and the ETA."""
+class Progress(progress_lib.Progress):
+  """The progress line of SQuAD's windows, logged at most every 30 seconds (and on finish):
+  "<what>: D of N questions (W windows), R questions/s, ETA h:mm:ss"."""
 
-  def __init__(self, what, total, interval=30.0):
-    self.what, self.total, self.interval = what, total, interval
-    self._start = self._last = time.perf_counter()
+  def __init__(self, what, total):
+    super().__init__(total, live=False)
+    self.what = what
 
   def update(self, done, windows, force=False):
-    now = time.perf_counter()
-    if not force and now - self._last < self.interval:
-      return
-    self._last = now
-    rate = done / max(now - self._start, 1e-9)
-    eta = datetime.timedelta(seconds=round((self.total - done) / rate)) if rate > 0 else "?"
-    logging.info("%s: %d of %d questions (%d windows), %.1f questions/s, ETA %s", self.what,
-                 done, self.total, windows, rate, eta)
+    if self.due(force):
+      logging.info("%s: %d of %d questions (%d windows), %.1f questions/s, ETA %s", self.what,
+                   done, self.total, windows, self.rate(done), self.eta(done))
 
   def finish(self, windows):
     self.update(self.total, windows, force=True)
@@ -782,10 +804,10 @@ def run(options, strategy=None):
   anything is written.
   """
   _check_options(options)
-  config = cli.load_and_check_config(options)
+  config = run_checks.load_and_check_config(options)
   validate_flags_or_throw(options, config)
   train_examples = predict_examples = None
-  read = (tfds_input.squad_reader(options.tfds_name, options.tfds_data_dir) if options.tfds_name
+  read = (tfds_squad_reader(options.tfds_name, options.tfds_data_dir) if options.tfds_name
           else _read)
   if options.do_train:
     train_examples = read("train_file", options.train_file, True, options.version_2_with_negative)
@@ -806,7 +828,7 @@ def run(options, strategy=None):
                            required=("[UNK]", "[CLS]", "[SEP]"))
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
-  with cli.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
+  with outputs.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
     return _train_predict(options, strategy, config, tokenizer, distribution.is_chief(strategy),
                           record_dir, train_examples, num_train_steps, predict_examples)
 
@@ -971,12 +993,12 @@ def evaluate_predictions(predict_file, predictions, null_odds, best_non_null, ou
     threshold = result["best_f1_thresh"]
     answers = collections.OrderedDict(
         (qid, "" if null_odds[qid] > threshold else text) for qid, text in best_non_null.items())
-    cli.write_text_atomic(os.path.join(output_dir, "predictions_best_threshold.json"),
-                          json.dumps(answers, indent=4) + "\n")
+    file_io.write_text_atomic(os.path.join(output_dir, "predictions_best_threshold.json"),
+                              json.dumps(answers, indent=4) + "\n")
   if missing:  # questions skipped when reading (no answer found): none when predicting
     logging.warning("%d questions of %s have no prediction", len(missing), predict_file)
-  cli.write_text_atomic(os.path.join(output_dir, "eval_results.json"),
-                        json.dumps(result, indent=2) + "\n")
+  file_io.write_text_atomic(os.path.join(output_dir, "eval_results.json"),
+                            json.dumps(result, indent=2) + "\n")
   logging.info("***** Eval results (%s) *****", predict_file)
   for key, value in result.items():
     logging.info("  %s = %s", key, value)
@@ -987,7 +1009,7 @@ def evaluate_predictions(predict_file, predictions, null_odds, best_non_null, ou
   return result
 
 
-main = cli.script_main(run)
+main = errors.script_main(run)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,34 @@
-"""Installs the flat modules of this repository as the package `bert_keras`.
+"""Installs this repository as the package `bert_keras`.
 
 The repository root *is* the package directory (package_dir maps bert_keras to
 "."), so `python run_pretraining.py ...` works from a clone exactly like the
 original, and `from bert_keras import modeling` works from anywhere after
-`pip install .` (or `pip install -e .`).
+`pip install .` (or `pip install -e .`). Its subpackages (utils, runtime,
+pretraining_data, tasks) are the directories of the same names. A built wheel
+holds the package alone: not setup.py, tests/, bench/ or demo.sh.
 """
 
 import hashlib
+import re
 
 from setuptools import Extension, setup
+from setuptools.command.build_py import build_py
+
+SUBPACKAGES = ("utils", "runtime", "pretraining_data", "tasks")
+
+# The one version string is __init__.py's.
+with open("__init__.py", encoding="utf-8") as f:
+  _VERSION = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+
+
+class BuildPy(build_py):
+  """build_py without setup.py: the root directory is the package, but this file is not
+  a module of it."""
+
+  def find_package_modules(self, package, package_dir):
+    modules = super().find_package_modules(package, package_dir)
+    return [m for m in modules if not (package == "bert_keras" and m[1] == "setup")]
+
 
 # The extension carries the hash of the source it was built from, so that tokenization.py can
 # tell a module built before a `git pull` changed _word_table.c (and not use it).
@@ -17,15 +37,16 @@ with open("_word_table.c", "rb") as f:
 
 setup(
     name="bert-keras",
-    version="0.1.0",
+    version=_VERSION,
     description="google-research/bert on TensorFlow 2 and Keras 3: faithful, fast, real.",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     python_requires=">=3.10,<3.13",
-    packages=["bert_keras"],
+    packages=["bert_keras"] + [f"bert_keras.{name}" for name in SUBPACKAGES],
     package_dir={"bert_keras": "."},
     package_data={"bert_keras": ["sample_text.txt"]},
+    cmdclass={"build_py": BuildPy},
     # The C hot loop of tokenization.py's batch methods (see _word_table.c). Optional: where
     # it cannot be compiled (no C compiler), tokenization.py runs the same in pure Python.
     ext_modules=[Extension("bert_keras._word_table", ["_word_table.c"], optional=True,

@@ -207,7 +207,7 @@ def load_vocab(vocab_file, strict=False, lenient_decoding=False):
       raw_lines.pop()
   except (OSError, IOError) as e:
     raise VocabError(f"cannot read vocab file {vocab_file}: {e}") from None
-  except Exception as e:  # pylint: disable=broad-except  (tf.errors from gfile)
+  except Exception as e:  # tf.errors from gfile
     raise VocabError(f"cannot read vocab file {vocab_file}: {e}") from None
   vocab = Vocab()
   first_line = {}
@@ -330,17 +330,17 @@ def _is_punctuation(char):
   return _ascii_punctuation(ord(char)) or unicodedata.category(char).startswith("P")
 
 
-_CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
+CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
                (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
 
 
 def _is_chinese_char(cp):
   """True for a code point in the CJK Unified Ideographs blocks the original splits on."""
-  return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+  return any(lo <= cp <= hi for lo, hi in CJK_RANGES)
 
 
 @functools.lru_cache(maxsize=None)
-def _categories():
+def unicode_categories():
   """unicodedata.category of every code point, computed once (about 0.3 s)."""
   return [unicodedata.category(chr(cp)) for cp in range(_MAX_UNICODE)]
 
@@ -348,7 +348,7 @@ def _categories():
 def _char_class(predicate):
   """A regex character class '[...]' of the code points cp with predicate(cp, category)."""
   ranges, start = [], None
-  for cp, category in enumerate(_categories()):
+  for cp, category in enumerate(unicode_categories()):
     inside = predicate(cp, category)
     if inside and start is None:
       start = cp
@@ -375,7 +375,7 @@ class _Patterns:
         lambda cp, cat: cp in (0, 0xFFFD) or (cat in ("Cc", "Cf") and cp not in (9, 10, 13))))
     self.to_space = re.compile(_char_class(lambda cp, cat: cp in (9, 13, 32) or cat == "Zs"))
     self.cjk = re.compile("([" + "".join(
-        "\\U%08x-\\U%08x" % r for r in _CJK_RANGES) + "])")
+        "\\U%08x-\\U%08x" % r for r in CJK_RANGES) + "])")
     self.nonspacing_mark = re.compile(_char_class(lambda cp, cat: cat == "Mn"))
     punctuation = _char_class(lambda cp, cat: _ascii_punctuation(cp) or cat[0] == "P")
     self.split_on_punc = re.compile(punctuation + "|[^\\s" + punctuation[1:] + "+")

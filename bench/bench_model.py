@@ -136,7 +136,7 @@ def ours(c, policy, jit):
 
 
 def keras_hub_peer(c, jit):
-  import keras_hub  # pylint: disable=import-outside-toplevel
+  import keras_hub
   backbone = keras_hub.models.BertBackbone(
       vocabulary_size=c.vocab_size, num_layers=c.num_hidden_layers,
       num_heads=c.num_attention_heads, hidden_dim=c.hidden_size,
@@ -181,7 +181,7 @@ def keras_hub_peer(c, jit):
 def original_peer(c, batch, seq, predictions, train):
   """The original code in a TF1 graph; -> run() callable (train step or encoder forward)."""
   sys.path.insert(0, str(REPO / "tests"))
-  import oracle  # pylint: disable=import-outside-toplevel
+  import oracle
   try:
     original = oracle.original("modeling")
     pretraining = oracle.original("run_pretraining")

@@ -101,7 +101,7 @@ def _expected(lines, vocab_file, lower, max_seq_length):
 
 
 def main(_):
-  from bert_keras import quiet_tensorflow  # noqa: F401
+  from bert_keras.utils import quiet_tensorflow  # noqa: F401
   import numpy as np
   import tensorflow as tf
   # (read every flag now: importing the original run_classifier redefines vocab_file,

@@ -38,13 +38,13 @@ import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-from bert_keras import distribution  # noqa: E402  (pip install -e . in the clone)
-from bert_keras import flops  # noqa: E402
-from bert_keras import input_pipeline  # noqa: E402
 from bert_keras import modeling  # noqa: E402
 from bert_keras import optimization  # noqa: E402
 from bert_keras import run_pretraining  # noqa: E402
-from bert_keras import training  # noqa: E402
+from bert_keras.runtime import distribution  # noqa: E402  (pip install -e . in the clone)
+from bert_keras.runtime import flops  # noqa: E402
+from bert_keras.runtime import input_pipeline  # noqa: E402
+from bert_keras.runtime import training  # noqa: E402
 
 CONFIGS = {
     "base": dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12,
@@ -134,7 +134,7 @@ def bench_fit(args, config, files, jit, hub=False):
   opt = optimization.create_optimizer(1e-4, 2 * args.steps, 10)
   xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
   if hub:
-    import keras_hub  # pylint: disable=import-outside-toplevel
+    import keras_hub
     backbone = keras_hub.models.BertBackbone(
         vocabulary_size=config.vocab_size, num_layers=config.num_hidden_layers,
         num_heads=config.num_attention_heads, hidden_dim=config.hidden_size,
@@ -193,7 +193,7 @@ def main():
                      "mfu": seq_per_s * flops_per_sequence / peak, "loss": loss})
       except ImportError as e:
         rows.append({"name": name, "skipped": f"not installed ({e.name})"})
-      except Exception as e:  # pylint: disable=broad-except
+      except Exception as e:
         rows.append({"name": name, "skipped": f"{type(e).__name__}: {str(e)[:120]}"})
       keras.backend.clear_session()
       print(rows[-1], flush=True, file=sys.stderr)

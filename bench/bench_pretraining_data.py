@@ -110,16 +110,8 @@ def read_records(paths, max_seq_length, max_predictions_per_seq):
   """Per file, the 7 features of every record as [N, length] arrays, parsed with the features
   of the original run_pretraining (names, dtypes and lengths must match exactly)."""
   import tensorflow as tf
-  seq, pred = max_seq_length, max_predictions_per_seq
-  parsing = {
-      "input_ids": tf.io.FixedLenFeature([seq], tf.int64),
-      "input_mask": tf.io.FixedLenFeature([seq], tf.int64),
-      "segment_ids": tf.io.FixedLenFeature([seq], tf.int64),
-      "masked_lm_positions": tf.io.FixedLenFeature([pred], tf.int64),
-      "masked_lm_ids": tf.io.FixedLenFeature([pred], tf.int64),
-      "masked_lm_weights": tf.io.FixedLenFeature([pred], tf.float32),
-      "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
-  }
+  from bert_keras.pretraining_data import tfrecord_encoding
+  parsing = tfrecord_encoding.parsing_features(max_seq_length, max_predictions_per_seq)
   out = []
   for path in paths:
     parts = {name: [] for name in FEATURES}
@@ -156,8 +148,8 @@ def seed_statistics(input_files, vocab_file, lower, dupe, max_seq, preds, worker
   records) if workers == 1, else the --num_workers parts, each with its derived seed."""
   import random
   from bert_keras import create_pretraining_data as cpd
-  from bert_keras import parallel_parts
-  from bert_keras import random_replay
+  from bert_keras.pretraining_data import parallel_parts
+  from bert_keras.pretraining_data import random_replay
   from bert_keras import tokenization
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=lower)
   params = cpd.InstanceParams(tokenizer, max_seq, 0.1, 0.15, preds, False)

@@ -131,7 +131,7 @@ def _keras_hub(config, vocab_file, max_seq_length, directory):
 
 
 def main(_):
-  from bert_keras import quiet_tensorflow  # noqa: F401
+  from bert_keras.utils import quiet_tensorflow  # noqa: F401
   import numpy as np
   from bert_keras import modeling
   from bert_keras import tokenization

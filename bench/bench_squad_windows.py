@@ -43,12 +43,12 @@ def main(_):
   spans = run_squad.doc_spans_of(FLAGS.pieces, FLAGS.window, FLAGS.stride)
   DocSpan = collections.namedtuple("DocSpan", ["start", "length"])
   theirs = [DocSpan(*span) for span in spans]
-  starts = run_squad._window_starts(spans)  # pylint: disable=protected-access
+  starts = run_squad._window_starts(spans)
   rng = random.Random(0)
   pairs = [(p, max(0, p // FLAGS.stride - rng.randint(0, 2)))
            for p in rng.sample(range(FLAGS.pieces), FLAGS.samples)]
   t_orig, want = _per_call(lambda p, i: ORIGINAL._check_is_max_context(theirs, i, p), pairs)
-  ours = run_squad._check_is_max_context  # pylint: disable=protected-access
+  ours = run_squad._check_is_max_context
   t_ours, got = _per_call(lambda p, i: ours(spans, i, p, starts), pairs)
   assert got == want, "different answers"
   calls = sum(span.length for span in spans)  # one check per piece of each window

@@ -49,12 +49,12 @@ import tensorflow as tf  # noqa: E402
 from absl import logging  # noqa: E402
 
 from bert_keras import checkpoints  # noqa: E402
-from bert_keras import distribution  # noqa: E402
-from bert_keras import input_pipeline  # noqa: E402
 from bert_keras import modeling  # noqa: E402
 from bert_keras import run_squad  # noqa: E402
 from bert_keras import tokenization  # noqa: E402
-from bert_keras import training  # noqa: E402
+from bert_keras.runtime import distribution  # noqa: E402
+from bert_keras.runtime import input_pipeline  # noqa: E402
+from bert_keras.runtime import training  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 XQUAD = "/work/shared/data/squad/xquad.en.json"

@@ -51,7 +51,7 @@ def _install_stand_ins():
     sys.modules["tensorflow.contrib"] = contrib
   try:
     tf1.layers.dense  # noqa: B018  (Keras 3 makes this attribute raise)
-  except Exception:  # pylint: disable=broad-except
+  except Exception:
     tf1.layers = types.SimpleNamespace(dense=_dense)
   else:
     tf1.layers.dense = _dense

@@ -21,11 +21,11 @@ import oracle
 from conftest import REPO, shared_path
 
 from bert_keras import create_pretraining_data as cpd
-from bert_keras import file_io
-from bert_keras import progress
-from bert_keras import random_replay
-from bert_keras import tfrecord_encoding
 from bert_keras import tokenization
+from bert_keras.pretraining_data import random_replay
+from bert_keras.pretraining_data import tfrecord_encoding
+from bert_keras.utils import file_io
+from bert_keras.utils import progress
 
 SCRIPT = str(REPO / "create_pretraining_data.py")
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

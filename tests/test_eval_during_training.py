@@ -13,10 +13,10 @@ import tensorflow as tf
 
 from conftest import mrpc_subset, shared_path
 from bert_keras import checkpoints
-from bert_keras import inference
 from bert_keras import modeling
 from bert_keras import run_classifier
-from bert_keras import training
+from bert_keras.runtime import inference
+from bert_keras.runtime import training
 
 TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=64, max_position_embeddings=64, type_vocab_size=2)

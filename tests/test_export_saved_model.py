@@ -20,7 +20,7 @@ from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import serving
 from bert_keras import tokenization
-from bert_keras import training_checkpoints
+from bert_keras.runtime import training_checkpoints
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")

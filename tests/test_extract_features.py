@@ -18,8 +18,8 @@ import tensorflow as tf
 
 import oracle
 from conftest import shared_path
-from bert_keras import extract_features
 from bert_keras import checkpoints
+from bert_keras import extract_features
 from bert_keras import modeling
 from bert_keras import tokenization
 

@@ -17,7 +17,7 @@ import tensorflow as tf
 import oracle
 from bert_keras import checkpoints
 from bert_keras import modeling
-from bert_keras import training_checkpoints
+from bert_keras.runtime import training_checkpoints
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = modeling.BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2,

@@ -220,3 +220,48 @@ def test_bert_variable_paths_select_the_original_decay_set():
       name = tf1_names[id(v)]
       original = not any(re.search(p, name) for p in EXCLUDE)
       assert opt.use_weight_decay(v) == original, (v.path, name)
+
+
+# The private hooks of Keras's TensorFlow optimizer that optimization._ClipAfterReduce
+# overrides (to clip after the cross-replica sum): a Keras upgrade that renames or stops
+# calling them would silently bring back Keras's clip-before-sum.
+KERAS_HOOKS = ("_clip_gradients", "_all_reduce_sum_gradients")
+
+
+def test_the_private_keras_hooks_we_override_still_exist():
+  import inspect
+  for name in KERAS_HOOKS:
+    theirs = getattr(keras.optimizers.Optimizer, name, None)
+    assert theirs is not None, f"keras {keras.__version__} has no Optimizer.{name}"
+    ours = getattr(optimization.AdamWeightDecay, name)
+    assert ours is not theirs
+    assert (list(inspect.signature(ours).parameters)
+            == list(inspect.signature(theirs).parameters)), name
+
+
+def test_keras_calls_our_hooks_and_we_clip_after_the_sum():
+  calls = []
+
+  class Recording(optimization.AdamWeightDecay):
+
+    def _clip_gradients(self, grads):
+      out = super()._clip_gradients(grads)
+      calls.append(("clip", float(tf.linalg.global_norm(out))))
+      return out
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+      out = super()._all_reduce_sum_gradients(grads_and_vars)
+      calls.append(("sum", float(tf.linalg.global_norm([g for g, _ in out]))))
+      return out
+
+  strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+  with strategy.scope():
+    variable = tf.Variable([1.0, 2.0])
+    optimizer = Recording(learning_rate=0.1, global_clipnorm=1.0)
+    optimizer.build([variable])
+
+  # Eagerly, so that the hooks can read their norms; in a replica context, as in training.
+  strategy.run(lambda: optimizer.apply_gradients([(tf.constant([6.0, 8.0]), variable)]))
+  assert [name for name, _ in calls] == ["clip", "sum"], calls
+  assert calls[0][1] == pytest.approx(10.0)  # Keras's clip (before the sum) is a no-op here
+  assert calls[1][1] == pytest.approx(1.0)   # ours, after the sum, clips to global_clipnorm

@@ -23,14 +23,17 @@ from test_checkpoint_files import _Storage, _Tensor, write_bin  # noqa: F401  (a
 from test_run_pretraining import ENV, REPO, _assert_same_weights, _options, _weights
 from test_run_pretraining import data  # noqa: F401  (a fixture)
 from bert_keras import checkpoints
-from bert_keras import cli
 from bert_keras import create_pretraining_data
-from bert_keras import file_io
-from bert_keras import input_pipeline
 from bert_keras import modeling
 from bert_keras import run_classifier
 from bert_keras import run_pretraining
-from bert_keras import training_checkpoints
+from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import outputs
+from bert_keras.runtime import run_checks
+from bert_keras.runtime import training_checkpoints
+from bert_keras.utils import errors
+from bert_keras.utils import file_io
+from bert_keras.utils import memory
 
 
 def _dead_pid():
@@ -74,11 +77,11 @@ def test_output_directory_removes_dead_runs_temporaries_only(tmp_path, caplog):
     (out / name).write_text("x")
   (out / "model.ckpt-6_temp").mkdir()                     # TensorFlow's, of a save cut short
   (out / "model.ckpt-6_temp" / "part-00000-of-00001.index").write_text("x")
-  with cli.output_directory(_one_device(), str(out)) as record_dir:
+  with outputs.output_directory(_one_device(), str(out)) as record_dir:
     assert record_dir == str(out)
-    assert (out / cli.LOCK_NAME).read_text().split() == [str(os.getpid()),
-                                                          socket.gethostname()]
-    assert sorted(os.listdir(out)) == sorted(kept + [cli.LOCK_NAME])
+    assert (out / outputs.LOCK_NAME).read_text().split() == [str(os.getpid()),
+                                                              socket.gethostname()]
+    assert sorted(os.listdir(out)) == sorted(kept + [outputs.LOCK_NAME])
   assert sorted(os.listdir(out)) == sorted(kept)          # the lock is gone with the run
   removed = [r.getMessage() for r in caplog.records if "a temporary left by" in r.getMessage()]
   assert len(removed) == len(stale) + 1
@@ -98,8 +101,8 @@ def test_create_pretraining_data_removes_its_dead_temporaries(tmp_path, caplog):
 
 def test_temporaries_carry_the_pid(tmp_path):
   path = str(tmp_path / "eval_results.txt")
-  assert cli.temp_path(path) == str(tmp_path / f".eval_results.txt.tmp-{os.getpid()}")
-  cli.write_text_atomic(path, "a = 1\n")
+  assert file_io.temp_name(path) == str(tmp_path / f".eval_results.txt.tmp-{os.getpid()}")
+  file_io.write_text_atomic(path, "a = 1\n")
   assert os.listdir(tmp_path) == ["eval_results.txt"]
   prefix = str(tmp_path / "ckpt" / "bert_model.ckpt")
   model = modeling.BertModel(modeling.BertConfig(100, hidden_size=16, num_hidden_layers=1,
@@ -114,17 +117,17 @@ def test_temporaries_carry_the_pid(tmp_path):
 
 def test_second_run_into_a_held_directory_is_refused(tmp_path):
   out = str(tmp_path / "out")
-  with cli.output_directory(_one_device(), out):
+  with outputs.output_directory(_one_device(), out):
     with pytest.raises(ValueError) as info:
-      with cli.output_directory(_one_device(), out):
+      with outputs.output_directory(_one_device(), out):
         pass
     message = str(info.value)
     assert message.startswith(f"--output_dir {out}: another run (pid {os.getpid()}")
     assert "\n" not in message
     # A multi-worker run's other workers neither lock nor clean: no deadlock with the chief.
-    with cli.output_directory(_OtherWorker(), out) as record_dir:
+    with outputs.output_directory(_OtherWorker(), out) as record_dir:
       assert record_dir != out and os.path.isdir(record_dir)
-  with cli.output_directory(_one_device(), out):  # released: the next run takes it
+  with outputs.output_directory(_one_device(), out):  # released: the next run takes it
     pass
   assert os.listdir(out) == []
 
@@ -132,8 +135,8 @@ def test_second_run_into_a_held_directory_is_refused(tmp_path):
 _HOLDER = """
 import sys, time
 import tensorflow as tf
-from bert_keras import cli
-with cli.output_directory(tf.distribute.OneDeviceStrategy("/cpu:0"), sys.argv[1]):
+from bert_keras.runtime import outputs
+with outputs.output_directory(tf.distribute.OneDeviceStrategy("/cpu:0"), sys.argv[1]):
   print("HOLDING", flush=True)
   time.sleep(600)
 """
@@ -149,18 +152,18 @@ def test_lock_of_another_process_then_of_a_killed_one(data, tmp_path, caplog):  
       run_pretraining.run(_options(data, out))
     assert str(info.value) == (
         f"--output_dir {out}: another run (pid {holder.pid}) is using this directory (lock "
-        f"{out / cli.LOCK_NAME}); wait for it to end or choose another --output_dir")
+        f"{out / outputs.LOCK_NAME}); wait for it to end or choose another --output_dir")
     assert not list(out.glob("model.ckpt*"))
   finally:
     holder.kill()
     holder.wait()
   # Killed: its lock file stays, but the lock died with it and is taken over.
-  assert (out / cli.LOCK_NAME).read_text().split()[0] == str(holder.pid)
-  with cli.output_directory(_one_device(), str(out)):
+  assert (out / outputs.LOCK_NAME).read_text().split()[0] == str(holder.pid)
+  with outputs.output_directory(_one_device(), str(out)):
     pass
   assert any(f"taking over the lock of pid {holder.pid}" in r.getMessage()
              for r in caplog.records)
-  assert not (out / cli.LOCK_NAME).exists()
+  assert not (out / outputs.LOCK_NAME).exists()
 
 
 def test_lock_by_pid_where_there_is_no_flock(tmp_path, caplog):
@@ -168,18 +171,18 @@ def test_lock_by_pid_where_there_is_no_flock(tmp_path, caplog):
   file: a live holder refuses, a dead one on this host is taken over."""
   out = f"ram://{tmp_path.name}/out"
   tf.io.gfile.makedirs(out)
-  lock = out + "/" + cli.LOCK_NAME
+  lock = out + "/" + outputs.LOCK_NAME
   host = socket.gethostname()
   with tf.io.gfile.GFile(lock, "w") as f:
     f.write(f"{os.getpid()} {host}\n")
   with pytest.raises(ValueError, match=f"another run \\(pid {os.getpid()} \\(this process\\)"):
-    with cli.output_directory(_one_device(), out):
+    with outputs.output_directory(_one_device(), out):
       pass
   dead = _dead_pid()
   tf.io.gfile.remove(lock)
   with tf.io.gfile.GFile(lock, "w") as f:
     f.write(f"{dead} {host}\n")
-  with cli.output_directory(_one_device(), out):
+  with outputs.output_directory(_one_device(), out):
     with tf.io.gfile.GFile(lock) as f:
       assert f.read().split() == [str(os.getpid()), host]
   assert f"taking over the lock of pid {dead}" in caplog.text
@@ -187,7 +190,7 @@ def test_lock_by_pid_where_there_is_no_flock(tmp_path, caplog):
   with tf.io.gfile.GFile(lock, "w") as f:
     f.write(f"{dead} another-host\n")                     # cannot tell: refused
   with pytest.raises(ValueError, match=f"pid {dead} on another-host"):
-    with cli.output_directory(_one_device(), out):
+    with outputs.output_directory(_one_device(), out):
       pass
 
 
@@ -381,8 +384,8 @@ def test_training_that_cannot_fit_in_memory_is_refused_before_the_model(
                         intermediate_size=1024)
   params = modeling.BertConfig.from_json_file(str(config)).num_parameters()
   # Memory for the weights (inference) but not for weights, gradients and two Adam slots.
-  monkeypatch.setattr(cli, "_available_memory_bytes", lambda: params * 4 * 2)
-  monkeypatch.setattr(cli, "_uses_accelerator", lambda options: False)
+  monkeypatch.setattr(memory, "available_bytes", lambda: params * 4 * 2)
+  monkeypatch.setattr(run_checks, "_uses_accelerator", lambda options: False)
   monkeypatch.setattr(modeling, "BertPretrainer", None)   # any model built would fail
   with pytest.raises(ValueError) as info:
     run_pretraining.run(_options(data, tmp_path / "out", bert_config_file=str(config),
@@ -393,7 +396,7 @@ def test_training_that_cannot_fit_in_memory_is_refused_before_the_model(
       f"more than the {params * 8 / 1e9:.3g} GB of memory available")
   options = _options(data, tmp_path / "out", bert_config_file=str(config), do_train=False,
                      do_eval=True)
-  cli.check_memory(modeling.BertConfig.from_json_file(str(config)), options)  # eval fits
+  run_checks.check_memory(modeling.BertConfig.from_json_file(str(config)), options)  # eval fits
 
 
 def test_out_of_memory_during_the_run_is_one_line():
@@ -401,7 +404,7 @@ def test_out_of_memory_during_the_run_is_one_line():
     raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with "
                                            "shape[4096,30522]\nand more lines")
   with pytest.raises(SystemExit) as info:
-    cli.script_main(run)(None)
+    errors.script_main(run)(None)
   assert str(info.value.code) == (
       "error: out of memory (OOM when allocating tensor with shape[4096,30522] and more "
       "lines): use a smaller --train_batch_size, --max_seq_length or model")
@@ -434,7 +437,7 @@ def test_tsv_field_over_the_csv_limit_is_read(tmp_path):
 
 def test_fine_tuning_scripts_take_the_lock(tmp_path):
   """run_classifier and run_squad refuse a held --output_dir too (before any model)."""
-  from bert_keras import run_squad  # pylint: disable=g-import-not-at-top
+  from bert_keras import run_squad
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("".join(t + "\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
                                               "the", "dog", "runs", "who"]))
@@ -456,7 +459,7 @@ def test_fine_tuning_scripts_take_the_lock(tmp_path):
           max_query_length=8, doc_stride=8, bert_config_file=str(config), output_dir=out,
           train_batch_size=1)),
   }
-  with cli.output_directory(_one_device(), out):
+  with outputs.output_directory(_one_device(), out):
     for name, run in runs.items():
       with pytest.raises(ValueError) as info:
         run()
@@ -466,17 +469,17 @@ def test_fine_tuning_scripts_take_the_lock(tmp_path):
 
 
 def test_lock_on_a_file_system_without_flock(tmp_path, monkeypatch):
-  import errno  # pylint: disable=g-import-not-at-top
-  import fcntl  # pylint: disable=g-import-not-at-top
+  import errno
+  import fcntl
 
   def no_flock(fd, operation):
     raise OSError(errno.ENOLCK, "No locks available")
   monkeypatch.setattr(fcntl, "flock", no_flock)
   out = str(tmp_path / "out")
-  with cli.output_directory(_one_device(), out):
-    assert open(os.path.join(out, cli.LOCK_NAME)).read().split()[0] == str(os.getpid())
+  with outputs.output_directory(_one_device(), out):
+    assert open(os.path.join(out, outputs.LOCK_NAME)).read().split()[0] == str(os.getpid())
     with pytest.raises(ValueError, match="another run"):
-      with cli.output_directory(_one_device(), out):
+      with outputs.output_directory(_one_device(), out):
         pass
   assert os.listdir(out) == []
 
@@ -561,7 +564,7 @@ def test_file_errors_missed_by_the_checks_are_one_line(error, expected):
   def run(options):
     raise error
   with pytest.raises(SystemExit) as info:
-    cli.script_main(run)(None)
+    errors.script_main(run)(None)
   assert str(info.value.code) == expected
 
 
@@ -574,7 +577,7 @@ def test_other_errors_keep_their_traceback(error):
   def run(options):
     raise error
   with pytest.raises(type(error)):
-    cli.script_main(run)(None)
+    errors.script_main(run)(None)
   assert file_io.file_error_text(error) is None
 
 
@@ -609,7 +612,7 @@ def test_command_line_unknown_scheme_is_one_line(tmp_path):
 
 
 def test_squad_file_not_utf8_names_the_file(tmp_path):
-  from bert_keras import run_squad  # pylint: disable=g-import-not-at-top
+  from bert_keras import run_squad
   path = tmp_path / "train.json"
   path.write_bytes(b'{"data": [{"paragraphs": [{"context": "caf\xe9", "qas": []}]}]}')
   with pytest.raises(ValueError, match=f"^{path}: not UTF-8 text \\(byte 42: invalid"):
@@ -630,7 +633,7 @@ def test_pretraining_data_output_file_that_is_a_directory(tmp_path):
 
 
 def test_export_dir_below_a_file_or_on_an_unknown_scheme(data, tmp_path, monkeypatch):  # noqa: F811
-  from bert_keras import export_saved_model  # pylint: disable=g-import-not-at-top
+  from bert_keras import export_saved_model
   monkeypatch.setattr(export_saved_model, "build_model", None)  # any model built would fail
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("".join(f"w{i}\n" for i in range(100)))
@@ -647,7 +650,7 @@ def test_export_dir_below_a_file_or_on_an_unknown_scheme(data, tmp_path, monkeyp
 
 def test_extract_features_output_below_a_file_before_the_model(data, tmp_path,  # noqa: F811
                                                                monkeypatch):
-  from bert_keras import extract_features  # pylint: disable=g-import-not-at-top
+  from bert_keras import extract_features
   monkeypatch.setattr(modeling, "BertModel", None)          # any model built would fail
   text = tmp_path / "in.txt"
   text.write_text("a b\n")

@@ -368,7 +368,8 @@ def test_flags_match_the_original():
 _WORKER = """
 import json
 from absl import logging
-from bert_keras import distribution, run_classifier
+from bert_keras import run_classifier
+from bert_keras.runtime import distribution
 logging.set_verbosity(logging.INFO)
 strategy = distribution.build_strategy("multi_worker_mirrored")
 assert strategy.num_replicas_in_sync == 2
@@ -444,7 +445,7 @@ def test_bad_data_is_found_before_training(glue, vocab, tmp_path):
 # --trim_train_batches.
 
 def test_trim_to_longest_cuts_sequence_features_only():
-  from bert_keras import input_pipeline
+  from bert_keras.runtime import input_pipeline
   mask = np.zeros((3, 32), np.int32)
   for row, n in enumerate((5, 17, 9)):
     mask[row, :n] = 1
@@ -466,7 +467,7 @@ def test_trimmed_training_batches_train_the_same_model(glue, vocab, tmp_path, ac
   """--trim_train_batches: with dropout off the trained classifier equals the untrimmed
   run's (the padding changes no gradient), with gradient accumulation too (micro-batches of
   different lengths); and the batches really were shorter than max_seq_length."""
-  from bert_keras import input_pipeline
+  from bert_keras.runtime import input_pipeline
   config = modeling.BertConfig(**{**TINY, "max_position_embeddings": 128,
                                   "hidden_dropout_prob": 0.0,
                                   "attention_probs_dropout_prob": 0.0})

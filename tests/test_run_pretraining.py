@@ -23,12 +23,12 @@ import tensorflow as tf
 import oracle
 from conftest import run_workers, worker_results
 from bert_keras import checkpoints
-from bert_keras import cli
-from bert_keras import distribution
-from bert_keras import input_pipeline
 from bert_keras import modeling
 from bert_keras import run_pretraining
-from bert_keras import training_checkpoints
+from bert_keras.runtime import distribution
+from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import outputs
+from bert_keras.runtime import training_checkpoints
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SEQ, PRED, VOCAB = 32, 5, 100
@@ -158,8 +158,8 @@ def test_losses_and_metrics_match_the_original_formulas():
 
 
 def test_eval_results_format():
-  text = cli.format_results({"loss": np.float32(0.0979674), "global_step": np.int64(20),
-                             "masked_lm_accuracy": np.float32(0.985479)})
+  text = outputs.format_results({"loss": np.float32(0.0979674), "global_step": np.int64(20),
+                                 "masked_lm_accuracy": np.float32(0.985479)})
   assert text == "global_step = 20\nloss = 0.0979674\nmasked_lm_accuracy = 0.985479\n"
 
 
@@ -317,7 +317,8 @@ _MIRRORED = """
 import sys, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from bert_keras import distribution, run_pretraining
+from bert_keras import run_pretraining
+from bert_keras.runtime import distribution
 runs = {{"one_device": (["/cpu:0"], 1), "mirrored": (["/cpu:0", "/cpu:1"], 1),
         "mirrored_accum": (["/cpu:0", "/cpu:1"], 2)}}
 for name, (devices, accum) in runs.items():
@@ -347,7 +348,8 @@ def test_mirrored_two_replicas_equals_one_device(data, tmp_path):
 
 _WORKER = """
 import hashlib, json, sys, numpy as np
-from bert_keras import distribution, run_pretraining, training
+from bert_keras import run_pretraining
+from bert_keras.runtime import distribution, training
 models = []
 build = training.build_trainer
 def capture(*args):
@@ -424,7 +426,7 @@ def test_sigkill_and_restart_resumes_exactly(data, tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert f"Restoring from {killed_at}" in proc.stderr
   assert not [p.name for p in out.iterdir() if ".tmp" in p.name or "_temp" in p.name
-              or p.name == cli.LOCK_NAME]
+              or p.name == outputs.LOCK_NAME]
   assert "skipping" in proc.stderr
   _assert_same_weights(_weights(tmp_path / "ref" / "bert_model.ckpt"),
                        _weights(out / "bert_model.ckpt"), atol=1e-6)

@@ -25,13 +25,13 @@ import tensorflow as tf
 import oracle
 from conftest import shared_path
 from bert_keras import checkpoints
-from bert_keras import distribution
-from bert_keras import input_pipeline
 from bert_keras import modeling
 from bert_keras import run_squad
-from bert_keras import squad_predictions
 from bert_keras import tokenization
-from bert_keras import training
+from bert_keras.runtime import distribution
+from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import training
+from bert_keras.tasks import squad_predictions
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")

@@ -26,8 +26,8 @@ from bert_keras import evaluate_squad
 from bert_keras import modeling
 from bert_keras import run_classifier
 from bert_keras import run_squad
-from bert_keras import tfds_input
 from bert_keras import tokenization
+from bert_keras.tasks import tfds_input
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
@@ -522,7 +522,7 @@ def test_squad_examples_and_features_equal_the_json_readers(tmp_path, v2):
   for is_training in (True, False):
     want = run_squad.read_squad_examples(str(path), is_training, v2)
     with fake.mocked():
-      got = tfds_input.read_squad_examples(name, is_training, v2, fake.data_dir)
+      got = run_squad.read_tfds_squad_examples(name, is_training, v2, fake.data_dir)
     # The same examples; TFDS keeps no file order, so compare in qas_id order.
     assert len(got) == len(want) >= 7 and sorted(map(_example_tuple, got)) == sorted(
         map(_example_tuple, want))
@@ -537,7 +537,7 @@ def test_squad_examples_and_features_equal_the_json_readers(tmp_path, v2):
     assert [vars(f) for f in features["got"]] == [vars(f) for f in features["want"]]
   with fake.mocked():
     with pytest.raises(ValueError, match="needs --version_2_with_negative"):
-      tfds_input.read_squad_examples(name, True, not v2, fake.data_dir)
+      run_squad.read_tfds_squad_examples(name, True, not v2, fake.data_dir)
 
 
 @pytest.mark.parametrize("name,v2", [("xquad.en.json", False),
@@ -550,7 +550,7 @@ def test_real_squad_dev_sets_and_their_evaluation(tmp_path, name, v2):
   fake = _squad_fake(tmp_path, tfds_name, path, path)
   want = run_squad.read_squad_examples(str(path), False, v2)
   with fake.mocked():
-    got = tfds_input.read_squad_examples(tfds_name, False, v2, fake.data_dir)
+    got = run_squad.read_tfds_squad_examples(tfds_name, False, v2, fake.data_dir)
     dataset = tfds_input.squad_eval_dataset(tfds_name, v2, fake.data_dir)
   assert len(got) == len(want) > 10
   assert sorted(map(_example_tuple, got)) == sorted(map(_example_tuple, want))

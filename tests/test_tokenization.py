@@ -504,7 +504,7 @@ def test_one_tokenizer_shared_by_threads(small_vocab):
       results[i] = [row for j in range(0, len(chunk), 25)
                     for row in shared.tokenize_batch(chunk[j:j + 25])]
       shared.encode_batch(chunk)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       errors.append(repr(e))
   interval = sys.getswitchinterval()
   sys.setswitchinterval(1e-6)

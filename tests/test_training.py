@@ -11,7 +11,8 @@ _SCRIPT = """
 import numpy as np, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from bert_keras import distribution, inference, modeling
+from bert_keras import modeling
+from bert_keras.runtime import distribution, inference
 config = modeling.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
                              num_attention_heads=2, intermediate_size=24,
                              max_position_embeddings=12)
@@ -66,7 +67,7 @@ def test_inference_on_two_replicas_equals_one_device(tmp_path):
 def test_device_calls_stop_at_log_and_checkpoint_boundaries():
   """At most iterations_per_loop steps a call, cut at every multiple of log_every_steps and
   save_checkpoints_steps (0: none) and at num_train_steps."""
-  from bert_keras import training
+  from bert_keras.runtime import training
 
   def call_ends(step, total, per_loop, log_every, save_every):
     ends = []
@@ -83,7 +84,7 @@ def test_device_calls_stop_at_log_and_checkpoint_boundaries():
 
 
 def test_progress_line():
-  from bert_keras import training
+  from bert_keras.runtime import training
   progress = training.Progress(0, 343)
   line = progress.line(100, {"loss": 0.5, "learning_rate": 2e-5, "sequences_per_sec": 45.0})
   assert line.startswith("step = 100, loss = 0.50000, learning_rate = 2e-05, examples/s = 45.0, "

@@ -12,8 +12,8 @@ import threading
 import numpy as np
 from absl import logging
 
-from bert_keras import file_io
-from bert_keras import progress as progress_lib
+from bert_keras.pretraining_data import data_progress as progress_lib
+from bert_keras.utils import file_io
 
 
 def part_output_files(output_files, part, num_parts):

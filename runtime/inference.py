@@ -5,7 +5,7 @@ pass run on every replica of a strategy at once, over numpy batches padded to on
 import numpy as np
 import tensorflow as tf
 
-from bert_keras import input_pipeline
+from bert_keras.runtime import input_pipeline
 
 
 def make_inference_fn(strategy, forward, use_xla=False):

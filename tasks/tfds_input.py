@@ -26,10 +26,6 @@ Nothing here downloads: a name not prepared under --tfds_data_dir is a ValueErro
 to prepare it. tensorflow_datasets is imported on first use (it is slow to import).
 """
 
-import json
-import os
-import tempfile
-
 import numpy as np
 
 _PREPARE_HINT = ("run `tfds build {name} --data_dir={data_dir}` on a machine with internet "
@@ -262,7 +258,7 @@ def _field(example, column, style, label_feature):
 SQUAD_SPLITS = {True: "train", False: "validation"}  # is_training -> tfds split
 
 
-def _squad_name(tfds_name, version_2_with_negative):
+def squad_name(tfds_name, version_2_with_negative):
   family, _, config = tfds_name.partition("/")
   config = config.split(":")[0] or "v1.1"
   if family != "squad" or config not in ("v1.1", "v2.0"):
@@ -299,37 +295,8 @@ def _answers(answers):
           for text, start in zip(answers["text"], np.asarray(answers["answer_start"]).tolist())]
 
 
-def read_squad_examples(tfds_name, is_training, version_2_with_negative=False, data_dir=None):
-  """run_squad.read_squad_examples over a tfds SQuAD split (train when is_training, else
-  validation): the same SquadExamples as the JSON reader gives for the same questions, in
-  squad_data's order. A malformed example is a ValueError naming the tfds name and split."""
-  from bert_keras import run_squad  # (run_squad imports this module)
-  name = _squad_name(tfds_name, version_2_with_negative)
-  split = SQUAD_SPLITS[bool(is_training)]
-  data = squad_data(name, split, data_dir)
-  with tempfile.TemporaryDirectory() as tmp:
-    path = os.path.join(tmp, "squad.json")
-    with open(path, "w", encoding="utf-8") as f:
-      json.dump({"version": name, "data": data}, f)
-    try:
-      return run_squad.read_squad_examples(path, is_training, version_2_with_negative)
-    except ValueError as e:
-      raise ValueError(str(e).replace(path, f"{name} ({split})")) from None
-
-
-def squad_reader(tfds_name, data_dir=None):
-  """A function like run_squad._read(flag, path, is_training, version_2_with_negative) that
-  reads the tfds split instead of the file (flag and path are ignored)."""
-
-  def read(flag, path, is_training, version_2_with_negative):
-    del flag, path
-    return read_squad_examples(tfds_name, is_training, version_2_with_negative, data_dir)
-
-  return read
-
-
 def squad_eval_dataset(tfds_name, version_2_with_negative=False, data_dir=None):
   """The evaluate_squad "dataset" (the JSON "data" list) of the split that run_squad
   predicts (validation), for evaluate_squad.evaluate(dataset, predictions, ...)."""
-  return squad_data(_squad_name(tfds_name, version_2_with_negative), SQUAD_SPLITS[False],
+  return squad_data(squad_name(tfds_name, version_2_with_negative), SQUAD_SPLITS[False],
                     data_dir)

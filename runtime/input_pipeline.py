@@ -170,7 +170,7 @@ def _check_record(raw, index, path, flag, feature_lengths, vocab_size, id_featur
                   vocab_source):
   try:
     features = tf.train.Example.FromString(raw).features.feature
-  except Exception:  # pylint: disable=broad-except  (protobuf's DecodeError)
+  except Exception:  # protobuf's DecodeError
     raise ValueError(f"{flag} {path}: record {index} is not a tf.train.Example") from None
   for name, length in feature_lengths.items():
     if name not in features:

@@ -66,7 +66,7 @@ def build_strategy(name=None, use_tpu=False, tpu_name=None, tpu_zone=None,
           tpu=tpu, zone=tpu_zone, project=gcp_project)
       tf.config.experimental_connect_to_cluster(resolver)
       tf.tpu.experimental.initialize_tpu_system(resolver)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise ValueError(f"--tpu_name={tpu_name!r}: no TPU reachable ({first})") from None
     return tf.distribute.TPUStrategy(resolver)

@@ -14,6 +14,25 @@ import numpy as np
 FEATURES = (("input_ids", "int"), ("input_mask", "int"), ("segment_ids", "int"),
             ("masked_lm_positions", "int"), ("masked_lm_ids", "int"),
             ("masked_lm_weights", "float"), ("next_sentence_labels", "int"))
+# What each feature's length is: a token sequence, the masked positions, or one value.
+_LENGTHS = {"input_ids": "seq", "input_mask": "seq", "segment_ids": "seq",
+            "masked_lm_positions": "preds", "masked_lm_ids": "preds",
+            "masked_lm_weights": "preds", "next_sentence_labels": "one"}
+
+
+def feature_lengths(max_seq_length, max_predictions_per_seq):
+  """{name: values per record} of the pretraining record schema, in FEATURES' order."""
+  sizes = {"seq": max_seq_length, "preds": max_predictions_per_seq, "one": 1}
+  return {name: sizes[_LENGTHS[name]] for name, _ in FEATURES}
+
+
+def parsing_features(max_seq_length, max_predictions_per_seq):
+  """{name: tf.io.FixedLenFeature} that parse a pretraining record, as the original
+  run_pretraining's input_fn (int64 and float32; TensorFlow imported here, on first use)."""
+  import tensorflow as tf  # not for writing records
+  lengths = feature_lengths(max_seq_length, max_predictions_per_seq)
+  return {name: tf.io.FixedLenFeature([lengths[name]], tf.float32 if kind == "float" else tf.int64)
+          for name, kind in FEATURES}
 
 
 class Crc32c(object):

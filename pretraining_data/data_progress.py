@@ -1,45 +1,32 @@
 # coding=utf-8
 """Progress of create_pretraining_data: bytes read, documents, instances created and
-written, rate and ETA, as one line rewritten on a terminal or an INFO log line."""
+written, rate and ETA, as the one progress line (utils.progress)."""
 
-import math
-import sys
-import time
-
-from absl import logging
+from bert_keras.utils import progress
 
 
-class Progress(object):
-  """Documents read, instances created and written, rate and ETA, on stderr or the log.
-
-  On a terminal, one line rewritten in place every half second; otherwise an
-  INFO log line every `interval` seconds (default 30), so logs stay readable.
+class Progress(progress.Progress):
+  """Documents read, instances created and written, rate and ETA, on stderr or the log
+  (utils.progress.Progress: live on a terminal, else an INFO line every 30 s, "progress: ...").
   Counters may live in shared memory (--num_workers), then `parts` > 1.
   """
 
   # Fraction of a part's work in each phase (measured: reading, creating, writing).
   WEIGHTS = (0.2, 0.6, 0.2)
-  LOG_INTERVAL_S = 30.0  # between INFO lines when stderr is not a terminal
 
   def __init__(self, total_bytes, parts=1, counters=None, fractions=None, interval=None,
                enabled=True):
-    self.total_bytes = max(total_bytes, 1)
+    super().__init__(max(total_bytes, 1), interval=interval, enabled=enabled)
+    self.total_bytes = self.total
     self.parts = parts
     # bytes read, lines, documents processed (x passes), instances created, written
     self.counters = counters if counters is not None else [0] * 5
     self.fractions = fractions if fractions is not None else [0.0] * parts
-    self.tty = sys.stderr.isatty()
-    self.interval = interval if interval is not None else (
-        0.5 if self.tty else self.LOG_INTERVAL_S)
-    self.enabled = enabled
-    self.start = time.time()
-    self.last = self.start
     self.part = 0
     self.part_bytes = 1
     self.doc_steps = 1
     self.instances = 1
     self._done = [0, 0, 0]
-    self._printed = False
 
   def begin_part(self, part, part_bytes):
     self.part = part
@@ -93,31 +80,20 @@ class Progress(object):
 
   def line(self):
     c = list(self.counters)
-    elapsed = max(time.time() - self.start, 1e-9)
     fraction = sum(self.fractions) / self.parts
-    eta = elapsed * (1 - fraction) / fraction if fraction > 0.01 else float("nan")
     mb = c[0] / 1e6
     return ("read %.1f/%.1f MB (%s lines, %.2f MB/s), %s document passes, %s instances created, "
             "%s written, %3.0f%%, ETA %s" % (
-                mb, self.total_bytes / 1e6, format(c[1], ","), mb / elapsed, format(c[2], ","),
-                format(c[3], ","), format(c[4], ","), 100 * fraction,
-                "?" if math.isnan(eta) else time.strftime("%H:%M:%S", time.gmtime(eta))))
+                mb, self.total_bytes / 1e6, format(c[1], ","), mb / self.elapsed(),
+                format(c[2], ","), format(c[3], ","), format(c[4], ","), 100 * fraction,
+                self.eta(None, fraction)))
 
   def maybe_report(self, force=False):
-    if not self.enabled:
-      return
-    now = time.time()
-    if not force and now - self.last < self.interval:
-      return
-    self.last = now
-    if self.tty:
-      sys.stderr.write("\r\033[K" + self.line())
-      sys.stderr.flush()
-      self._printed = True
-    else:
-      logging.info("progress: %s", self.line())
+    if self.due(force):
+      line = self.line()
+      self.show(line if self.live else "progress: " + line, force=True)
 
   def finish(self):
-    if self.enabled and self.tty and self._printed:
-      sys.stderr.write("\r\033[K" + self.line() + "\n")
-      sys.stderr.flush()
+    if self.live and self._printed:
+      self.show(self.line(), force=True)
+    super().finish()

@@ -1,9 +1,11 @@
 # coding=utf-8
-"""Files for create_pretraining_data: local paths with open(), paths with a scheme
-(gs://, file://, ...) through tf.io.gfile; outputs under a temporary name (.<name>.tmp-<pid>),
-renamed when complete, and the temporaries of dead runs removed (remove_stale_temporaries,
-which every script uses). TensorFlow is imported only for paths with a scheme."""
+"""Files of every script: local paths with open(), paths with a scheme (gs://, file://, ...)
+through tf.io.gfile; outputs under a temporary name (.<name>.tmp-<pid>), renamed when complete
+(write_text_atomic), the temporaries of dead runs removed (remove_stale_temporaries), and the
+one-line text of a file error. TensorFlow is imported only for paths with a scheme."""
 
+import contextlib
+import csv
 import glob
 import os
 import re
@@ -17,7 +19,7 @@ def is_remote(path):
 
 
 def _gfile():
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top  (remote paths only)
+  import tensorflow as tf  # remote paths only
   return tf.io.gfile
 
 
@@ -102,7 +104,7 @@ def remove_quietly(path):
       _gfile().remove(path)
     else:
       os.remove(path)
-  except Exception:  # pylint: disable=broad-except
+  except Exception:
     pass
 
 
@@ -170,7 +172,7 @@ def remove_stale_temporaries(directory, finals=None, is_stale=None, log=None):
   temporaries, which carry no pid, are stale). log(message): told of each removal."""
   try:
     names = _listdir(directory)
-  except Exception:  # pylint: disable=broad-except  (no such directory: nothing to clean)
+  except Exception:  # no such directory: nothing to clean
     return []
   removed = []
   for name in sorted(names):
@@ -187,7 +189,7 @@ def remove_stale_temporaries(directory, finals=None, is_stale=None, log=None):
     path = directory.rstrip("/") + "/" + name
     try:
       _remove_tree_or_file(path)
-    except Exception as e:  # pylint: disable=broad-except  (removed meanwhile, or read-only)
+    except Exception as e:  # removed meanwhile, or read-only
       if log:
         log("could not remove the stale temporary %s: %s" % (path, e))
       continue
@@ -195,3 +197,31 @@ def remove_stale_temporaries(directory, finals=None, is_stale=None, log=None):
     if log:
       log("removed %s, a temporary left by a run that ended before it finished" % path)
   return removed
+
+
+def write_text_atomic(path, text):
+  """Writes `text` to temp_name(path) then renames it over path (tf.io.gfile); the temporary
+  is removed on an error."""
+  gfile = _gfile()
+  tmp = temp_name(path)
+  try:
+    with gfile.GFile(tmp, "w") as f:
+      f.write(text)
+    gfile.rename(tmp, path, overwrite=True)
+  except BaseException:
+    with contextlib.suppress(Exception):
+      gfile.remove(tmp)
+    raise
+
+
+def allow_long_csv_fields():
+  """Raises the csv module's field size limit (128 KiB) to the largest the platform takes, so
+  that a TSV field of any length is read (a long text is then truncated by the tokenization
+  to --max_seq_length, as any other)."""
+  limit = sys.maxsize
+  while limit > csv.field_size_limit():
+    try:
+      csv.field_size_limit(limit)
+      return
+    except OverflowError:  # the C long of this platform is narrower
+      limit //= 2

@@ -15,8 +15,8 @@ import math
 from absl import logging
 import tensorflow as tf
 
-from bert_keras import cli
 from bert_keras import tokenization
+from bert_keras.utils import file_io
 
 RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])
 
@@ -230,10 +230,10 @@ class PredictionWriter(object):
     self._nbest_out.write("\n}\n" if self._examples else "{}\n")
     self._nbest_out.close()
     prediction_file, nbest_file, null_odds_file = self._paths
-    cli.write_text_atomic(prediction_file, json.dumps(self.predictions, indent=4) + "\n")
+    file_io.write_text_atomic(prediction_file, json.dumps(self.predictions, indent=4) + "\n")
     tf.io.gfile.rename(self._nbest_tmp, nbest_file, overwrite=True)
     if self._settings[3]:
-      cli.write_text_atomic(null_odds_file, json.dumps(self.null_odds, indent=4) + "\n")
+      file_io.write_text_atomic(null_odds_file, json.dumps(self.null_odds, indent=4) + "\n")
     return self.predictions, self.nbest, self.null_odds
 
   def abort(self):

@@ -17,13 +17,13 @@ micro-batches is then exactly the gradient of the loss on the global batch, so
 a run gives the same weights on 1 device, on N replicas and with N accumulation
 steps for the same global batch.
 
-The other concerns of the scripts live beside it: distribution.py (strategies, chief),
-input_pipeline.py (TFRecord datasets), training_checkpoints.py (model.ckpt-N),
-inference.py, flops.py (MFU) and cli.py (flags, main, result files).
+The other concerns of the scripts live beside it in bert_keras.runtime: distribution.py
+(strategies, chief), input_pipeline.py (TFRecord datasets), training_checkpoints.py
+(model.ckpt-N), inference.py, flops.py (MFU), common_flags.py (flags), run_checks.py (checks
+before a model is built) and outputs.py (the locked output directory, result files).
 """
 
 import abc
-import datetime
 import json
 import os
 import time
@@ -35,11 +35,13 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from bert_keras import checkpoints
-from bert_keras import cli
-from bert_keras import distribution
-from bert_keras import input_pipeline
 from bert_keras import optimization
-from bert_keras import training_checkpoints
+from bert_keras.runtime import distribution
+from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import outputs
+from bert_keras.runtime import training_checkpoints
+from bert_keras.utils import file_io
+from bert_keras.utils import progress as progress_lib
 
 
 class Task(abc.ABC):
@@ -403,25 +405,16 @@ def _is_eval_step(step, num_train_steps, eval_every_steps):
 _LOOP_STATS = ("loss", "learning_rate", "sequences_per_sec", "mfu")
 
 
-class Progress:
+class Progress(progress_lib.Progress):
   """The progress lines of one train() call. The ETA extrapolates the rate measured since
   the end of the first device call (which includes tracing and compilation), or that of the
   first call while it is the only one."""
 
   def __init__(self, step, num_train_steps, examples_name="examples"):
-    self.num_train_steps = num_train_steps
+    super().__init__(num_train_steps, live=False)
+    self.restart(step)
     self.examples_name = examples_name
-    self._since_step, self._since_time = step, time.perf_counter()
     self._first = True
-
-  def eta_seconds(self, step):
-    """Seconds left to num_train_steps at the measured rate (steps per second)."""
-    now = time.perf_counter()
-    rate = (step - self._since_step) / max(now - self._since_time, 1e-9)
-    if self._first:
-      self._first = False
-      self._since_step, self._since_time = step, now
-    return (self.num_train_steps - step) / max(rate, 1e-9)
 
   def line(self, step, stats):
     """E.g. "step = 100, loss = 0.61234, learning_rate = 1.9e-05, examples/s = 45.1,
@@ -433,8 +426,10 @@ class Progress:
               f"{self.examples_name}/s = {stats['sequences_per_sec']:.1f}"]
     if "mfu" in stats:
       parts.append(f"mfu = {100.0 * stats['mfu']:.2f}%")
-    eta = datetime.timedelta(seconds=round(self.eta_seconds(step)))
-    parts.append(f"ETA {eta} ({step} of {self.num_train_steps} steps)")
+    parts.append(f"ETA {self.eta(step)} ({step} of {self.total} steps)")
+    if self._first:
+      self._first = False
+      self.restart(step)
     return ", ".join(parts)
 
 
@@ -521,7 +516,7 @@ class EvalHook:
                     {k: v for k, v in metrics.items() if k != "global_step"})
       if improved and self.save_best is not None:
         self._write_best(raw)
-      cli.write_text_atomic(os.path.join(self.output_dir, self.HISTORY), "".join(
+      file_io.write_text_atomic(os.path.join(self.output_dir, self.HISTORY), "".join(
           json.dumps(e, sort_keys=True) + "\n" for e in self.history))
     if improved:
       self.best_value = value
@@ -534,7 +529,8 @@ class EvalHook:
       tf.io.gfile.rmtree(tmp)
     tf.io.gfile.makedirs(tmp)
     self.save_best(tmp)
-    cli.write_text_atomic(os.path.join(tmp, "eval_results.txt"), cli.format_results(metrics))
+    file_io.write_text_atomic(os.path.join(tmp, "eval_results.txt"),
+                              outputs.format_results(metrics))
     metrics = {k: _json_number(v) for k, v in metrics.items()}
     if tf.io.gfile.exists(self.best_dir):
       tf.io.gfile.rename(self.best_dir, old)

@@ -1,0 +1,3 @@
+"""runtime: what the run_* scripts share to train and predict: the training loop and its
+checkpoints, strategies, input pipelines, inference, the shared flags, run checks, output dirs.
+May import bert_keras.utils and the root libraries (modeling, checkpoints, ...); never a script."""

@@ -1,0 +1,151 @@
+# coding=utf-8
+"""The absl flags the run_* scripts and extract_features share (model, TPU, fine-tuning and
+training flags, with the original's names, help texts and defaults), and the options namespace
+that a script's run() takes without parsing flags (make_options)."""
+
+import types
+
+from absl import flags
+
+from bert_keras.runtime import distribution
+
+
+# The defaults of define_tpu_flags() and define_training_flags(), for callers of a script's
+# run() that build its options without parsing flags (make_options).
+TPU_DEFAULTS = dict(use_tpu=False, tpu_name=None, tpu_zone=None, gcp_project=None,
+                    master=None, num_tpu_cores=8)
+DEVICE_DEFAULTS = dict(distribution_strategy=None, dtype="float32", use_xla=None)
+TRAINING_DEFAULTS = dict(**DEVICE_DEFAULTS, gradient_accumulation_steps=1, optimizer="adamw",
+                         keep_checkpoint_max=5, seed=12345, log_every_steps=100)
+
+
+def make_options(defaults, overrides):
+  """A namespace of all of a script's run() options: `defaults` updated with `overrides`.
+
+  An override that is not an option raises TypeError (a misspelt name would else be ignored).
+  """
+  unknown = set(overrides) - set(defaults)
+  if unknown:
+    raise TypeError(f"unknown options {sorted(unknown)}")
+  return types.SimpleNamespace(**{**defaults, **overrides})
+
+
+def define_tpu_flags():
+  """The original's TPU/cluster flags, with the original defaults."""
+  flags.DEFINE_bool("use_tpu", False, "Whether to use TPU or GPU/CPU.")
+  flags.DEFINE_string(
+      "tpu_name", None,
+      "The Cloud TPU to use for training. This should be either the name used "
+      "when creating the Cloud TPU, or a grpc://ip.address.of.tpu:8470 url.")
+  flags.DEFINE_string(
+      "tpu_zone", None,
+      "[Optional] GCE zone where the Cloud TPU is located in. If not specified, "
+      "we will attempt to automatically detect the GCE project from metadata.")
+  flags.DEFINE_string(
+      "gcp_project", None,
+      "[Optional] Project name for the Cloud TPU-enabled project. If not "
+      "specified, we will attempt to automatically detect the GCE project from "
+      "metadata.")
+  flags.DEFINE_string("master", None, "[Optional] TensorFlow master URL.")
+  flags.DEFINE_integer(
+      "num_tpu_cores", 8,
+      "Only used if `use_tpu` is True. Total number of TPU cores to use.")
+
+
+def define_model_flags(max_seq_length, tokenizer=True, output_dir=True,
+                       max_seq_length_help=""):
+  """The original scripts' model flags, with their help texts: bert_config_file,
+  init_checkpoint, max_seq_length (the script's default), and output_dir, vocab_file and
+  do_lower_case where the script has them."""
+  flags.DEFINE_string(
+      "bert_config_file", None,
+      "The config json file corresponding to the pre-trained BERT model. "
+      "This specifies the model architecture.")
+  if tokenizer:
+    flags.DEFINE_string("vocab_file", None,
+                        "The vocabulary file that the BERT model was trained on.")
+  if output_dir:
+    flags.DEFINE_string("output_dir", None,
+                        "The output directory where the model checkpoints will be written.")
+  flags.DEFINE_string("init_checkpoint", None,
+                      "Initial checkpoint (usually from a pre-trained BERT model).")
+  if tokenizer:
+    flags.DEFINE_bool(
+        "do_lower_case", True,
+        "Whether to lower case the input text. Should be True for uncased "
+        "models and False for cased models.")
+  flags.DEFINE_integer(
+      "max_seq_length", max_seq_length,
+      "The maximum total input sequence length after WordPiece tokenization. "
+      "Sequences longer than this will be truncated, and sequences shorter "
+      "than this will be padded." + max_seq_length_help)
+
+
+def define_fine_tuning_flags():
+  """The original fine-tuning scripts' (run_classifier, run_squad) common optimisation and
+  loop flags, with their defaults."""
+  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.")
+  flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
+  flags.DEFINE_float(
+      "warmup_proportion", 0.1,
+      "Proportion of training to perform linear learning rate warmup for. "
+      "E.g., 0.1 = 10% of training.")
+  flags.DEFINE_integer("save_checkpoints_steps", 1000,
+                       "How often to save the model checkpoint.")
+  define_iterations_per_loop_flag()
+
+
+def define_trim_train_batches_flag():
+  """--trim_train_batches (not in the original), for run_classifier and run_squad."""
+  flags.DEFINE_bool(
+      "trim_train_batches", False,
+      "Cut each training batch to its longest sequence (rounded up to a multiple of 8): less "
+      "work on the padding, so faster steps on CPU and GPU. The model's outputs at the real "
+      "tokens are the same; dropout draws and, for run_squad, the span softmax (which the "
+      "original takes over the padding positions too) differ, so losses are not bit-equal "
+      "to an untrimmed run. Not on TPU (one shape per compiled program).")
+
+
+def define_iterations_per_loop_flag():
+  """The original's --iterations_per_loop (default 1000), here the most training steps per
+  call of the compiled loop."""
+  flags.DEFINE_integer("iterations_per_loop", 1000,
+                       "How many steps to make in each estimator call (here: the most "
+                       "training steps per call of the compiled loop; it also stops at "
+                       "every --log_every_steps and --save_checkpoints_steps).")
+
+
+def define_device_flags(strategies=distribution.STRATEGIES):
+  """--distribution_strategy (one of `strategies`), --dtype and --use_xla: how the model runs,
+  for training and prediction alike (beyond the original; defaults = its behaviour)."""
+  flags.DEFINE_enum(
+      "distribution_strategy", None, strategies,
+      "tf.distribute strategy. Default: tpu with --use_tpu, mirrored when more "
+      "than one GPU is visible, else one_device."
+      + (" multi_worker_mirrored reads the cluster from TF_CONFIG."
+         if "multi_worker_mirrored" in strategies else ""))
+  flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16", "float16"],
+                    "Compute dtype (Keras mixed-precision policy; variables and outputs stay "
+                    "float32). float16 adds dynamic loss scaling in training.")
+  flags.DEFINE_bool("use_xla", None,
+                    "Compile the model (and in training its backward pass) with XLA. Default: "
+                    "on for GPU and TPU, off on CPU (where XLA's backend is slower than "
+                    "TensorFlow's oneDNN kernels).")
+
+
+def define_training_flags():
+  """Flags added beyond the original (all optional, defaults = original behaviour)."""
+  define_device_flags()
+  flags.DEFINE_integer(
+      "gradient_accumulation_steps", 1,
+      "Micro-batches per optimizer step; train_batch_size is the batch of one "
+      "optimizer step and must be divisible by this times the replica count.")
+  flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"],
+                    "adamw = the original AdamWeightDecay; lamb = LAMB.")
+  flags.DEFINE_integer("keep_checkpoint_max", 5,
+                       "Number of most recent checkpoints kept in output_dir.")
+  flags.DEFINE_integer("seed", 12345, "Seed of the input shuffles.")
+  flags.DEFINE_integer("log_every_steps", 100,
+                       "Log a progress line (step, loss, learning rate, examples/s, ETA) "
+                       "every this many training steps, as the original's TPUEstimator "
+                       "logged the loss every 100 steps; 0: once per --iterations_per_loop.")

@@ -1,0 +1,83 @@
+# coding=utf-8
+"""A run's config, checked before any model is built: --bert_config_file read and validated,
+matched against --init_checkpoint and the checkpoints of --output_dir, and the memory the
+model needs against what the host has."""
+
+import tensorflow as tf
+
+from bert_keras import checkpoints
+from bert_keras import modeling
+from bert_keras.runtime import outputs
+from bert_keras.runtime import training_checkpoints
+from bert_keras.utils import memory
+
+
+def load_bert_config(path):
+  """--bert_config_file read and validated (modeling.BertConfig.from_json_file); every problem is
+  a ValueError naming the flag and the file."""
+  try:
+    return modeling.BertConfig.from_json_file(path)
+  except ValueError as e:
+    raise ValueError(f"--bert_config_file {e}") from None
+
+
+def load_and_check_config(options):
+  """--bert_config_file read and validated (load_bert_config), then checked against what the
+  run will load and the memory it needs, all before any model is built (a wrong config must not
+  first allocate gigabytes): the sizes of --init_checkpoint and of the newest checkpoint in
+  --output_dir (see checkpoints.check_config_matches), the --output_dir path (not below a
+  regular file) and the float32 weights (plus gradients and two Adam slots with --do_train)
+  against the memory available. Every problem is a ValueError naming the flags and files."""
+  output_dir = getattr(options, "output_dir", None)
+  if output_dir:
+    outputs.check_output_dir(output_dir)
+  config = load_bert_config(options.bert_config_file)
+  sources = [("--init_checkpoint", getattr(options, "init_checkpoint", None))]
+  if output_dir:
+    sources.append(("--output_dir", training_checkpoints.latest_checkpoint(output_dir,
+                                                                           warn=False)))
+  for flag, path in sources:
+    if not path:
+      continue
+    if flag == "--init_checkpoint":
+      try:
+        training_checkpoints.init_checkpoint_prefix(path)
+      except ValueError as e:
+        raise ValueError(f"--init_checkpoint {e}") from None
+    try:
+      shapes = checkpoints.checkpoint_shapes(path)
+    except (ValueError, tf.errors.OpError):
+      continue  # not a checkpoint: reported where the script loads it, in its own words
+    try:
+      checkpoints.check_config_matches(config, shapes)
+    except ValueError as e:
+      raise ValueError(f"--bert_config_file {options.bert_config_file} does not fit {flag} "
+                       f"{path}: {e}") from None
+  check_memory(config, options)
+  return config
+
+
+def _uses_accelerator(options):
+  if getattr(options, "use_tpu", False):
+    return True
+  try:
+    return bool(tf.config.list_physical_devices("GPU"))
+  except Exception:
+    return False
+
+
+def check_memory(config, options):
+  """A ValueError when the model's float32 weights (times 4 with --do_train: gradients and the
+  optimizer's two slots) exceed the host memory available now, on a CPU-only run (on a GPU
+  or TPU an out-of-memory error of the device is reported by script_main in one line).
+  Activations are not counted: this finds only the runs that cannot possibly fit."""
+  training = bool(getattr(options, "do_train", False))
+  need = config.num_parameters() * 4 * (4 if training else 1)
+  available = memory.available_bytes()
+  if need <= available or _uses_accelerator(options):
+    return
+  raise ValueError(
+      f"--bert_config_file {options.bert_config_file}: a model of {config.num_parameters():.3g} "
+      f"parameters needs {need / 1e9:.3g} GB for its float32 weights"
+      f"{', gradients and optimizer slots' if training else ''}, more than the "
+      f"{available / 1e9:.3g} GB of memory available")

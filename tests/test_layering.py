@@ -1,0 +1,217 @@
+"""The import rule of CONTRIBUTING.md as a test: the package's modules, walked with `ast`
+(every import, also those inside functions), form no cycle; a library never imports a script;
+no module takes another's private (_underscore) names; each subpackage imports only the layers
+its docstring names."""
+
+import ast
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = "bert_keras"
+
+# What each part of the package may import of the package itself (besides its own modules).
+# "root" is the root's libraries (modeling, tokenization, ...), never its scripts.
+ALLOWED = {
+    "utils": set(),
+    "root": {"utils"},
+    "pretraining_data": {"utils", "root"},
+    "runtime": {"utils", "root"},
+    "tasks": {"utils", "runtime", "root"},
+    "script": {"utils", "root", "runtime", "pretraining_data", "tasks", "script"},
+}
+# The scripts that import another script, each for a stated reason: the Beam twin is
+# create_pretraining_data's job on another runner; run_squad scores itself with the official
+# evaluation's functions (evaluate_squad does nothing on import).
+SCRIPT_IMPORTS = {("create_pretraining_data_beam", "create_pretraining_data"),
+                  ("run_squad", "evaluate_squad")}
+# Private modules (C extensions, no .py) and the one module that owns each.
+PRIVATE_MODULES = {"_word_table": "tokenization"}
+
+
+def package_modules(root):
+  """{dotted name under the package: path} of every module: the root's .py files (but
+  setup.py) and those of the subpackages (directories with an __init__.py)."""
+  modules = {}
+  for path in sorted(root.glob("*.py")):
+    if path.name != "setup.py":
+      modules["" if path.stem == "__init__" else path.stem] = path
+  for init in sorted(root.glob("*/__init__.py")):
+    package = init.parent.name
+    for path in sorted(init.parent.glob("*.py")):
+      modules[package if path.stem == "__init__" else f"{package}.{path.stem}"] = path
+  return modules
+
+
+def is_script(tree):
+  """A module with an `if __name__ == "__main__":` block."""
+  for node in tree.body:
+    if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+        and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__"):
+      return True
+  return False
+
+
+def imports(tree, modules):
+  """[(imported module, [names taken from it], line)] of the package's modules imported
+  anywhere in `tree`, and [(alias, module)] bound by those imports."""
+  found, aliases = [], []
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+      if node.module != PACKAGE and not node.module.startswith(PACKAGE + "."):
+        continue
+      base = node.module[len(PACKAGE) + 1:]
+      for alias in node.names:
+        sub = f"{base}.{alias.name}" if base else alias.name
+        if sub in modules or sub in PRIVATE_MODULES:  # `from bert_keras.x import module`
+          found.append((sub, [], node.lineno))
+          aliases.append((alias.asname or alias.name, sub))
+        else:  # `from bert_keras.x import name`
+          found.append((base, [alias.name], node.lineno))
+    elif isinstance(node, ast.Import):
+      for alias in node.names:
+        if alias.name.startswith(PACKAGE + "."):
+          sub = alias.name[len(PACKAGE) + 1:]
+          found.append((sub, [], node.lineno))
+          if alias.asname:
+            aliases.append((alias.asname, sub))
+  return found, aliases
+
+
+def layer(name, scripts):
+  if name in scripts:
+    return "script"
+  return name.split(".")[0] if "." in name else ("root" if name else "root")
+
+
+def find_cycle(graph):
+  """One cycle of `graph` ({node: set of nodes}) as a list of nodes, or None."""
+  state, stack = {}, []
+
+  def visit(node):
+    state[node] = "open"
+    stack.append(node)
+    for nxt in sorted(graph.get(node, ())):
+      if state.get(nxt) == "open":
+        return stack[stack.index(nxt):] + [nxt]
+      if nxt not in state:
+        cycle = visit(nxt)
+        if cycle:
+          return cycle
+    state[node] = "done"
+    stack.pop()
+    return None
+
+  for node in sorted(graph):
+    if node not in state:
+      cycle = visit(node)
+      if cycle:
+        return cycle
+  return None
+
+
+def violations(root):
+  """Every breach of the import rule in the package at `root`, as readable lines."""
+  modules = package_modules(root)
+  trees = {name: ast.parse(path.read_text(encoding="utf-8"), str(path))
+           for name, path in modules.items()}
+  scripts = {name for name, tree in trees.items() if "." not in name and is_script(tree)}
+  problems, graph = [], {}
+  for name, tree in trees.items():
+    where = os.path.relpath(modules[name], root)
+    found, aliases = imports(tree, modules)
+    mine = layer(name, scripts)
+    for target, names, line in found:
+      if target in PRIVATE_MODULES:
+        if PRIVATE_MODULES[target] != name:
+          problems.append(f"{where}:{line}: imports {target}, private to "
+                          f"{PRIVATE_MODULES[target]}")
+        continue
+      if target not in modules:
+        problems.append(f"{where}:{line}: imports {PACKAGE}.{target}, which does not exist")
+        continue
+      if target != name:
+        graph.setdefault(name, set()).add(target)
+      theirs = layer(target, scripts)
+      if theirs != mine and theirs not in ALLOWED[mine] and target != "":
+        problems.append(f"{where}:{line}: {mine} module imports {theirs} module {target}")
+      if mine == "script" and theirs == "script" and (name, target) not in SCRIPT_IMPORTS:
+        problems.append(f"{where}:{line}: script {name} imports script {target}")
+      if mine != "script" and theirs == "script":
+        problems.append(f"{where}:{line}: library {name} imports script {target}")
+      for taken in names:
+        if taken.startswith("_"):
+          problems.append(f"{where}:{line}: takes private {taken} of {target}")
+    alias_names = dict(aliases)
+    for node in ast.walk(tree):
+      if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+          and node.value.id in alias_names and node.attr.startswith("_")
+          and not node.attr.startswith("__")):
+        problems.append(f"{where}:{node.lineno}: uses private {node.value.id}.{node.attr}")
+  cycle = find_cycle(graph)
+  if cycle:
+    problems.append("import cycle: " + " -> ".join(cycle))
+  return problems
+
+
+def test_the_package_keeps_the_import_rule():
+  assert violations(ROOT) == []
+
+
+def test_each_subpackage_says_what_it_holds_and_may_import():
+  for init in sorted(ROOT.glob("*/__init__.py")):
+    doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+    assert doc, f"{init} has no docstring"
+    assert len(doc.splitlines()) <= 3, f"{init}: a docstring of three lines at most"
+    assert "May import" in doc, f"{init}: the docstring says what it may import"
+    assert init.parent.name in ALLOWED, f"{init.parent.name} has no row in ALLOWED"
+
+
+def test_the_root_holds_about_twenty_modules():
+  modules = [p for p in ROOT.glob("*.py") if p.name not in ("setup.py", "__init__.py")]
+  assert len(modules) <= 21, sorted(p.name for p in modules)
+
+
+def _write(root, files):
+  for name, text in files.items():
+    path = root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.mark.parametrize("files, expected", [
+    # a cycle through a lazy import
+    ({"a.py": "from bert_keras import b\n",
+      "b.py": "def f():\n  from bert_keras import a\n"}, "import cycle: a -> b -> a"),
+    # a library importing a script
+    ({"lib.py": "from bert_keras import tool\n",
+      "tool.py": "if __name__ == '__main__':\n  pass\n"}, "library lib imports script tool"),
+    # a private name, taken or used
+    ({"a.py": "from bert_keras.utils.x import _secret\n", "utils/__init__.py": "",
+      "utils/x.py": "_secret = 1\n"}, "takes private _secret of utils.x"),
+    ({"a.py": "from bert_keras.utils import x\nx._secret\n", "utils/__init__.py": "",
+      "utils/x.py": "_secret = 1\n"}, "uses private x._secret"),
+    # a lower layer importing a higher one
+    ({"utils/__init__.py": "", "utils/x.py": "from bert_keras import modeling\n",
+      "modeling.py": ""}, "utils module imports root module modeling"),
+    ({"runtime/__init__.py": "", "runtime/t.py": "from bert_keras.tasks import m\n",
+      "tasks/__init__.py": "", "tasks/m.py": ""}, "runtime module imports tasks module tasks.m"),
+    # a script importing another script without a stated reason
+    ({"run_a.py": "from bert_keras import run_b\nif __name__ == '__main__':\n  pass\n",
+      "run_b.py": "if __name__ == '__main__':\n  pass\n"}, "script run_a imports script run_b"),
+])
+def test_the_checker_finds_planted_breaches(tmp_path, files, expected):
+  _write(tmp_path, files)
+  found = violations(tmp_path)
+  assert any(expected in line for line in found), found
+
+
+def test_the_checker_accepts_a_clean_tree(tmp_path):
+  _write(tmp_path, {
+      "__init__.py": "", "modeling.py": "from bert_keras.utils import x\n",
+      "utils/__init__.py": "", "utils/x.py": "import os\n",
+      "run_a.py": ("from bert_keras import modeling\nfrom bert_keras.utils import x\n"
+                   "if __name__ == '__main__':\n  pass\n")})
+  assert violations(tmp_path) == []

@@ -1,0 +1,56 @@
+# coding=utf-8
+"""The one net of every script's main(): a user's mistake reported as one line `error: ...`
+and exit status 1, never a traceback (one_line_errors; script_main for the scripts whose job
+is a run(FLAGS))."""
+
+import contextlib
+import sys
+
+from absl import flags
+from absl import logging
+
+from bert_keras.utils import file_io
+
+
+def error_line(text, limit=1000):
+  """`text` folded onto one line, at most `limit` characters (user data it quotes may be huge)."""
+  text = " ".join(str(text).split())
+  return text if len(text) <= limit else text[:limit] + "..."
+
+
+@contextlib.contextmanager
+def one_line_errors():
+  """Runs the body; turns a user's mistake into SystemExit("error: ...") (exit status 1):
+  a ValueError (which checkpoints.CheckpointError, tokenization.VocabError and the scripts'
+  UsageError are), an out-of-memory error and, as a last net behind the scripts' own checks
+  (which name the flag), a file that cannot be found, read or reached
+  (file_io.file_error_text), named by its path. Any other error keeps its traceback.
+  TensorFlow's errors are recognised only when TensorFlow is loaded (it is never imported
+  here)."""
+  tf_errors = getattr(sys.modules.get("tensorflow"), "errors", None)
+  out_of_memory = (MemoryError,) + ((tf_errors.ResourceExhaustedError,) if tf_errors else ())
+  try:
+    yield
+  except ValueError as e:
+    raise SystemExit("error: " + error_line(e)) from None
+  except out_of_memory as e:
+    what = error_line(getattr(e, "message", e) or type(e).__name__, 300)
+    raise SystemExit(f"error: out of memory ({what}): use a smaller --train_batch_size, "
+                     "--max_seq_length or model") from None
+  except Exception as e:
+    text = file_io.file_error_text(e)
+    if text is None:
+      raise
+    raise SystemExit("error: " + text) from None
+
+
+def script_main(run):
+  """The absl main() of a script whose job is run(FLAGS): INFO logging, then run(flags.FLAGS)
+  under one_line_errors."""
+
+  def main(unused_argv):
+    logging.set_verbosity(logging.INFO)
+    with one_line_errors():
+      run(flags.FLAGS)
+
+  return main
