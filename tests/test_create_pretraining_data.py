@@ -463,6 +463,7 @@ def _cli(*args, cwd=None):
                         cwd=cwd, env=env, timeout=300)
 
 
+@pytest.mark.slow
 def test_cli_logs_like_the_original_and_is_byte_reproducible(tmp_path):
   files = [_write(tmp_path / "c1.txt", CORPUS_1), _write(tmp_path / "c2.txt", CORPUS_2)]
   vocab = _corpus_vocab(tmp_path, [CORPUS_1, CORPUS_2])
@@ -484,6 +485,7 @@ def test_cli_logs_like_the_original_and_is_byte_reproducible(tmp_path):
   assert runs[0] == runs[1] == (tmp_path / "api.tfrecord").read_bytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags,expect", [
     (["--input_file={dir}/nothing*.txt"], "--input_file"),
     (["--input_file={dir}/empty.txt"], "empty"),
@@ -554,6 +556,7 @@ def test_no_partial_output_when_a_worker_fails(tmp_path):
   assert os.listdir(out_dir) == []
 
 
+@pytest.mark.slow
 def test_num_workers_shards_deterministic_same_statistics(tmp_path):
   """--num_workers 2: parts by line ranges, shards <output>-0000p-of-0000P for each output,
   byte-identical across runs, every line's tokens used, statistics like the original's."""

@@ -87,6 +87,7 @@ def _beam_documents(path, vocab, chunk):
   return docs
 
 
+@pytest.mark.slow
 def test_reader_finds_the_single_process_documents_whatever_the_ranges(tmp_path):
   """Blank and whitespace-only lines, control-only lines, "\\r", no final newline, long lines:
   the documents (token ids per line) of each file are create_pretraining_data's, with the same
@@ -113,6 +114,7 @@ def test_reader_finds_the_single_process_documents_whatever_the_ranges(tmp_path)
       assert offsets == reference, (name, chunk)
 
 
+@pytest.mark.slow
 def test_common_root_and_relative_keys():
   assert cpdb.common_root(["/a/b/x.txt", "/a/b/c/y.txt"]) == "/a/b/"
   assert cpdb.common_root(["gs://bucket/d/x", "gs://bucket/e/y"]) == "gs://bucket/"
@@ -126,6 +128,7 @@ def test_common_root_and_relative_keys():
 # Determinism, sharding, feature format
 # --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_same_bytes_in_process_and_with_two_worker_processes(tmp_path):
   """DirectRunner in-process (1 worker, 64 MB ranges) and multi_processing (2 workers, 1 KB
   ranges): the same shard files, byte for byte; shards named <output>-SSSSS-of-NNNNN for
@@ -152,6 +155,7 @@ def test_same_bytes_in_process_and_with_two_worker_processes(tmp_path):
   assert not [p for p in os.listdir(tmp_path / "run1") if ".tmp-" in p]
 
 
+@pytest.mark.slow
 def test_records_parse_with_the_original_features_and_run_pretraining_reads_them(tmp_path):
   """Every record parses with the original run_pretraining features (lengths and dtypes);
   masks, segments and masked positions are consistent; input_pipeline.training_dataset with
@@ -220,6 +224,7 @@ def _statistics(paths, max_seq_length=128, max_predictions_per_seq=20):
           "tokens_per_instance": tokens / n}
 
 
+@pytest.mark.slow
 def test_statistics_equal_the_single_process_script_on_books(tmp_path):
   """Four books with a blank line every 40 sentences (148 documents), dupe_factor 3, the
   pipeline (one bucket: random next from the whole corpus, as the original; 6 buckets per
@@ -303,6 +308,7 @@ def _bad_setup(tmp_path):
   return vocab, out_dir
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides,expect", BAD)
 def test_bad_input_same_errors_as_the_single_process_script(tmp_path, overrides, expect):
   """The same UsageError message as create_pretraining_data.run gives, nothing left in the
@@ -333,6 +339,7 @@ def _cli(*args):
                         env=env, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags,expect", [
     (["--input_file={dir}/nothing*.txt"], "--input_file"),
     (["--input_file={dir}/empty.txt"], "empty"),
@@ -361,6 +368,7 @@ def test_cli_bad_input(tmp_path, flags, expect):
   assert os.listdir(out_dir) == []
 
 
+@pytest.mark.slow
 def test_cli_writes_and_logs(tmp_path):
   """The script: shards, the original's log lines, the counters, and the same bytes as the
   API."""

@@ -51,6 +51,7 @@ def _run(*args):
                         capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_command_line(tmp_path):
   out = tmp_path / "vocab.txt"
   result = _run(f"--input_file={REPO / 'sample_text.txt'}", f"--output_file={out}",
@@ -66,6 +67,7 @@ def test_command_line(tmp_path):
   assert not (tmp_path / "v2.txt").exists()
 
 
+@pytest.mark.slow
 def test_invalid_utf8_is_an_error_naming_the_file_and_line(tmp_path):
   corpus = tmp_path / "corpus.txt"
   corpus.write_bytes(b"good line\nanother good one\nbad \xff byte here\n")

@@ -12,6 +12,8 @@ import subprocess
 
 import pytest
 
+pytestmark = pytest.mark.slow  # it runs demo.sh (or reads a CI run's output)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = ("vocab", "pretraining_data", "pretraining", "classifier", "squad", "features", "export",
          "query")

@@ -85,6 +85,7 @@ def test_steps_to_run_stops_at_eval_boundaries():
 # ----------------------------------------------------------------------------
 # End to end.
 
+@pytest.mark.slow
 def test_eval_every_steps_history_best_and_resume(glue, vocab, tmp_path, caplog):
   out = tmp_path / "out"
   options = _options(glue, vocab, out, eval_every_steps=3, do_predict=True)
@@ -128,6 +129,7 @@ def test_eval_every_steps_history_best_and_resume(glue, vocab, tmp_path, caplog)
   assert _results(best / "eval_results.txt") == best_results
 
 
+@pytest.mark.slow
 def test_early_stopping(glue, vocab, tmp_path, caplog):
   """A learning rate too small to change any prediction: the metric never improves after
   the first evaluation, so patience 2 stops at step 3 of 8."""
@@ -146,6 +148,7 @@ def test_early_stopping(glue, vocab, tmp_path, caplog):
   assert tf.train.latest_checkpoint(str(out)).endswith("model.ckpt-3")
 
 
+@pytest.mark.slow
 def test_eval_every_steps_zero_leaves_the_output_as_before(glue, vocab, tmp_path):
   """The default: no history, best/ or eval/ directory; the eval results of trimmed batches
   equal the untrimmed (original) ones."""

@@ -132,6 +132,7 @@ def _python_path(setup, task, pairs=PAIRS):
 BATCHES = [("", PAIRS), ("_short", SHORT)]
 
 
+@pytest.mark.slow
 def test_preprocess_signature_is_pack_tokens(setup, exported):
   _, results = exported
   for batch, pairs in BATCHES:
@@ -142,6 +143,7 @@ def test_preprocess_signature_is_pack_tokens(setup, exported):
   assert results["classifier_short"]["input_mask"].sum(1).max() < MAX_SEQ_LENGTH
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch, pairs", BATCHES)
 def test_classifier_and_embeddings_match_keras(setup, exported, batch, pairs):
   _, results = exported
@@ -182,6 +184,7 @@ def _best_span_in_python(start_logits, end_logits, tokens):
   return span
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch, pairs", BATCHES)
 def test_squad_matches_keras_and_the_python_span(setup, exported, batch, pairs):
   _, results = exported
@@ -200,6 +203,7 @@ def test_squad_matches_keras_and_the_python_span(setup, exported, batch, pairs):
   assert [bool(a) for a in answers] == [bool(b) for _, b in pairs]  # (no context: no answer)
 
 
+@pytest.mark.slow
 def test_saved_model_cli_lists_both_signatures(exported):
   dirs, _ = exported
   proc = subprocess.run([sys.executable, "-m", "tensorflow.python.tools.saved_model_cli", "show",
@@ -212,6 +216,7 @@ def test_saved_model_cli_lists_both_signatures(exported):
     assert line in proc.stdout
 
 
+@pytest.mark.slow
 def test_saved_model_cli_run(setup, exported):
   """The TF1-style loader of saved_model_cli run (as TF Serving's) restores the variables.
   (Its --input_exprs are split at ";": PAIRS[2] has none.)"""
@@ -242,6 +247,7 @@ def test_bad_checkpoint_leaves_no_directory(setup, tmp_path):
   assert sorted(os.listdir(tmp_path)) == ["other"]
 
 
+@pytest.mark.slow
 def test_failed_save_leaves_no_directory(setup, tmp_path, monkeypatch):
   """A save that fails after writing its files (e.g. a full disk at the end)."""
   real_export_archive = serving.ServingModule.export_archive
@@ -266,6 +272,7 @@ def test_failed_save_leaves_no_directory(setup, tmp_path, monkeypatch):
   assert os.listdir(tmp_path) == ["out"] and os.listdir(tmp_path / "out") == ["previous.txt"]
 
 
+@pytest.mark.slow
 def test_existing_export_dir(setup, tmp_path):
   """An empty export_dir is replaced; a non-empty one is an error unless --overwrite, which
   replaces it and leaves nothing beside it."""
@@ -303,6 +310,7 @@ def test_task_name_gives_num_labels(setup):
   assert export_saved_model.num_labels(options) == 3
 
 
+@pytest.mark.slow
 def test_command_line_error_is_one_line(setup, tmp_path):
   proc = subprocess.run(
       [sys.executable, str(REPO / "export_saved_model.py"), "--task=classifier",
@@ -327,6 +335,7 @@ def test_span_text_glues_word_pieces():
   assert got.tolist() == ["puppeteers", "jim puppeteer", "eers", "arked [SEP]", ""]
 
 
+@pytest.mark.slow
 def test_checkpoint_without_the_head_warns(setup, tmp_path, caplog):
   """A classifier exported from a pre-training checkpoint: its head stays random, said in a
   warning (the export still happens: the encoder is the checkpoint's)."""

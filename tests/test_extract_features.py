@@ -277,6 +277,7 @@ def test_gfile_paths(tiny):
 # ----------------------------------------------------------------------------
 # Flags and the command line.
 
+@pytest.mark.slow
 def test_flags_match_the_original():
   want, got = oracle.original_and_our_flags("extract_features", env=ENV)
   assert len(want) == 13 and got == want
@@ -290,6 +291,7 @@ def _command(tiny, out, *extra):
           "--max_seq_length=24", *extra]
 
 
+@pytest.mark.slow
 def test_command_line_and_bad_input(tiny, tmp_path):
   """The README's command (its flags; --layers=-1,-2 for a 2-layer model) and two bad
   command lines, run side by side: one-line errors, no traceback, no output file."""

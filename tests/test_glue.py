@@ -253,6 +253,7 @@ def _sk():
   return sk, stats
 
 
+@pytest.mark.slow
 def test_metrics_match_sklearn_and_scipy():
   sk, stats = _sk()
   rng = np.random.RandomState(0)
@@ -497,6 +498,7 @@ def _model_logits(tiny, out, num_labels, split, regression=False, records_dir=No
   return logits.astype(np.float64), labels
 
 
+@pytest.mark.slow
 def test_rte_end_to_end(tiny, tmp_path):
   sk, _ = _sk()
   rng = np.random.RandomState(0)
@@ -529,6 +531,7 @@ def test_rte_end_to_end(tiny, tmp_path):
                              atol=1e-5)
 
 
+@pytest.mark.slow
 def test_stsb_end_to_end(tiny, tmp_path):
   _, stats = _sk()
   rng = np.random.RandomState(1)
@@ -568,6 +571,7 @@ def test_stsb_end_to_end(tiny, tmp_path):
   assert not (tmp_path / "out2").exists()
 
 
+@pytest.mark.slow
 def test_mnli_mismatched_then_diagnostic_end_to_end(tiny, tmp_path):
   """Train on MNLI, evaluate on dev_mismatched (mnli-mm), then predict the diagnostic set
   (ax) from the fine-tuned output_dir: its probabilities are the MNLI model's."""
@@ -608,6 +612,7 @@ def test_mnli_mismatched_then_diagnostic_end_to_end(tiny, tmp_path):
         do_train=True, max_seq_length=16))
 
 
+@pytest.mark.slow
 def test_custom_end_to_end_and_command_line(tiny, tmp_path):
   """The README's custom example: a header, text and label columns by name, three labels;
   test.tsv without labels."""

@@ -132,6 +132,7 @@ def _classification_data():
   return tf.data.Dataset.from_tensor_slices((f, labels)).batch(8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["default", "mirrored", "one_device"])
 def test_classifier_compile_fit_evaluate_predict(strategy):
   """compile(optimizer, SparseCategoricalCrossentropy(from_logits=True), ["accuracy"]) and
@@ -160,6 +161,7 @@ def test_classifier_compile_fit_evaluate_predict(strategy):
   np.testing.assert_allclose(accuracy, (logits.argmax(-1) == labels).mean(), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_squad_and_pretrainer_fit_with_dict_losses():
   keras.utils.set_random_seed(0)
   f = _features(batch=8, seed=4)
@@ -274,6 +276,7 @@ def _original_outputs(directory, features, use_saver):
                        "pooled_output": model.get_pooled_output()})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_saver", [True, False])
 def test_the_original_code_reads_save_pretrained(tmp_path, use_saver):
   classifier = _randomize(modeling.BertClassifier(CONFIG, 2))
@@ -376,6 +379,7 @@ def _readme_block():
   return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.slow
 def test_readme_block_runs_on_a_tiny_model(tmp_path):
   """The README's block, unchanged, in a new process, over a tiny TF1 directory named as the
   README names it (written by save_pretrained), then checks of what it wrote."""

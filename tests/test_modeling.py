@@ -343,6 +343,7 @@ print("OK")
 """
 
 
+@pytest.mark.slow
 def test_keras_file_loads_in_a_fresh_process(tmp_path):
   """model.save("x.keras") of a BertModel and a BertClassifier, keras.models.load_model in a
   new Python process: it needs `import bert_keras.modeling` first, then gives the same
@@ -465,6 +466,7 @@ print("OK")
 """
 
 
+@pytest.mark.slow
 def test_dropout_masks_differ_between_replicas():
   import subprocess
   import sys

@@ -9,6 +9,7 @@ next-sentence log-probabilities and losses, all to 1e-5 in float32, with padding
 
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import oracle
@@ -114,6 +115,7 @@ def _assert_same(ours, theirs):
   assert np.std(theirs["mlm_log_probs"]) > 0.1
 
 
+@pytest.mark.slow
 def test_original_checkpoint_loads_and_matches(tmp_path):
   features = _features()
   prefix = str(tmp_path / "bert_model.ckpt")

@@ -183,6 +183,7 @@ def _pairs(lines):
 # Differential tests against the original
 # ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_edge_cases_match_original(original, edge_vocab, do_lower_case):
   texts = EDGE_CASES + EXTRA_CASES + BAD_UTF8
@@ -195,6 +196,7 @@ def test_edge_cases_match_original(original, edge_vocab, do_lower_case):
     _assert_parity("edge cases, bert-base-uncased vocab", original, vocab, True, 128, texts)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_core_ops_only_matches_original(original, edge_vocab, do_lower_case):
   """core_ops_only=True (no tensorflow-text op: every text through the exact basic tokenizer
@@ -210,6 +212,7 @@ def test_core_ops_only_matches_original(original, edge_vocab, do_lower_case):
       np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_random_unicode_matches_original(original, edge_vocab, do_lower_case):
   texts = _random_texts(1200, seed=77 + do_lower_case)
@@ -217,6 +220,7 @@ def test_random_unicode_matches_original(original, edge_vocab, do_lower_case):
   _assert_parity("random Unicode", original, edge_vocab, do_lower_case, 20, *_pairs(texts))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_sample_text_and_books_match_original(original, cased_vocab, do_lower_case):
   vocab = shared_path(*UNCASED_VOCAB) if do_lower_case else cased_vocab
@@ -239,6 +243,7 @@ def test_glue_sentences_match_original(original, cased_vocab, do_lower_case):
                    *_glue_texts(task, columns))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_squad_questions_and_contexts_match_original(original, cased_vocab, do_lower_case):
   vocab = shared_path(*UNCASED_VOCAB) if do_lower_case else cased_vocab
@@ -266,6 +271,7 @@ NON_ASCII_EDGES = ["é" * 150, "é" * 200, "é" * 280, "é" * 151 + " x" + "é" 
                    "caf\u00e9 the", "\u00a0x\u2003the"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("do_lower_case", [True, False])
 def test_ascii_fast_path_and_vocab_quirks_match_original(original, tmp_path, do_lower_case):
   """ASCII texts take the fast path (the WordPiece op splits them), the others the TF-op
@@ -419,6 +425,7 @@ print("RESULT", json.dumps({k: v.numpy().tolist() for k, v in
 """
 
 
+@pytest.mark.slow
 def test_saved_model_loads_without_bert_keras(tmp_path, edge_vocab):
   """tf.saved_model.save of a tf.Module using the layer; loaded with tf.saved_model.load in
   a fresh process that imports only TensorFlow and tensorflow_text (for its WordPiece op),

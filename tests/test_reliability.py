@@ -142,6 +142,7 @@ with outputs.output_directory(tf.distribute.OneDeviceStrategy("/cpu:0"), sys.arg
 """
 
 
+@pytest.mark.slow
 def test_lock_of_another_process_then_of_a_killed_one(data, tmp_path, caplog):  # noqa: F811
   out = tmp_path / "out"
   holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(out)], env=ENV, text=True,
@@ -230,6 +231,7 @@ def test_failed_run_removes_the_output_dir_it_made(data, tmp_path, monkeypatch):
   assert out.is_dir() and not os.listdir(out)
 
 
+@pytest.mark.slow
 def test_command_line_output_dir_below_a_file(data, tmp_path):  # noqa: F811
   proc = subprocess.run(
       [sys.executable, str(REPO / "run_pretraining.py"), f"--input_file={data}/part-0.tfrecord",
@@ -245,6 +247,7 @@ def test_command_line_output_dir_below_a_file(data, tmp_path):  # noqa: F811
 # ----------------------------------------------------------------------------
 # 4. A truncated newest checkpoint: resume from the previous one.
 
+@pytest.mark.slow
 def test_truncated_or_incomplete_newest_checkpoint_falls_back(data, tmp_path, caplog):  # noqa: F811
   out = tmp_path / "out"
   run_pretraining.run(_options(data, out))                 # checkpoints 3 and 6
@@ -581,6 +584,7 @@ def test_other_errors_keep_their_traceback(error):
   assert file_io.file_error_text(error) is None
 
 
+@pytest.mark.slow
 def test_command_line_unreachable_input_of_pretraining_data(tmp_path):
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
@@ -595,6 +599,7 @@ def test_command_line_unreachable_input_of_pretraining_data(tmp_path):
   assert os.listdir(tmp_path) == ["vocab.txt"]
 
 
+@pytest.mark.slow
 def test_command_line_unknown_scheme_is_one_line(tmp_path):
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n")

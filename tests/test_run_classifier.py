@@ -270,6 +270,7 @@ def _readme_command(glue, vocab, out, *extra):
           "--num_train_epochs=1.0", f"--output_dir={out}", *extra]
 
 
+@pytest.mark.slow
 def test_readme_command_end_to_end(glue, vocab, tmp_path):
   out = tmp_path / "mrpc_output"
   cmd = _readme_command(glue, vocab, out, "--do_predict=true", "--save_checkpoints_steps=2")
@@ -357,6 +358,7 @@ def test_bad_input_raises_one_line_errors(glue, vocab, tmp_path):
   assert "--vocab_file" in error(vocab_file=str(tmp_path / "none.txt"))
 
 
+@pytest.mark.slow
 def test_flags_match_the_original():
   """Every flag of the original run_classifier exists with the same type and default."""
   want, got = oracle.original_and_our_flags("run_classifier", env=ENV)
@@ -378,6 +380,7 @@ print("RESULT", json.dumps({{k: str(v) for k, v in results["eval"].items()}}), f
 """
 
 
+@pytest.mark.slow
 def test_multi_worker_mirrored_two_processes(glue, vocab, tmp_path):
   """Two workers on localhost (TF_CONFIG), one replica each: the chief writes the TFRecords
   and result files in output_dir, the other writes its records in a private temporary
@@ -461,6 +464,7 @@ def test_trim_to_longest_cuts_sequence_features_only():
   assert full["input_mask"].shape == (3, 32)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accumulation", [1, 2])
 def test_trimmed_training_batches_train_the_same_model(glue, vocab, tmp_path, accumulation,
                                                        monkeypatch):

@@ -223,6 +223,7 @@ def test_progress_lines_every_log_every_steps_with_unchanged_results(data, tmp_p
                        _weights(tmp_path / "whole" / "bert_model.ckpt"), atol=0)
 
 
+@pytest.mark.slow
 def test_xla_mixed_precision_and_lamb_run(data, tmp_path):
   """--use_xla with bfloat16 and LAMB, and float16 with loss scaling, train (finite,
   changed weights) and evaluate."""
@@ -256,6 +257,7 @@ def test_bad_flags_raise_one_line_errors(data, tmp_path):
 # ----------------------------------------------------------------------------
 # Subprocesses.
 
+@pytest.mark.slow
 def test_original_readme_command_line(data, tmp_path):
   """The README's pre-training command (tiny values), unchanged flags, as a script."""
   out = tmp_path / "pretraining_output"
@@ -305,6 +307,7 @@ def test_original_readme_command_line(data, tmp_path):
   assert "error: --bert_config_file" in proc.stderr
 
 
+@pytest.mark.slow
 def test_flags_match_the_original():
   """Every flag of the original run_pretraining exists with the same type and default."""
   want, got = oracle.original_and_our_flags("run_pretraining", env=ENV)
@@ -331,6 +334,7 @@ for name, (devices, accum) in runs.items():
 """
 
 
+@pytest.mark.slow
 def test_mirrored_two_replicas_equals_one_device(data, tmp_path):
   """MirroredStrategy on 2 logical CPUs (with and without accumulation) ends with the
   weights of one device for the same global batch (dropout 0; clipping active)."""
@@ -368,6 +372,7 @@ print("RESULT", json.dumps(dict(results, weights_sha256=digest)), flush=True)
 """
 
 
+@pytest.mark.slow
 def test_multi_worker_mirrored_two_processes(data, tmp_path):
   """Two workers on localhost (TF_CONFIG), one replica each: both finish with bitwise
   identical weights and the same eval results; each reads its own file shard; only the
@@ -384,6 +389,7 @@ def test_multi_worker_mirrored_two_processes(data, tmp_path):
   assert not list(out.glob("workertemp_*"))
 
 
+@pytest.mark.slow
 def test_sigkill_and_restart_resumes_exactly(data, tmp_path):
   """A run killed with SIGKILL mid-training and restarted with the same command resumes
   from its last checkpoint (model, optimizer, step, dropout RNG state, input position)

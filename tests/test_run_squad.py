@@ -579,6 +579,7 @@ def _stand_in_estimator(monkeypatch):
       tpu=types.SimpleNamespace(TPUEstimatorSpec=lambda **spec: spec)), raising=False)
 
 
+@pytest.mark.slow
 def test_loss_matches_the_original_model_fn(tmp_path, monkeypatch):
   """The original model_fn in TRAIN mode (dropout 0, warm-started from our checkpoint):
   its total_loss equals the batch mean of modeling.squad_loss. tf.estimator is gone from
@@ -713,6 +714,7 @@ def _our_state(trainer, names):
   return state
 
 
+@pytest.mark.slow
 def test_training_matches_the_original_model_fn(tmp_path, monkeypatch):
   """Differential training: run_squad's own path (training.build_trainer with SquadTask and
   optimization.create_optimizer, training.fine_tune over run_squad's TFRecords, warm-started
@@ -872,6 +874,7 @@ def test_squad_model_config_round_trip_and_head():
 # ----------------------------------------------------------------------------
 # The command line.
 
+@pytest.mark.slow
 def test_flags_match_the_original():
   """Every flag of the original run_squad exists with the same type and default."""
   want, got = oracle.original_and_our_flags("run_squad", env=ENV)
@@ -910,6 +913,7 @@ def _ids(path):
   return [qa["id"] for a in data["data"] for p in a["paragraphs"] for qa in p["qas"]]
 
 
+@pytest.mark.slow
 def test_train_and_predict_end_to_end(orig, tokenizers, squad_run, vocab, tmp_path):
   """The README's SQuAD 2.0 command with a tiny model, then SQuAD 1.1 prediction from that
   checkpoint (--init_checkpoint = the first output_dir)."""
@@ -993,6 +997,7 @@ def test_train_and_predict_end_to_end(orig, tokenizers, squad_run, vocab, tmp_pa
   assert not list(out1.glob("model.ckpt*"))
 
 
+@pytest.mark.slow
 def test_bad_input_on_the_command_line(squad_run, vocab, tmp_path):
   """One line "error: ...", a non-zero exit, no traceback and no output written."""
   good = squad_run / "train.json"

@@ -312,6 +312,7 @@ def test_bad_input_raises_one_line_errors(tiny, vocab, tmp_path):
   assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_bad_input_on_the_command_line(tiny, vocab, tmp_path):
   bad = tmp_path / "bad.json"
   bad.write_text(_squad([{"question": "?", "answers": []}]), encoding="utf-8")

@@ -130,6 +130,7 @@ def real_mrpc(tmp_path_factory):
   return str(data_dir)
 
 
+@pytest.mark.slow
 def test_real_tfds_mrpc_equals_glue_tsvs(real_mrpc, tmp_path):
   """TFDS builds MRPC from msr_paraphrase_*.txt (not GLUE's TSVs), stores it shuffled: read
   back (not mocked), the same examples, guids, labels and order as MrpcProcessor on GLUE's
@@ -153,6 +154,7 @@ def test_real_tfds_mrpc_equals_glue_tsvs(real_mrpc, tmp_path):
   assert {e.label for e in reader.get_dev_examples()} == {"0", "1"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config,task,directory", [("cola", "cola", "CoLA"),
                                                    ("sst2", None, "SST-2"),
                                                    ("wnli", None, "WNLI")])
@@ -453,6 +455,7 @@ def test_not_prepared_is_a_one_line_error_and_never_downloads(tmp_path, monkeypa
   assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_command_line_not_prepared(tmp_path):
   vocab = str(shared_path("data", "vocab", "bert-base-uncased-vocab.txt"))
   (tmp_path / "bert_config.json").write_text(modeling.BertConfig(**TINY).to_json_string())

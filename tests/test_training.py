@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 _SCRIPT = """
 import numpy as np, tensorflow as tf
@@ -54,6 +56,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_inference_on_two_replicas_equals_one_device(tmp_path):
   """13 rows in batches of 5 (odd, and a short last batch) on 2 mirrored replicas: every
   row comes back once, in order, with the outputs of a plain call (nested outputs too)."""
