@@ -482,8 +482,11 @@ class CustomProcessor(DataProcessor):
   "none": single sentences) and label_column (None: "label") pick the columns by name, in
   each file's own header. Labels: `labels` (a list, e.g. from --labels=a,b,c) or the sorted
   distinct values of train.tsv's label column. test.tsv may lack the label column (its
-  examples then get the first label as a dummy). A missing column or a row with fewer fields
-  than the header is a ValueError naming the file (and line). Guids "<set_type>-<line - 1>".
+  examples then get the first label as a dummy, as do its rows with an empty label). A
+  missing column, a row with fewer or more fields than the header, an empty label in
+  train.tsv or dev.tsv, or a train.tsv with fewer than two distinct labels is a ValueError
+  naming the file (and line); a label with surrounding spaces is stripped, with a warning
+  naming the lines. Guids "<set_type>-<line - 1>".
   """
 
   def __init__(self, data_dir, text_a_column=None, text_b_column=None, label_column=None,
@@ -499,7 +502,14 @@ class CustomProcessor(DataProcessor):
       if not tf.io.gfile.exists(path):
         raise ValueError(f"--data_dir: no such file {path} (--task_name=custom reads its "
                          "labels from it; or give --labels)")
-      self._labels = sorted({e.label for e in self.get_train_examples(self.data_dir)})
+      labels = sorted({e.label for e in self.get_train_examples(self.data_dir)})
+      if len(labels) < 2:
+        raise ValueError(
+            f"--data_dir: {path}: its {self.label_column} column holds "
+            f"{len(labels)} distinct label{'' if len(labels) == 1 else 's'} "
+            f"({errors.error_line(', '.join(map(repr, labels)), 200)}); a classifier needs "
+            "at least two (give --labels to name the others)")
+      self._labels = labels
     return self._labels
 
   def get_train_examples(self, data_dir):
@@ -518,14 +528,31 @@ class CustomProcessor(DataProcessor):
       raise ValueError(f"--data_dir: {path} is empty (--task_name=custom needs a header line)")
     a, b, label = self._columns(lines[0], set_type == "test")
     examples = []
+    padded = []  # lines whose label had surrounding spaces (stripped)
     for (i, line) in enumerate(lines[1:], 1):
-      if len(line) < len(lines[0]):
+      if len(line) != len(lines[0]):
         raise ValueError(f"--data_dir: {line.path}, line {line.line_number}: {len(line)} "
-                         f"tab-separated fields, the header has {len(lines[0])}")
+                         f"tab-separated fields, the header has {len(lines[0])}"
+                         + (" (a tab inside a text?)" if len(line) > len(lines[0]) else ""))
+      value = None if label is None else _u(line[label])
+      if value is not None and value.strip() != value:
+        padded.append(line.line_number)
+        value = value.strip()
+      if value == "":
+        if set_type == "test":
+          value = None  # an unlabelled test row: the dummy label
+        else:
+          raise ValueError(f"--data_dir: {line.path}, line {line.line_number}: empty label "
+                           f"(column {self.label_column})")
       examples.append(InputExample(
           guid="%s-%s" % (set_type, i), text_a=_u(line[a]),
           text_b=None if b is None else _u(line[b]),
-          label=self.get_labels()[0] if label is None else _u(line[label])))
+          label=self.get_labels()[0] if value is None else value))
+    if padded:
+      logging.warning("%s: %d label%s with surrounding spaces stripped (line%s %s)", path,
+                      len(padded), "s" if len(padded) > 1 else "",
+                      "s" if len(padded) > 1 else "",
+                      ", ".join(map(str, padded[:5])) + (", ..." if len(padded) > 5 else ""))
     return examples
 
   def _columns(self, header, test):
@@ -573,6 +600,8 @@ def get_processor(options):
       labels = [label.strip() for label in options.labels.split(",")]
       if len(set(labels)) != len(labels) or "" in labels:
         raise ValueError(f"--labels={options.labels}: labels must be distinct and non-empty")
+      if len(labels) < 2:
+        raise ValueError(f"--labels={options.labels}: a classifier needs at least two labels")
     return CustomProcessor(options.data_dir, options.text_a_column, options.text_b_column,
                            options.label_column, labels)
   if name not in PROCESSORS:
@@ -872,6 +901,11 @@ def run(options, strategy=None):
   else:
     processor = get_processor(options)
   label_list = processor.get_labels()
+  if label_list is None:
+    logging.info("Labels: none (a regression task)")
+  else:
+    logging.info("Labels (%d): %s", len(label_list),
+                 errors.error_line(", ".join(map(repr, label_list))))
   task = ClassifierTask(processor.is_regression, processor.metric_name)
   tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
                                          do_lower_case=options.do_lower_case)

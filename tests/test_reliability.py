@@ -2,7 +2,9 @@
 (a lock naming the holder's pid), --output_dir below a file or on a file system TensorFlow
 cannot reach as one-line errors, resume from the previous checkpoint when the newest is
 truncated, the config compared with the checkpoint's shapes and with the memory before any
-model is built, TSV fields over the csv module's 128 KiB limit.
+model is built, TSV fields over the csv module's 128 KiB limit. Issue 26 (third pass): custom
+task labels, crafted weight files, token ids past the vocab, serving batch sizes,
+evaluate_squad, long vocab entries, export locks, create_vocab / run_squad / warmup leftovers.
 
 The run_pretraining runs reuse test_run_pretraining's tiny setup (2 layers, hidden 32)."""
 
@@ -669,3 +671,44 @@ def test_extract_features_output_below_a_file_before_the_model(data, tmp_path,  
         init_checkpoint=str(data / "init" / "bert_model.ckpt")))
   assert str(info.value) == (f"--output_file {output}: its directory {text}/sub is, or is "
                              "below, a file")
+
+
+# ----------------------------------------------------------------------------
+# Issue 26, third pass.
+# 1. --task_name=custom: no silently wrong label set.
+
+def _custom(tmp_path, train, labels=None):
+  data_dir = tmp_path / "custom"
+  data_dir.mkdir(exist_ok=True)
+  (data_dir / "train.tsv").write_text(train, encoding="utf-8")
+  return run_classifier.CustomProcessor(str(data_dir), labels=labels), data_dir / "train.tsv"
+
+
+@pytest.mark.parametrize("train, expected", [
+    ("sentence\tlabel\na b\tx\nc\ty\textra\n", "line 3: 3 tab-separated fields, the header has 2"),
+    ("sentence\tlabel\na b\tx\nc\t\n", "line 3: empty label (column label)"),
+    ("sentence\tlabel\na b\tx\nc\t  \n", "line 3: empty label (column label)"),
+    ("sentence\tlabel\na b\tx\nc\tx\n", "its label column holds 1 distinct label ('x'); a "
+     "classifier needs at least two"),
+])
+def test_custom_task_labels_that_would_train_a_wrong_model(tmp_path, train, expected):
+  processor, path = _custom(tmp_path, train)
+  with pytest.raises(ValueError) as info:
+    processor.get_labels()
+  assert str(info.value).startswith(f"--data_dir: {path}")
+  assert expected in str(info.value)
+
+
+def test_custom_task_labels_with_spaces_are_stripped_with_a_warning(tmp_path, caplog):
+  processor, path = _custom(tmp_path, "sentence\tlabel\na\tx\nb\t y \nc\ty\n")
+  assert processor.get_labels() == ["x", "y"]
+  assert f"{path}: 1 label with surrounding spaces stripped (line 3)" in caplog.text
+  # test.tsv: an empty label is an unlabelled row (the dummy label).
+  (path.parent / "test.tsv").write_text("sentence\tlabel\nd\t\n")
+  assert [e.label for e in processor.get_test_examples(str(path.parent))] == ["x"]
+
+
+def test_custom_task_needs_two_labels_from_the_flag():
+  with pytest.raises(ValueError, match="--labels=only: a classifier needs at least two"):
+    run_classifier.get_processor(run_classifier.options(task_name="custom", labels="only",
+                                                        data_dir="x"))
