@@ -259,9 +259,7 @@ def checkpoint_shapes(path):
     return {k: tuple(v) for k, v in shapes.items()}
   if resolved.endswith(".safetensors"):
     return _safetensors_shapes(resolved)
-  return {name: tuple(spec.size or ()) for name, spec in
-          _read_pytorch_state(resolved, read_storages=False).items()
-          if isinstance(spec, _TensorSpec)}
+  return _read_pytorch_state(resolved, read_storages=False)
 
 
 _CONFIG_SHAPES = (  # (config field, key pattern, axis of the field in that variable's shape)
@@ -496,55 +494,67 @@ _MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit on the JSON 
 def read_safetensors(path):
   """{name: np.ndarray} from a .safetensors file (8-byte header length, JSON header, data).
 
-  The header is checked before any tensor is made: every tensor's byte range lies inside the
-  file's data and holds exactly its shape's elements of its dtype; CheckpointError otherwise.
+  The header is read first (at most the format's 100 MB) and checked before any tensor data
+  is read: every tensor's byte range lies inside the file's data and holds exactly its
+  shape's elements of its dtype; CheckpointError otherwise. Then only the data bytes the
+  declared tensors span are read.
   """
   with tf.io.gfile.GFile(path, "rb") as f:
-    data = f.read()
-  if len(data) < 8:
-    raise CheckpointError("%s: not a safetensors file (%d bytes)" % (path, len(data)))
-  (header_len,) = struct.unpack("<Q", data[:8])
-  if header_len > min(len(data) - 8, _MAX_HEADER_BYTES):
+    header = _safetensors_header(path, f)
+    body_size = tf.io.gfile.stat(path).length - 8 - header["__length__"]
+    entries = {name: info for name, info in header.items() if name not in _HEADER_KEYS}
+    spans = [_safetensors_span(path, name, info, body_size) for name, info in entries.items()]
+    end = max((stop for _, stop in spans), default=0)
+    data = f.read(end)
+  if len(data) != end:
+    raise CheckpointError("%s: the file ends before its tensors' data (%d of %d bytes)"
+                          % (path, len(data), end))
+  body = memoryview(data)
+  return {name: _safetensors_array(path, name, info, body) for name, info in entries.items()}
+
+
+_HEADER_KEYS = ("__metadata__", "__length__")
+
+
+def _safetensors_header(path, f):
+  """The JSON header of an open .safetensors file (with "__length__": its byte length); the
+  file is left at the start of the data."""
+  head = f.read(8)
+  if len(head) < 8:
+    raise CheckpointError("%s: not a safetensors file (%d bytes)" % (path, len(head)))
+  (header_len,) = struct.unpack("<Q", head)
+  if header_len > _MAX_HEADER_BYTES:
+    raise CheckpointError("%s: header length %d exceeds the file or the format's limit of "
+                          "%d bytes" % (path, header_len, _MAX_HEADER_BYTES))
+  raw = f.read(header_len)
+  if len(raw) != header_len:
     raise CheckpointError("%s: header length %d exceeds the file" % (path, header_len))
   try:
-    header = json.loads(data[8:8 + header_len])
+    header = json.loads(raw)
   except ValueError as e:
-    raise CheckpointError("%s: unreadable safetensors header: %s" % (path, e)) from None
+    raise CheckpointError("%s: unreadable safetensors header: %s"
+                          % (path, str(e)[:200])) from None
   if not isinstance(header, dict):
     raise CheckpointError("%s: the safetensors header is not a JSON object" % path)
-  body = memoryview(data)[8 + header_len:]
-  tensors = {}
-  for name, info in header.items():
-    if name != "__metadata__":
-      tensors[name] = _safetensors_array(path, name, info, body)
-  return tensors
+  header["__length__"] = header_len
+  return header
 
 
 def _safetensors_shapes(path):
   """{name: shape} from a .safetensors file's header alone."""
   with tf.io.gfile.GFile(path, "rb") as f:
-    head = f.read(8)
-    if len(head) < 8:
-      raise CheckpointError("%s: not a safetensors file (%d bytes)" % (path, len(head)))
-    (header_len,) = struct.unpack("<Q", head)
-    if header_len > _MAX_HEADER_BYTES:
-      raise CheckpointError("%s: header length %d exceeds the limit" % (path, header_len))
-    raw = f.read(header_len)
-  try:
-    header = json.loads(raw)
-  except ValueError as e:
-    raise CheckpointError("%s: unreadable safetensors header: %s" % (path, e)) from None
-  if not isinstance(header, dict):
-    raise CheckpointError("%s: the safetensors header is not a JSON object" % path)
+    header = _safetensors_header(path, f)
   shapes = {}
   for name, info in header.items():
     shape = info.get("shape") if isinstance(info, dict) else None
-    if name != "__metadata__" and isinstance(shape, list) and all(map(_is_count, shape)):
+    if name not in _HEADER_KEYS and isinstance(shape, list) and all(map(_is_count, shape)):
       shapes[name] = tuple(shape)
   return shapes
 
 
-def _safetensors_array(path, name, info, body):
+def _safetensors_span(path, name, info, body_size):
+  """(start, stop) of a header entry's data, checked against its dtype and shape and the
+  file's `body_size` data bytes."""
   def bad(what):
     return CheckpointError("%s: tensor %s: %s" % (path, name, what))
   if not isinstance(info, dict):
@@ -555,14 +565,21 @@ def _safetensors_array(path, name, info, body):
   if not (isinstance(shape, list) and all(_is_count(d) for d in shape)):
     raise bad("shape %r is not a list of non-negative integers" % (shape,))
   if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_count, offsets))
-          and offsets[0] <= offsets[1] <= len(body)):
+          and offsets[0] <= offsets[1] <= body_size):
     raise bad("data_offsets %r are not a range inside the file's %d data bytes"
-              % (offsets, len(body)))
+              % (offsets, body_size))
   itemsize = 2 if dtype == "BF16" else np.dtype(_SAFETENSORS_DTYPES[dtype]).itemsize
   if offsets[1] - offsets[0] != math.prod(shape) * itemsize:
     raise bad("shape %s of %s needs %d bytes, its data_offsets span %d"
               % (shape, dtype, math.prod(shape) * itemsize, offsets[1] - offsets[0]))
-  raw = body[offsets[0]:offsets[1]]
+  return offsets[0], offsets[1]
+
+
+def _safetensors_array(path, name, info, body):
+  """The array of a header entry that _safetensors_span checked."""
+  dtype, shape = info["dtype"], info["shape"]
+  start, stop = info["data_offsets"]
+  raw = body[start:stop]
   if dtype == "BF16":
     return _bf16_to_f32(raw).reshape(shape)
   return np.frombuffer(raw, _SAFETENSORS_DTYPES[dtype]).reshape(shape)
@@ -597,15 +614,16 @@ def _rebuild_parameter(data, *unused):
   return data
 
 
-def _tensor_from_spec(path, name, spec):
-  """The array a _TensorSpec describes; CheckpointError naming the tensor if its offset,
-  sizes or strides are not integers of a view inside its storage (a crafted file could
-  otherwise read process memory past the storage, or allocate without limit)."""
+def _spec_extent(path, name, spec):
+  """The number of elements of its storage that the _TensorSpec `spec` reads (0 for an empty
+  tensor); CheckpointError naming the tensor if its offset, sizes or strides are not
+  integers of a view inside its storage's declared length (a crafted file could otherwise read
+  process memory past the storage, or allocate without limit)."""
   def bad(what):
     return CheckpointError("%s: tensor %s: %s" % (path, name, what))
   storage, offset = spec.storage, spec.offset
   size, stride = tuple(spec.size or ()), tuple(spec.stride or ())
-  if not isinstance(storage, np.ndarray) or storage.ndim != 1:
+  if not isinstance(storage, _StorageRef):
     raise bad("its storage is not a storage of the archive")
   if not (_is_count(offset) and all(map(_is_count, size)) and all(map(_is_count, stride))):
     raise bad("offset %r, size %r, stride %r are not non-negative integers"
@@ -613,15 +631,57 @@ def _tensor_from_spec(path, name, spec):
   if len(size) != len(stride):
     raise bad("size %s and stride %s differ in rank" % (size, stride))
   count = math.prod(size)
-  last = offset + sum((n - 1) * step for n, step in zip(size, stride))
-  if count and (last >= len(storage) or count > len(storage)):
-    raise bad("size %s with stride %s at offset %d needs elements past its storage of %d"
-              % (size, stride, offset, len(storage)))
   if count == 0:
-    return np.zeros(size, storage.dtype)
-  itemsize = storage.itemsize
+    return 0
+  last = offset + sum((n - 1) * step for n, step in zip(size, stride))
+  if last >= storage.length or count > storage.length:
+    raise bad("size %s with stride %s at offset %d needs elements past its storage of %d"
+              % (size, stride, offset, storage.length))
+  return last + 1
+
+
+def _tensor_from_spec(spec):
+  """The array of a _TensorSpec whose extent _spec_extent checked and whose storage is read."""
+  size, stride = tuple(spec.size or ()), tuple(spec.stride or ())
+  array = spec.storage.array
+  if math.prod(size) == 0:
+    return np.zeros(size, array.dtype)
   return np.lib.stride_tricks.as_strided(
-      storage[offset:], shape=size, strides=tuple(n * itemsize for n in stride)).copy()
+      array[spec.offset:], shape=size,
+      strides=tuple(n * array.itemsize for n in stride)).copy()
+
+
+class _StorageRef(object):
+  """A storage of the archive, not yet read: its member, element type and declared length."""
+
+  def __init__(self, key, dtype, info):
+    self.key, self.dtype, self.info = key, dtype, info
+    self.itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype or np.uint8).itemsize
+    self.length = info.file_size // self.itemsize
+    self.array = None
+
+  def read(self, archive, path, elements):
+    """Reads (inflates) only the first `elements` elements of the member: the most the
+    tensors over it use, so what is inflated is bounded by the declared tensors."""
+    raw = read_archive_member(archive, self.info, elements * self.itemsize, path)
+    if self.dtype == "bfloat16":
+      self.array = _bf16_to_f32(raw)
+    else:
+      self.array = np.frombuffer(raw, self.dtype or np.uint8)
+
+
+def read_archive_member(archive, info, limit, path):
+  """At most `limit` bytes of zip member `info`, its declared size checked before anything is
+  inflated (zipfile then inflates no more than it declares, and we read no more than `limit`);
+  reading less than the whole member reads only its first `limit` bytes. CheckpointError when
+  the member is shorter than `limit` bytes would need."""
+  want = min(limit, info.file_size)
+  with archive.open(info) as f:
+    raw = f.read(want)
+  if len(raw) != want:
+    raise CheckpointError("%s: archive member %s holds %d bytes, it declares %d"
+                          % (path, info.filename, len(raw), info.file_size))
+  return raw
 
 
 class _StorageType(object):
@@ -638,10 +698,10 @@ class _RestrictedUnpickler(pickle.Unpickler):
   """Unpickles a torch state dict into _TensorSpecs over NumPy storages, refusing every other
   global."""
 
-  def __init__(self, file, archive, root, path, read_storages=True):
+  def __init__(self, file, archive, root, path):
     super().__init__(file)
     self._archive, self._root, self._path = archive, root, path
-    self._read_storages = read_storages
+    self._storages = {}
 
   def _refuse(self, what):
     return UnsafeCheckpointError("%s: %s" % (self._path, what))
@@ -677,58 +737,76 @@ class _RestrictedUnpickler(pickle.Unpickler):
     if info.file_size > 64 * info.compress_size + (1 << 20):
       raise self._refuse("storage %r expands %d bytes to %d: refused"
                          % (key, info.compress_size, info.file_size))
-    if not self._read_storages:
-      return np.zeros(0, np.uint8)
-    raw = self._archive.read(info)
-    itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype or np.uint8).itemsize
-    if len(raw) % itemsize:
-      raise self._refuse("storage %r: %d bytes is not a whole number of %d-byte elements"
-                         % (key, len(raw), itemsize))
-    if dtype == "bfloat16":
-      return _bf16_to_f32(raw)
-    return np.frombuffer(raw, dtype or np.uint8)
+    if key not in self._storages:
+      storage = _StorageRef(key, dtype, info)
+      if info.file_size % storage.itemsize:
+        raise self._refuse("storage %r: %d bytes is not a whole number of %d-byte elements"
+                           % (key, info.file_size, storage.itemsize))
+      self._storages[key] = storage
+    return self._storages[key]
 
 
 def read_pytorch_bin(path):
-  """{name: np.ndarray} from a torch.save zip file, without executing pickled code."""
-  state = _read_pytorch_state(path)
-  return {name: _tensor_from_spec(path, name, value) for name, value in state.items()
-          if isinstance(value, _TensorSpec)}
+  """{name: np.ndarray} from a torch.save zip file, without executing pickled code. Every
+  archive member is read with a limit set before it is inflated: the pickle at most
+  MAX_PICKLE_BYTES, a storage only the elements its tensors' declared shapes use."""
+  return _read_pytorch_state(path)
 
 
 def _read_pytorch_state(path, read_storages=True):
-  """The unpickled state dict of a torch.save zip file: {name: _TensorSpec, ...}; without
-  read_storages, the storages are empty stand-ins and only the pickle is read (the specs'
-  sizes are the shapes)."""
-  with tf.io.gfile.GFile(path, "rb") as f:
-    data = f.read() if read_storages else None
+  """read_storages: {name: np.ndarray} of a torch.save zip file; without, {name: shape
+  tuple} from its pickle alone (no storage is read)."""
+  with file_io.open_read(path) as f:
     try:
-      return _unpickle_state(path, io.BytesIO(data) if read_storages else f, read_storages)
+      return _unpickle_state(path, f, read_storages)
     except zipfile.BadZipFile:
       raise CheckpointError("%s: legacy (non-zip) torch format is not supported; re-save it "
                             "with a recent torch or convert it to model.safetensors"
                             % path) from None
 
 
+MAX_PICKLE_BYTES = 64 << 20  # a BERT state dict's pickle is a few hundred KB
+
+
 def _unpickle_state(path, file, read_storages):
-  if not zipfile.is_zipfile(file):
+  try:
+    is_zip = zipfile.is_zipfile(file)
+  except Exception:  # a remote file shorter than the zip trailer it seeks to
+    is_zip = False
+  if not is_zip:
     raise zipfile.BadZipFile(path)
   try:
     with zipfile.ZipFile(file) as archive:
-      pickles = [n for n in archive.namelist() if n.endswith("/data.pkl")]
+      pickles = [info for info in archive.infolist() if info.filename.endswith("/data.pkl")]
       if len(pickles) != 1:
         raise CheckpointError("%s: expected one data.pkl in the archive" % path)
-      root = pickles[0][:-len("/data.pkl")]
-      state = _RestrictedUnpickler(io.BytesIO(archive.read(pickles[0])), archive, root,
-                                   path, read_storages).load()
+      if pickles[0].file_size > MAX_PICKLE_BYTES:
+        raise UnsafeCheckpointError(
+            "%s: its pickle %s declares %d bytes (%d compressed), more than a state dict's "
+            "limit of %d: refused" % (path, pickles[0].filename, pickles[0].file_size,
+                                      pickles[0].compress_size, MAX_PICKLE_BYTES))
+      root = pickles[0].filename[:-len("/data.pkl")]
+      raw = read_archive_member(archive, pickles[0], MAX_PICKLE_BYTES, path)
+      state = _RestrictedUnpickler(io.BytesIO(raw), archive, root, path).load()
+      if not isinstance(state, dict):
+        raise CheckpointError("%s: expected a state dict, got %s"
+                              % (path, type(state).__name__))
+      specs = {name: spec for name, spec in state.items() if isinstance(spec, _TensorSpec)}
+      if not read_storages:
+        return {name: tuple(spec.size or ()) for name, spec in specs.items()}
+      need = {}
+      for name, spec in specs.items():
+        extent = _spec_extent(path, name, spec)
+        need[id(spec.storage)] = max(need.get(id(spec.storage), 0), extent)
+      for spec in specs.values():
+        if spec.storage.array is None:
+          spec.storage.read(archive, path, need[id(spec.storage)])
+      return {name: _tensor_from_spec(spec) for name, spec in specs.items()}
   except CheckpointError:
     raise
   except Exception as e:  # a damaged archive or pickle
     raise CheckpointError("%s: unreadable torch archive: %s: %s"
-                          % (path, type(e).__name__, e)) from None
-  if not isinstance(state, dict):
-    raise CheckpointError("%s: expected a state dict, got %s" % (path, type(state).__name__))
-  return state
+                          % (path, type(e).__name__, str(e)[:300])) from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -761,18 +839,24 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
                           True unless the vocabulary has upper-case words; None without one
     model.load_result     load_checkpoint's LoadResult
   Problems (no checkpoint or config, unknown task, a config that does not fit the
-  checkpoint) are ValueErrors naming the file, raised before the model is built where
-  possible.
+  checkpoint's shapes: check_config_matches) are ValueErrors naming the file, raised before
+  the model is built (a wrong config must not first allocate gigabytes).
   """
   path = os.fspath(path)
   if task not in _TASKS:
     raise ValueError("task must be one of %s, got %r" % (", ".join(_TASKS), task))
   kind, resolved = _resolve_checkpoint(path)
   directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
-  config = modeling.BertConfig.from_json_file(
-      bert_config_file or _config_file_in(directory, path))
+  config_file = bert_config_file or _config_file_in(directory, path)
+  config = modeling.BertConfig.from_json_file(config_file)
+  shapes = checkpoint_shapes(resolved)  # headers and pickles only: no tensor is read
+  try:
+    check_config_matches(config, shapes)
+  except CheckpointError as e:
+    raise CheckpointError("%s does not fit the checkpoint %s: %s"
+                          % (config_file, resolved, e)) from None
   if task == "classifier" and num_labels is None:
-    num_labels = _classifier_rows(kind, resolved)
+    num_labels = _classifier_rows(shapes, resolved)
   model = (_TASKS[task](config, num_labels, **model_kwargs) if task == "classifier"
            else _TASKS[task](config, **model_kwargs))
   result = load_checkpoint(model, resolved)
@@ -793,14 +877,11 @@ def _config_file_in(directory, path):
                    "bert_config_file" % path)
 
 
-def _classifier_rows(kind, resolved):
-  """num_labels of the checkpoint's classifier head (output_weights [num_labels, H])."""
-  if kind == "huggingface":
-    shapes = {k: v.shape for k, v in _read_hf_weights(resolved).items()}
-    names = ("classifier.weight",)
-  else:
-    shapes = tf.train.load_checkpoint(resolved).get_variable_to_shape_map()
-    names = ("output_weights", "model_variables/output_weights/.ATTRIBUTES/VARIABLE_VALUE")
+def _classifier_rows(shapes, resolved):
+  """num_labels of the checkpoint's classifier head (output_weights [num_labels, H]), from its
+  checkpoint_shapes."""
+  names = ("classifier.weight", "output_weights",
+           "model_variables/output_weights/.ATTRIBUTES/VARIABLE_VALUE")
   for name in names:
     if name in shapes and len(shapes[name]) == 2:
       return int(shapes[name][0])

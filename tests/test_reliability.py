@@ -712,3 +712,67 @@ def test_custom_task_needs_two_labels_from_the_flag():
   with pytest.raises(ValueError, match="--labels=only: a classifier needs at least two"):
     run_classifier.get_processor(run_classifier.options(task_name="custom", labels="only",
                                                         data_dir="x"))
+
+
+# ----------------------------------------------------------------------------
+# 2. Untrusted weights: every archive read bounded before it inflates; the config checked
+#    against the checkpoint before load_model builds a model.
+
+def _peak_bytes(function):
+  """Python's peak allocation while function() runs (raises what it raises)."""
+  import tracemalloc
+  tracemalloc.start()
+  try:
+    function()
+  finally:
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+  return peak
+
+
+def test_pickle_bomb_is_refused_before_it_inflates(tmp_path):
+  import zipfile
+  path = tmp_path / "pytorch_model.bin"
+  with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+    with archive.open("archive/data.pkl", "w", force_zip64=True) as member:
+      chunk = b"\0" * (1 << 20)
+      for _ in range(checkpoints.MAX_PICKLE_BYTES // len(chunk) + 8):
+        member.write(chunk)
+  assert path.stat().st_size < 1 << 20                     # 72 MiB of pickle in under 1 MB
+  for read in (checkpoints.read_pytorch_bin, checkpoints.checkpoint_shapes):
+    def call():
+      with pytest.raises(checkpoints.CheckpointError,
+                         match=r"its pickle archive/data.pkl declares \d+ bytes .*limit"):
+        read(str(path))
+    assert _peak_bytes(call) < 8 << 20
+
+
+def test_storage_read_only_as_far_as_its_tensors(write_bin):  # noqa: F811
+  big = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)  # 4 MiB
+  path = write_bin({"w": _Tensor(_Storage("0", big), 2, [2, 2], [2, 1])})
+  del big
+  peak = _peak_bytes(lambda: np.testing.assert_array_equal(
+      checkpoints.read_pytorch_bin(path)["w"],
+      np.random.default_rng(0).standard_normal(6).astype(np.float32)[2:].reshape(2, 2)))
+  assert peak < 1 << 20
+
+
+def test_safetensors_reads_only_its_tensors_bytes(tmp_path):
+  header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+  path = tmp_path / "model.safetensors"
+  path.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 8 + b"\1" * (4 << 20))
+  peak = _peak_bytes(lambda: checkpoints.read_safetensors(str(path)))
+  assert peak < 1 << 20
+
+
+def test_load_model_checks_the_config_before_building(data, tmp_path, monkeypatch):  # noqa: F811
+  def build(*args, **kwargs):
+    raise AssertionError("a model was built")
+  monkeypatch.setattr(checkpoints, "_TASKS", {"encoder": build, "classifier": build})
+  config = _config_file(tmp_path, hidden_size=16384, num_attention_heads=16)
+  prefix = str(data / "init" / "bert_model.ckpt")
+  for task in ("encoder", "classifier"):
+    with pytest.raises(checkpoints.CheckpointError) as info:
+      checkpoints.load_model(prefix, task=task, bert_config_file=str(config))
+    assert str(info.value) == (f"{config} does not fit the checkpoint {prefix}: hidden_size "
+                               "16384 in the config, 32 in the checkpoint")
