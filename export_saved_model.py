@@ -144,10 +144,7 @@ def run(options):
   preprocessor = preprocessing.BertPreprocessor(
       options.vocab_file, options.do_lower_case, options.max_seq_length,
       core_ops_only=not options.tensorflow_text_ops)
-  vocab_size = len(preprocessor.vocabulary)
-  if vocab_size > config.vocab_size:
-    raise ValueError(f"--vocab_file {options.vocab_file} has ids up to {vocab_size - 1}, "
-                     f"beyond the model's vocab_size {config.vocab_size}")
+  run_checks.check_vocab_fits(config, len(preprocessor.vocabulary), options)
   model = build_model(options.task, config, labels)
   head = _head(model)
   initial = [w.numpy() for w in head.weights] if head is not None else []

@@ -280,6 +280,7 @@ def run(options, strategy=None):
                                          do_lower_case=options.do_lower_case)
   tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
                            required=("[UNK]", "[CLS]", "[SEP]"))
+  run_checks.check_vocab_fits(config, tokenizer.vocab, options)
   if tf.io.gfile.isdir(options.output_file):
     raise ValueError(f"--output_file {options.output_file}: is a directory")
   if os.path.dirname(options.output_file):  # not below a regular file (before the model)

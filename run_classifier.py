@@ -911,6 +911,7 @@ def run(options, strategy=None):
                                          do_lower_case=options.do_lower_case)
   tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
                            required=("[UNK]", "[CLS]", "[SEP]"))
+  run_checks.check_vocab_fits(config, tokenizer.vocab, options)
   if options.tfds_name:
     processor = tfds_input.GlueReader(options.tfds_name, options.tfds_data_dir, processor,
                                       task_name)

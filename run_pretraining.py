@@ -224,6 +224,9 @@ def _train_evaluate(options, config, input_files, strategy):
   per_replica_eval = input_pipeline.per_replica_batch_size(
       options.eval_batch_size, strategy, 1, "--eval_batch_size")
   decode = decode_fn(options.max_seq_length, options.max_predictions_per_seq)
+  id_check = input_pipeline.IdCheck(config.vocab_size, ("input_ids", "masked_lm_ids"),
+                                    f"--bert_config_file {options.bert_config_file}",
+                                    "--input_file")
   trainer = training.build_trainer(options, strategy, lambda: modeling.BertPretrainer(config),
                                    PretrainingTask(), options.num_train_steps,
                                    options.num_warmup_steps)
@@ -232,7 +235,7 @@ def _train_evaluate(options, config, input_files, strategy):
     def train_dataset(input_context, skip_records):
       return input_pipeline.training_dataset(input_files, decode, per_replica_train,
                                              input_context, seed=options.seed,
-                                             skip_records=skip_records)
+                                             skip_records=skip_records, id_check=id_check)
 
     _train(options, config, trainer, train_dataset)
   elif not trainer.restore_latest(options.output_dir):
@@ -245,7 +248,7 @@ def _train_evaluate(options, config, input_files, strategy):
 
   def eval_dataset(input_context):
     return input_pipeline.evaluation_dataset(input_files, decode, per_replica_eval,
-                                             input_context)
+                                             input_context, id_check=id_check)
 
   return _evaluate(options, trainer, eval_dataset)
 

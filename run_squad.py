@@ -826,6 +826,7 @@ def run(options, strategy=None):
                                          do_lower_case=options.do_lower_case)
   tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
                            required=("[UNK]", "[CLS]", "[SEP]"))
+  run_checks.check_vocab_fits(config, tokenizer.vocab, options)
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
   with outputs.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)

@@ -3,7 +3,11 @@
 the seeded and seekable training pipeline, the evaluation pipeline, the per-replica batch
 size, and the int64 feature the record writers use."""
 
+import collections
+
 import tensorflow as tf
+
+from bert_keras.utils import errors
 
 
 def expand_input_files(input_file, flag="--input_file"):
@@ -25,8 +29,62 @@ def _context_values(input_context):
   return input_context.num_input_pipelines, input_context.input_pipeline_id
 
 
+class IdCheck(collections.namedtuple("IdCheck", "vocab_size features source flag")):
+  """Token ids checked in every batch (check_batch_ids): the int features `features` must lie
+  in [0, vocab_size); source names where vocab_size comes from (e.g. "--bert_config_file
+  config.json"), flag the files' flag."""
+
+
+def _records_with_source(path):
+  """(path, record index in its file, serialized record) of each record of the file `path`."""
+  return tf.data.TFRecordDataset(path).enumerate().map(lambda index, raw: (path, index, raw))
+
+
+def check_batch_ids(check, batch, paths, indexes):
+  """`batch` (a dict of [B, ...] features) after a vectorised check of its token ids: one max
+  (and min) per row of each feature of `check` (an IdCheck). An id outside [0, vocab_size)
+  stops the pipeline with an InvalidArgumentError whose marked text (utils.errors
+  data_error_text, which script_main shows as the one line) names the file and record:
+  on every device (tf.data runs on the host), where a GPU's tf.gather would read zeros.
+  paths, indexes: [B] the file and record index of each row."""
+  deps = []
+  for name in check.features:
+    ids = tf.cast(batch[name], tf.int64)
+    rows = tf.reshape(ids, [tf.shape(ids)[0], -1])
+    empty = tf.zeros_like(rows[:, :1])
+    largest = tf.reduce_max(tf.concat([rows, empty], 1), axis=1)
+    smallest = tf.reduce_min(tf.concat([rows, empty], 1), axis=1)
+    bad = (largest >= check.vocab_size) | (smallest < 0)
+    row = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
+    value = tf.where(largest[row] >= check.vocab_size, largest[row], smallest[row])
+    message = tf.strings.join([
+        errors.DATA_ERROR_START, check.flag, " ", paths[row], ": record ",
+        tf.strings.as_string(indexes[row]), " has token id ", tf.strings.as_string(value),
+        f" in {name}, outside the vocab_size {check.vocab_size} of {check.source} (records "
+        "made with another vocab than the config's, or damaged)", errors.DATA_ERROR_END])
+    assertion = tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [message],
+                                    summarize=1)
+    if assertion is not None:
+      deps.append(assertion)
+  with tf.control_dependencies(deps):
+    return {key: tf.identity(value) for key, value in batch.items()}
+
+
+def _decode_and_batch(ds, decode_fn, per_replica_batch, id_check):
+  """records (or (path, index, record) with id_check) -> decoded batches, checked."""
+  if id_check is None:
+    ds = ds.map(decode_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.batch(per_replica_batch, drop_remainder=True)
+  ds = ds.map(lambda path, index, raw: (decode_fn(raw), path, index),
+              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  ds = ds.batch(per_replica_batch, drop_remainder=True)
+  return ds.map(lambda batch, paths, indexes: check_batch_ids(id_check, batch, paths, indexes),
+                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
 def training_dataset(files, decode_fn, per_replica_batch, input_context=None, seed=12345,
-                     skip_records=0, cycle_length=4, shuffle_buffer=100, trim=False):
+                     skip_records=0, cycle_length=4, shuffle_buffer=100, trim=False,
+                     id_check=None):
   """The original training pipeline, made deterministic and seekable.
 
   file names -> shard by input pipeline (by file when there are at least as many
@@ -38,7 +96,9 @@ def training_dataset(files, decode_fn, per_replica_batch, input_context=None, se
   function of (files, seed, pipeline): skipping the records consumed before a
   checkpoint resumes the exact input position (records are skipped before
   decoding; TFRecord reading only). trim: each batch is then cut to its longest
-  sequence (trim_to_longest; batches of varying length, so not for TPU).
+  sequence (trim_to_longest; batches of varying length, so not for TPU). id_check: an
+  IdCheck of every batch's token ids (check_batch_ids; the records then carry their file
+  and index through the pipeline, in the same order).
   """
   num_pipelines, pipeline_id = _context_values(input_context)
   ds = tf.data.Dataset.from_tensor_slices(tf.constant(files))
@@ -48,15 +108,15 @@ def training_dataset(files, decode_fn, per_replica_batch, input_context=None, se
   n_files = len(files) // num_pipelines if shard_files else len(files)
   ds = ds.repeat()
   ds = ds.shuffle(max(n_files, 1), seed=seed, reshuffle_each_iteration=True)
-  ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=max(1, min(cycle_length, n_files)),
+  ds = ds.interleave(tf.data.TFRecordDataset if id_check is None else _records_with_source,
+                     cycle_length=max(1, min(cycle_length, n_files)),
                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   if num_pipelines > 1 and not shard_files:
     ds = ds.shard(num_pipelines, pipeline_id)
   ds = ds.shuffle(shuffle_buffer, seed=seed + 1, reshuffle_each_iteration=True)
   if skip_records:
     ds = ds.skip(skip_records)
-  ds = ds.map(decode_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  ds = ds.batch(per_replica_batch, drop_remainder=True)
+  ds = _decode_and_batch(ds, decode_fn, per_replica_batch, id_check)
   if trim:
     ds = ds.map(trim_to_longest, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return ds.prefetch(tf.data.AUTOTUNE)
@@ -90,15 +150,19 @@ def int64_feature(values):
   return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
 
 
-def evaluation_dataset(files, decode_fn, per_replica_batch, input_context=None):
+def evaluation_dataset(files, decode_fn, per_replica_batch, input_context=None, id_check=None):
   """The original eval pipeline: files in order, repeat, batch with drop_remainder;
-  records are split round-robin between input pipelines when there are several."""
+  records are split round-robin between input pipelines when there are several. id_check:
+  as training_dataset's."""
   num_pipelines, pipeline_id = _context_values(input_context)
-  ds = tf.data.TFRecordDataset(tf.constant(files)).repeat()
+  if id_check is None:
+    ds = tf.data.TFRecordDataset(tf.constant(files))
+  else:
+    ds = tf.data.Dataset.from_tensor_slices(tf.constant(files)).flat_map(_records_with_source)
+  ds = ds.repeat()
   if num_pipelines > 1:
     ds = ds.shard(num_pipelines, pipeline_id)
-  ds = ds.map(decode_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-  ds = ds.batch(per_replica_batch, drop_remainder=True)
+  ds = _decode_and_batch(ds, decode_fn, per_replica_batch, id_check)
   return ds.prefetch(tf.data.AUTOTUNE)
 
 
@@ -123,7 +187,8 @@ def check_record_files(files, flag, feature_lengths, vocab_size=None, id_feature
   between two records cannot be told from a shorter file). Its first `first_records`
   records are read by TensorFlow (which checks their CRCs) and must hold the features of
   `feature_lengths` ({name: values per record}, as the flags give them), and token ids
-  (`id_features`) below `vocab_size` (ids past the vocab give NaNs on GPU/TPU).
+  (`id_features`) below `vocab_size` (ids past the vocab give NaNs on GPU/TPU). The records
+  past those are checked as they are read (IdCheck in training_dataset, evaluation_dataset).
   """
   for path in files:
     _check_record_framing(path, flag)

@@ -81,3 +81,15 @@ def check_memory(config, options):
       f"parameters needs {need / 1e9:.3g} GB for its float32 weights"
       f"{', gradients and optimizer slots' if training else ''}, more than the "
       f"{available / 1e9:.3g} GB of memory available")
+
+
+def check_vocab_fits(config, vocab, options):
+  """A ValueError naming --vocab_file and --bert_config_file when the vocabulary (a token ->
+  id mapping, or its number of ids) has ids the model's embedding table lacks (vocab_size):
+  on a CPU a traceback after the model is built, on a GPU tf.gather reads zeros silently.
+  Called before any model is built."""
+  largest = (vocab - 1 if isinstance(vocab, int) else max(vocab.values(), default=-1))
+  if largest >= config.vocab_size:
+    raise ValueError(f"--vocab_file {options.vocab_file} has ids up to {largest}, beyond the "
+                     f"vocab_size {config.vocab_size} of --bert_config_file "
+                     f"{options.bert_config_file} (does the vocab belong to this model?)")

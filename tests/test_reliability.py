@@ -776,3 +776,106 @@ def test_load_model_checks_the_config_before_building(data, tmp_path, monkeypatc
       checkpoints.load_model(prefix, task=task, bert_config_file=str(config))
     assert str(info.value) == (f"{config} does not fit the checkpoint {prefix}: hidden_size "
                                "16384 in the config, 32 in the checkpoint")
+
+
+# ----------------------------------------------------------------------------
+# 3. Token ids outside the vocabulary: the vocab against the config before any model; every
+#    record's ids checked per batch as the pipeline reads.
+
+def _records_with_a_bad_id(path, n, bad_index, bad_id=150):
+  from test_run_pretraining import _write_records
+  _write_records(path, n, seed=3)
+  records = [r.numpy() for r in tf.data.TFRecordDataset(str(path))]
+  example = tf.train.Example.FromString(records[bad_index])
+  example.features.feature["input_ids"].int64_list.value[0] = bad_id
+  records[bad_index] = example.SerializeToString()
+  with tf.io.TFRecordWriter(str(path)) as writer:
+    for record in records:
+      writer.write(record)
+
+
+def test_id_check_of_every_batch_names_file_and_record(tmp_path):
+  path = tmp_path / "bad.tfrecord"
+  _records_with_a_bad_id(path, 20, 13)
+  decode = run_pretraining.decode_fn(32, 5)
+  check = input_pipeline.IdCheck(100, ("input_ids", "masked_lm_ids"), "--bert_config_file c",
+                                 "--input_file")
+  expected = (f"--input_file {path}: record 13 has token id 150 in input_ids, outside the "
+              "vocab_size 100 of --bert_config_file c")
+  for ds in (input_pipeline.training_dataset([str(path)], decode, 4, id_check=check),
+             input_pipeline.evaluation_dataset([str(path)], decode, 4, id_check=check)):
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+      for _ in ds.take(10):
+        pass
+    assert errors.data_error_text(info.value.message).startswith(expected)
+  good = list(input_pipeline.evaluation_dataset([str(path)], decode, 4, id_check=check).take(3))
+  assert len(good) == 3 and good[0]["input_ids"].shape == (4, 32)   # records 0-11 are fine
+
+
+def test_bad_id_past_the_first_records_is_one_line_mid_training(data, tmp_path):  # noqa: F811
+  path = tmp_path / "bad.tfrecord"
+  _records_with_a_bad_id(path, 72, 70)
+  options = _options(data, tmp_path / "out", input_file=str(path), num_train_steps=20,
+                     save_checkpoints_steps=100)
+  with pytest.raises(SystemExit) as info:
+    with errors.one_line_errors():
+      run_pretraining.run(options)
+  assert str(info.value.code).startswith(
+      f"error: --input_file {path}: record 70 has token id 150 in input_ids, outside the "
+      f"vocab_size 100 of --bert_config_file {data / 'config_nodropout.json'}")
+
+
+def test_damaged_record_mid_run_is_one_line(tmp_path):
+  from test_run_pretraining import _write_records
+  path = tmp_path / "damaged.tfrecord"
+  _write_records(path, 10, seed=4)
+  raw = bytearray(path.read_bytes())
+  raw[len(raw) * 3 // 4] ^= 0xFF
+  path.write_bytes(bytes(raw))
+
+  def run(options):
+    for _ in tf.data.TFRecordDataset(str(path)):
+      pass
+  with pytest.raises(SystemExit) as info:
+    errors.script_main(run)(None)
+  assert str(info.value.code).startswith("error: damaged data: corrupted record at ")
+  assert "function_node" not in str(info.value.code)
+
+
+@pytest.mark.parametrize("script", ["run_classifier", "run_squad", "extract_features"])
+def test_vocab_longer_than_the_config_before_the_model(data, tmp_path, monkeypatch,  # noqa: F811
+                                                       script):
+  import importlib
+  module = importlib.import_module(f"bert_keras.{script}")
+  for name in ("BertModel", "BertClassifier", "BertSquad"):
+    monkeypatch.setattr(modeling, name, None)             # any model built would fail
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                           + [f"w{i}" for i in range(200)]))
+  config = data / "config.json"                           # vocab_size 100
+  text = tmp_path / "in.txt"
+  text.write_text("w1 w2\n")
+  cola = tmp_path / "cola"
+  cola.mkdir()
+  (cola / "train.tsv").write_text("src\t1\t\tw1 w2\nsrc\t0\t\tw2 w1\n")
+  squad = tmp_path / "train.json"
+  squad.write_text(json.dumps({"data": [{"paragraphs": [{"context": "w1 w2", "qas": [
+      {"id": "q1", "question": "w1", "answers": [{"text": "w2", "answer_start": 3}]}]}]}]}))
+  common = dict(vocab_file=str(vocab), bert_config_file=str(config))
+  options = {
+      "run_classifier": lambda: module.options(
+          data_dir=str(cola), task_name="CoLA", do_train=True, output_dir=str(tmp_path / "o"),
+          max_seq_length=16, **common),
+      "run_squad": lambda: module.options(
+          train_file=str(squad), do_train=True, max_seq_length=32, max_query_length=8,
+          doc_stride=8, output_dir=str(tmp_path / "o"), train_batch_size=1, **common),
+      "extract_features": lambda: module.options(
+          input_file=str(text), output_file=str(tmp_path / "f.jsonl"), max_seq_length=16,
+          layers="-1", init_checkpoint=str(data / "init" / "bert_model.ckpt"), **common),
+  }[script]()
+  with pytest.raises(ValueError) as info:
+    module.run(options)
+  assert str(info.value) == (f"--vocab_file {vocab} has ids up to 204, beyond the vocab_size 100 "
+                             f"of --bert_config_file {config} (does the vocab belong to this "
+                             "model?)")
+  assert not (tmp_path / "o").exists()

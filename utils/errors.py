@@ -4,6 +4,7 @@ and exit status 1, never a traceback (one_line_errors; script_main for the scrip
 is a run(FLAGS))."""
 
 import contextlib
+import re
 import sys
 
 from absl import flags
@@ -18,13 +19,29 @@ def error_line(text, limit=1000):
   return text if len(text) <= limit else text[:limit] + "..."
 
 
+# A data error found by a TensorFlow assertion inside a graph (e.g. a tf.data check of each
+# batch): its text between these marks, anywhere in the InvalidArgumentError's message, is the
+# one line to show (data_error_text).
+DATA_ERROR_START, DATA_ERROR_END = "<<data error: ", " :data error>>"
+
+
+def data_error_text(message):
+  """The text between DATA_ERROR_START and DATA_ERROR_END in `message` (a TensorFlow error's,
+  which adds the graph's node names around it), or None."""
+  found = re.search(re.escape(DATA_ERROR_START) + "(.*?)" + re.escape(DATA_ERROR_END),
+                    str(message), re.S)
+  return error_line(found.group(1)) if found else None
+
+
 @contextlib.contextmanager
 def one_line_errors():
   """Runs the body; turns a user's mistake into SystemExit("error: ...") (exit status 1):
   a ValueError (which checkpoints.CheckpointError, tokenization.VocabError and the scripts'
   UsageError are), an out-of-memory error and, as a last net behind the scripts' own checks
   (which name the flag), a file that cannot be found, read or reached
-  (file_io.file_error_text), named by its path. Any other error keeps its traceback.
+  (file_io.file_error_text), named by its path; a data error that a TensorFlow assertion
+  marked (data_error_text) and a damaged record (DataLossError) as one line too. Any other
+  error keeps its traceback.
   TensorFlow's errors are recognised only when TensorFlow is loaded (it is never imported
   here)."""
   tf_errors = getattr(sys.modules.get("tensorflow"), "errors", None)
@@ -39,9 +56,18 @@ def one_line_errors():
                      "--max_seq_length or model") from None
   except Exception as e:
     text = file_io.file_error_text(e)
+    if text is None and tf_errors is not None and isinstance(e, tf_errors.OpError):
+      text = data_error_text(e.message)
+      if text is None and isinstance(e, tf_errors.DataLossError):
+        text = "damaged data: " + error_line(_without_node_names(e.message), 500)
     if text is None:
       raise
     raise SystemExit("error: " + text) from None
+
+
+def _without_node_names(message):
+  """A TensorFlow error message without its {{function_node ...}} and [Op:...] parts."""
+  return re.sub(r"\{\{[^}]*\}\}|\[Op:[^\]]*\]( name: \S*)?", "", str(message)).strip()
 
 
 def script_main(run):
