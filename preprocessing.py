@@ -644,6 +644,18 @@ def _pack(ids, splits, count_a, pairs, max_seq_length, cls_id, sep_id):
 # The Keras layer
 # --------------------------------------------------------------------------
 
+def _same_batch(text_a, text_b):
+  """text_a, after checking that text_b has as many rows: an InvalidArgumentError saying so
+  (tf.debugging, in the graph of a SavedModel signature too) instead of text_b broadcast or
+  an opaque error deep in the packing."""
+  check = tf.debugging.assert_equal(
+      tf.shape(text_a)[0], tf.shape(text_b)[0],
+      message="BertPreprocessor: text_a and text_b must have the same number of rows (one "
+              "text_b per text_a; an empty string for a single segment)")
+  with tf.control_dependencies([check] if check is not None else []):
+    return tf.identity(text_a)
+
+
 @keras.saving.register_keras_serializable(package="bert_keras")
 class BertPreprocessor(keras.layers.Layer):
   """Raw text -> BERT's inputs, inside the TensorFlow graph, as the original computes them
@@ -661,8 +673,9 @@ class BertPreprocessor(keras.layers.Layer):
       Serving builds without it, saved_model_cli); the same outputs, several times slower.
 
   Call it on a string tensor [B] (single texts), a tuple/list (text_a, text_b) of two [B]
-  string tensors, or a dict {"text_a": [B], "text_b": [B]} (text_b optional); an empty
-  text_b (or one without tokens) gives a single-segment row, as in the original. A scalar
+  string tensors, or a dict {"text_a": [B], "text_b": [B]} (text_b optional; as many rows
+  as text_a, else an InvalidArgumentError); an empty text_b (or one without tokens) gives a
+  single-segment row, as in the original. A scalar
   string (or pair of scalars) gives rows without the batch axis. Returns a dict of int32
   [B, max_seq_length] tensors: input_ids, input_mask, segment_ids.
   """
@@ -744,6 +757,8 @@ class BertPreprocessor(keras.layers.Layer):
     if scalar or text_a.shape.rank == 2:  # a scalar, or [B, 1] (keras.Input(shape=(1,)))
       reshape = lambda t: None if t is None else tf.reshape(t, [-1])
       text_a, text_b = reshape(text_a), reshape(text_b)
+    if text_b is not None:
+      text_a = _same_batch(text_a, text_b)
     texts = text_a if text_b is None else tf.concat([text_a, text_b], 0)
     ids, splits = self._word_piece_ids(texts)
     features = _pack(ids, splits, tf.shape(text_a, out_type=tf.int64)[0], text_b is not None,

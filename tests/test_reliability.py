@@ -879,3 +879,34 @@ def test_vocab_longer_than_the_config_before_the_model(data, tmp_path, monkeypat
                              f"of --bert_config_file {config} (does the vocab belong to this "
                              "model?)")
   assert not (tmp_path / "o").exists()
+
+
+# ----------------------------------------------------------------------------
+# 4. Serving signatures: text_a and text_b of different batch sizes are an error.
+
+def test_serving_signatures_refuse_mismatched_batches(tmp_path):
+  from bert_keras import export_saved_model
+  from bert_keras import preprocessing
+  from bert_keras import serving
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                              "the", "dog", "runs"]))
+  config = modeling.BertConfig(vocab_size=8, hidden_size=16, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=32)
+  preprocessor = preprocessing.BertPreprocessor(str(vocab), True, 16)
+  cases = [(["the dog", "runs"], ["runs"]), (["the", "dog", "runs"], ["a", "b"]),
+           ([], ["runs"])]
+  for text_a, text_b in cases:                            # the Keras layer, eagerly
+    with pytest.raises(tf.errors.InvalidArgumentError, match="text_a and text_b must have the "
+                       "same number of rows"):
+      preprocessor({"text_a": tf.constant(text_a, tf.string),
+                    "text_b": tf.constant(text_b, tf.string)})
+  for task in serving.TASKS:
+    module = serving.ServingModule(export_saved_model.build_model(task, config, 2),
+                                   preprocessor, task)
+    for function in (module.serve, module.preprocess)[:2 if task == "classifier" else 1]:
+      for text_a, text_b in cases:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="text_a and text_b must "
+                           "have the same number of rows"):
+          function(tf.constant(text_a, tf.string), tf.constant(text_b, tf.string))
+    assert module.serve(tf.constant(["the dog", "runs"]), tf.constant(["runs", ""]))
