@@ -25,10 +25,14 @@ evaluate(dataset, predictions, na_probs=None, na_prob_thresh=1.0, version=None).
 import argparse
 import collections
 import json
+import numbers
 import os
 import re
 import string
 import sys
+
+from bert_keras.utils import errors
+from bert_keras.utils import file_io
 
 _PUNCTUATION = set(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
@@ -250,6 +254,59 @@ def _read_json(path, what):
     raise SystemExit("error: %s %s is not valid JSON: %s" % (what, path, e))
 
 
+def check_dataset(dataset, path):
+  """A ValueError naming the file and the entry (data[i].paragraphs[j].qas[k]) unless
+  `dataset` (a "data" list) has the shape the evaluation reads: articles with "paragraphs",
+  paragraphs with "qas", questions with a string "id" and "answers", a list of {"text":
+  string}; and at least one question."""
+  count = 0
+  for i, article in enumerate(dataset):
+    where = "data[%d]" % i
+    if not isinstance(article, dict) or not isinstance(article.get("paragraphs"), list):
+      raise ValueError("data file %s: %s has no \"paragraphs\" list" % (path, where))
+    for j, paragraph in enumerate(article["paragraphs"]):
+      at = "%s.paragraphs[%d]" % (where, j)
+      if not isinstance(paragraph, dict) or not isinstance(paragraph.get("qas"), list):
+        raise ValueError("data file %s: %s has no \"qas\" list" % (path, at))
+      for k, qa in enumerate(paragraph["qas"]):
+        here = "%s.qas[%d]" % (at, k)
+        if not isinstance(qa, dict) or not isinstance(qa.get("id"), str):
+          raise ValueError("data file %s: %s has no string \"id\"" % (path, here))
+        answers = qa.get("answers")
+        if not isinstance(answers, list) or not all(
+            isinstance(a, dict) and isinstance(a.get("text"), str) for a in answers):
+          raise ValueError("data file %s: question %s (%s) has no \"answers\" list of "
+                           "{\"text\": string}" % (path, errors.error_line(qa["id"], 100), here))
+        count += 1
+  if not count:
+    raise ValueError("data file %s has no questions" % path)
+
+
+def check_predictions(predictions, path):
+  """A ValueError naming the file and question unless `predictions` is {id: answer string}."""
+  if not isinstance(predictions, dict):
+    raise ValueError("predictions file %s is not a JSON object {id: answer}" % path)
+  for qid, answer in predictions.items():
+    if not isinstance(answer, str):
+      raise ValueError("predictions file %s: the prediction of question %s is %s, not a "
+                       "string" % (path, errors.error_line(qid, 100), type(answer).__name__))
+
+
+def check_na_probs(na_probs, predictions, path):
+  """A ValueError naming the file and question unless `na_probs` gives a number for every
+  predicted question."""
+  if not isinstance(na_probs, dict):
+    raise ValueError("no-answer file %s is not a JSON object {id: probability}" % path)
+  for qid in predictions:
+    if qid not in na_probs:
+      raise ValueError("no-answer file %s lacks question %s" % (path, errors.error_line(qid, 100)))
+    value = na_probs[qid]
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or value != value:
+      raise ValueError("no-answer file %s: the probability of question %s is %s, not a "
+                       "number" % (path, errors.error_line(qid, 100),
+                                   errors.error_line(json.dumps(value), 100)))
+
+
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(
       description="Official evaluation for SQuAD v1.1 and v2.0 (the version comes from the "
@@ -269,14 +326,20 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
+  """The command line; a bad file or flag is one line `error: ...` naming it (exit status 1;
+  utils.errors.one_line_errors), never a traceback."""
   args = parse_args(argv)
+  with errors.one_line_errors():
+    return _main(args)
+
+
+def _main(args):
   dataset_json = _read_json(args.data_file, "data file")
   if not isinstance(dataset_json, dict) or not isinstance(dataset_json.get("data"), list):
     raise SystemExit("error: data file %s has no \"data\" list" % args.data_file)
+  check_dataset(dataset_json["data"], args.data_file)
   predictions = _read_json(args.pred_file, "predictions file")
-  if not isinstance(predictions, dict):
-    raise SystemExit("error: predictions file %s is not a JSON object {id: answer}"
-                     % args.pred_file)
+  check_predictions(predictions, args.pred_file)
   version = version_of(dataset_json)
   na_probs = _read_json(args.na_prob_file, "no-answer file") if args.na_prob_file else None
   if args.out_image_dir:
@@ -285,10 +348,11 @@ def main(argv=None):
     except ImportError:
       raise SystemExit("error: --out-image-dir needs matplotlib (pip install matplotlib)")
   if na_probs is not None:
-    missing = [qid for qid in predictions if qid not in na_probs]
-    if missing:
-      raise SystemExit("error: no-answer file %s lacks question %s"
-                       % (args.na_prob_file, missing[0]))
+    check_na_probs(na_probs, predictions, args.na_prob_file)
+  answered = {qa["id"] for qa in questions(dataset_json["data"])} & set(predictions)
+  if version == "2.0" and not answered:
+    raise ValueError("predictions file %s answers none of the questions of data file %s"
+                     % (args.pred_file, args.data_file))
   if version == "1.1":  # the official scripts' messages and streams
     on_missing = lambda qid: print("Unanswered question %s will receive score 0." % qid,
                                    file=sys.stderr)
@@ -301,8 +365,7 @@ def main(argv=None):
     exact, f1_scores = raw_scores(dataset_json["data"], predictions, "2.0")
     draw_precision_recall(result, exact, f1_scores, na_probs, has_answer, args.out_image_dir)
   if args.out_file:
-    with open(args.out_file, "w", encoding="utf-8") as f:
-      json.dump(result, f)
+    file_io.write_text_atomic(args.out_file, json.dumps(result))
   elif version == "1.1":
     print(json.dumps(result))
   else:

@@ -4,8 +4,8 @@ through tf.io.gfile; outputs under a temporary name (.<name>.tmp-<pid>), renamed
 (write_text_atomic), the temporaries of dead runs removed (remove_stale_temporaries), and the
 one-line text of a file error. TensorFlow is imported only for paths with a scheme."""
 
-import contextlib
 import csv
+import errno
 import glob
 import os
 import re
@@ -200,17 +200,23 @@ def remove_stale_temporaries(directory, finals=None, is_stale=None, log=None):
 
 
 def write_text_atomic(path, text):
-  """Writes `text` to temp_name(path) then renames it over path (tf.io.gfile); the temporary
-  is removed on an error."""
-  gfile = _gfile()
+  """Writes `text` (UTF-8) to temp_name(path) then renames it over path (open() for a local
+  path, tf.io.gfile for one with a scheme); the temporary is removed on an error."""
+  if not is_remote(path) and os.path.isdir(path):
+    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
   tmp = temp_name(path)
   try:
-    with gfile.GFile(tmp, "w") as f:
-      f.write(text)
-    gfile.rename(tmp, path, overwrite=True)
+    if is_remote(path):
+      gfile = _gfile()
+      with gfile.GFile(tmp, "w") as f:
+        f.write(text)
+      gfile.rename(tmp, path, overwrite=True)
+    else:
+      with open(tmp, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+      os.replace(tmp, path)
   except BaseException:
-    with contextlib.suppress(Exception):
-      gfile.remove(tmp)
+    remove_quietly(tmp)
     raise
 
 
