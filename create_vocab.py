@@ -128,9 +128,17 @@ def main(_):
 def run(FLAGS):
   """Counts the words of --input_file, learns the vocabulary, writes --output_file; a user's
   mistake is a ValueError naming the flag."""
+  import tensorflow as tf
   input_files = expand_input_files(FLAGS.input_file)
   if not input_files:
     raise ValueError(f"--input_file={FLAGS.input_file} matches no files")
+  for path in input_files:
+    if tf.io.gfile.isdir(path):
+      raise ValueError(f"--input_file={path}: a directory, not a text file (give a file or a "
+                       f"glob such as {path.rstrip('/')}/*.txt)")
+  if tf.io.gfile.isdir(FLAGS.output_file):
+    raise ValueError(f"--output_file={FLAGS.output_file}: is a directory (give the vocab "
+                     "file's path)")
   out_dir = os.path.dirname(FLAGS.output_file)
   if out_dir and "://" not in out_dir and not os.path.isdir(out_dir):
     raise ValueError(f"--output_file={FLAGS.output_file}: directory {out_dir} does not exist")

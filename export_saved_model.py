@@ -13,7 +13,8 @@ an empty text_b: a single segment): `preprocess` (input_ids, input_mask, segment
 sequence_output; squad, text_a = question and text_b = context: start_logits, end_logits and
 the best span's start_index, end_index and answer text). It loads with tf.saved_model.load
 in a process that imports only TensorFlow. Written to a temporary sibling directory and
-renamed when complete.
+renamed when complete, holding a lock beside --export_dir (runtime/outputs.locked_output): a
+second export into the same directory is refused, and temporaries of killed exports removed.
 """
 
 from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
@@ -145,6 +146,13 @@ def run(options):
       options.vocab_file, options.do_lower_case, options.max_seq_length,
       core_ops_only=not options.tensorflow_text_ops)
   run_checks.check_vocab_fits(config, len(preprocessor.vocabulary), options)
+  with outputs.locked_output(options.export_dir, "--export_dir"):  # one export at a time
+    serving.check_export_dir(options.export_dir, options.overwrite)  # (again, holding it)
+    _export(options, config, labels, preprocessor)
+
+
+def _export(options, config, labels, preprocessor):
+  """run() after the checks, holding --export_dir."""
   model = build_model(options.task, config, labels)
   head = _head(model)
   initial = [w.numpy() for w in head.weights] if head is not None else []

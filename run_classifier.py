@@ -660,8 +660,7 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
   """Writes one tf.train.Example per example (int64 input_ids, input_mask, segment_ids [S],
   label_ids [1], is_real_example [1]) to output_file (via a temporary name). label_list None
   (regression): label_ids is a float feature [1] instead."""
-  tmp = file_io.temp_name(output_file)
-  with tf.io.TFRecordWriter(tmp) as writer:
+  with file_io.atomic_output(output_file) as tmp, tf.io.TFRecordWriter(tmp) as writer:
     for (ex_index, example) in enumerate(examples):
       if ex_index % 10000 == 0:
         logging.info("Writing example %d of %d", ex_index, len(examples))
@@ -677,7 +676,6 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
       }
       writer.write(tf.train.Example(
           features=tf.train.Features(feature=features)).SerializeToString())
-  tf.io.gfile.rename(tmp, output_file, overwrite=True)
 
 
 def _float_feature(values):

@@ -295,6 +295,12 @@ def _read_question(qa, doc_tokens, char_to_word_offset, is_training, version_2_w
         raise ValueError(f"{where}: answer_start {answer_offset} and the answer's "
                          f"{len(orig_answer_text)} characters are beyond the context "
                          f"({len(char_to_word_offset)} characters)") from None
+      if start_position < 0 or end_position < start_position:
+        # The answer starts in the whitespace before the context's first word (or the
+        # context has no words): no word holds it (the original read the last word).
+        logging.warning("%s: its answer (answer_start %d) is not on a word of the context; "
+                        "skipped", where, answer_offset)
+        return None
       # Only answers whose text can be recovered from the words are kept (Unicode oddities
       # make a few unrecoverable): not every training question becomes an example.
       actual_text = " ".join(doc_tokens[start_position:end_position + 1])
@@ -857,9 +863,12 @@ def _train_predict(options, strategy, config, tokenizer, chief, record_dir, trai
       writer.process_feature(feature)
       progress.update(feature.example_index, writer.num_features)
 
-    convert_examples_to_features(train_examples, tokenizer, options.max_seq_length,
-                                 options.doc_stride, options.max_query_length, True, write)
-    writer.close()
+    try:
+      convert_examples_to_features(train_examples, tokenizer, options.max_seq_length,
+                                   options.doc_stride, options.max_query_length, True, write)
+      writer.close()
+    finally:
+      writer.abort()  # (after an error: the temporary removed)
     progress.finish(writer.num_features)
     logging.info("***** Running training *****")
     logging.info("  Num orig examples = %d", len(train_examples))

@@ -18,10 +18,10 @@ Only TensorFlow's own ops are used: the SavedModel loads with tf.saved_model.loa
 that imports neither bert_keras nor tensorflow_text.
 """
 
-import os
-
 import keras
 import tensorflow as tf
+
+from bert_keras.utils import file_io
 
 TASKS = ("classifier", "squad", "embeddings")
 SIGNATURES = ("serving_default", "preprocess")
@@ -154,12 +154,14 @@ def check_export_dir(export_dir, overwrite=False):
 
 
 def save_atomic(module, export_dir, overwrite=False):
-  """The module's ExportArchive written into <export_dir>.tmp-<pid>, then renamed to export_dir: a
-  failed save leaves no directory behind. An existing empty export_dir is replaced; a
-  non-empty one only with overwrite (moved aside, then deleted once the new one is in place)."""
+  """The module's ExportArchive written into .<name>.tmp-<pid> beside export_dir
+  (file_io.temp_name), then renamed to export_dir: a failed save leaves no directory behind
+  (and a killed one a temporary that runtime/outputs.locked_output removes on the next
+  export). An existing empty export_dir is replaced; a non-empty one only with overwrite
+  (moved aside to .<name>.old.tmp-<pid>, then deleted once the new one is in place)."""
   check_export_dir(export_dir, overwrite)
   export_dir = export_dir.rstrip("/") or export_dir
-  tmp = f"{export_dir}.tmp-{os.getpid()}"
+  tmp = file_io.temp_name(export_dir)
   if tf.io.gfile.exists(tmp):
     tf.io.gfile.rmtree(tmp)
   old = None
@@ -167,7 +169,7 @@ def save_atomic(module, export_dir, overwrite=False):
     module.export_archive().write_out(tmp, verbose=False)
     if tf.io.gfile.exists(export_dir):
       if tf.io.gfile.listdir(export_dir):
-        old = f"{export_dir}.old-{os.getpid()}"
+        old = file_io.temp_name(export_dir + ".old")
         tf.io.gfile.rename(export_dir, old)
       else:
         tf.io.gfile.rmtree(export_dir)

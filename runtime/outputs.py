@@ -94,6 +94,27 @@ def output_directory(strategy, output_dir, flag="--output_dir"):
       lock.release()
 
 
+@contextlib.contextmanager
+def locked_output(path, flag):
+  """Holds an output that is replaced as a whole (export_saved_model's SavedModel directory,
+  written beside it under file_io.temp_name and renamed into place) for a run: the lock
+  <parent>/.<name>.lock (as output_directory's: a second run writing `path` is refused with
+  a one-line ValueError naming the holder's pid; a dead holder's lock is taken over), then
+  the temporaries that dead runs left beside it (".<name>.tmp-<pid>", ".<name>.old.tmp-<pid>")
+  removed, each with a log line. The parent directory is created; the lock is released (its
+  file removed) on exit."""
+  path = path.rstrip("/") or path
+  parent, name = os.path.split(path)
+  parent = parent or "."
+  make_output_dir(parent, flag)
+  lock = _OutputLock(parent, flag, lock_name=f".{name}.lock", subject=path)
+  try:
+    file_io.remove_stale_temporaries(parent, finals=[name, name + ".old"], log=logging.warning)
+    yield
+  finally:
+    lock.release()
+
+
 def _owner_text():
   return "%d %s\n" % (os.getpid(), socket.gethostname())
 
@@ -111,9 +132,9 @@ class _OutputLock(object):
   the next); elsewhere (gs://) the file's pid and host, a dead pid on this host counting as
   gone."""
 
-  def __init__(self, directory, flag):
-    self.path = os.path.join(directory, LOCK_NAME)
-    self.directory, self.flag = directory, flag
+  def __init__(self, directory, flag, lock_name=LOCK_NAME, subject=None):
+    self.path = os.path.join(directory, lock_name)
+    self.directory, self.flag = subject or directory, flag
     self.fd = None
     try:
       import fcntl  # POSIX only

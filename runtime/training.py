@@ -594,14 +594,19 @@ def best_metric(output_dir, metric_name):
 def check_training_numbers(options):
   """The run_* scripts' training numbers, checked before a model is built: a ValueError naming
   the flag (a negative learning rate would train away from the data; a negative
-  --save_checkpoints_steps would never reach a checkpoint boundary)."""
+  --save_checkpoints_steps would never reach a checkpoint boundary; --warmup_proportion
+  outside [0, 1] would warm up past the end of training or not at all)."""
   if not options.learning_rate > 0:
     raise ValueError(f"--learning_rate={options.learning_rate}: must be > 0")
   for name in ("save_checkpoints_steps", "log_every_steps", "keep_checkpoint_max",
-               "eval_every_steps", "early_stopping_patience"):
+               "eval_every_steps", "early_stopping_patience", "num_warmup_steps"):
     value = getattr(options, name, 0)
     if value is not None and value < 0:
       raise ValueError(f"--{name}={value}: must be >= 0")
+  proportion = getattr(options, "warmup_proportion", None)
+  if proportion is not None and not 0 <= proportion <= 1:
+    raise ValueError(f"--warmup_proportion={proportion}: must be in [0, 1] (the fraction of "
+                     "the training steps that warm the learning rate up)")
 
 
 def build_trainer(options, strategy, make_model, task, num_train_steps, num_warmup_steps):

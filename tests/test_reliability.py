@@ -973,3 +973,128 @@ def test_evaluate_squad_bad_input_is_one_line(tmp_path, dataset, predictions, na
   assert expected.format(**paths) in message
   assert sorted(os.listdir(tmp_path)) == sorted(
       p.name for p in tmp_path.iterdir() if not p.name.startswith("."))   # no temporary left
+
+
+# ----------------------------------------------------------------------------
+# 7. Exports: one at a time per --export_dir; killed exports' temporaries removed.
+
+def test_export_lock_and_dead_exports_temporaries(data, tmp_path, monkeypatch,  # noqa: F811
+                                                  caplog):
+  from bert_keras import export_saved_model
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                           + [f"w{i}" for i in range(5, 100)]))
+  out = tmp_path / "exports" / "model"
+  out.parent.mkdir()
+  dead = _dead_pid()
+  stale = [f".model.tmp-{dead}", f".model.old.tmp-{dead}"]
+  kept = [f".model.tmp-{os.getpid()}", f".other.tmp-{dead}"]   # a live one's, another's
+  for name in stale + kept:
+    (out.parent / name).mkdir()
+    (out.parent / name / "saved_model.pb").write_text("x")
+
+  def export_options(**overrides):
+    return export_saved_model.options(
+        bert_config_file=str(data / "config.json"), vocab_file=str(vocab), task="embeddings",
+        init_checkpoint=str(data / "init" / "bert_model.ckpt"), max_seq_length=16,
+        export_dir=str(out), **overrides)
+  seen = []
+
+  def fake_export(options, config, labels, preprocessor):
+    seen.append(sorted(os.listdir(out.parent)))
+    with pytest.raises(ValueError) as info:                # a second export meanwhile
+      export_saved_model.run(export_options(overwrite=True))
+    assert str(info.value).startswith(f"--export_dir {out}: another run (pid {os.getpid()}")
+    out.mkdir()
+    (out / "saved_model.pb").write_text("x")
+  monkeypatch.setattr(export_saved_model, "_export", fake_export)
+  export_saved_model.run(export_options())
+  assert seen == [sorted(kept + [".model.lock"])]
+  assert sorted(os.listdir(out.parent)) == sorted(kept + ["model"])   # the lock released
+  assert sum("a temporary left by" in r.getMessage() for r in caplog.records) == 2
+  with pytest.raises(ValueError, match="exists and is not empty .*--overwrite"):
+    export_saved_model.run(export_options())
+
+
+# ----------------------------------------------------------------------------
+# 8. Still open from the first pass.
+
+def test_create_vocab_with_a_directory_as_input_or_output(tmp_path):
+  import types
+  from bert_keras import create_vocab
+  text = tmp_path / "in.txt"
+  text.write_text("the dog runs\n")
+  folder = tmp_path / "folder"
+  folder.mkdir()
+
+  def flags(**overrides):
+    base = dict(input_file=str(text), output_file=str(tmp_path / "vocab.txt"),
+                do_lower_case=True, lenient_decoding=False, vocab_size=200, num_unused=2,
+                extra_reserved_tokens=[], max_unique_chars=1000, max_token_length=50)
+    return types.SimpleNamespace(**dict(base, **overrides))
+  with pytest.raises(ValueError, match=f"^--input_file={folder}: a directory, not a text file"):
+    create_vocab.run(flags(input_file=str(folder)))
+  with pytest.raises(ValueError, match=f"^--output_file={folder}: is a directory"):
+    create_vocab.run(flags(output_file=str(folder)))
+  assert sorted(os.listdir(tmp_path)) == ["folder", "in.txt"] and not os.listdir(folder)
+  # The shared atomic writer refuses a directory by name too, leaving no temporary.
+  with pytest.raises(IsADirectoryError, match="Is a directory") as info:
+    file_io.write_text_atomic(str(folder), "x\n")
+  assert info.value.filename == str(folder)
+  assert sorted(os.listdir(tmp_path)) == ["folder", "in.txt"] and not os.listdir(folder)
+
+
+def test_squad_training_on_a_whitespace_only_context(tmp_path, caplog):
+  from bert_keras import run_squad
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(t + "\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                              "the", "dog", "runs", "who"]))
+  squad = tmp_path / "train.json"
+  squad.write_text(json.dumps({"data": [{"paragraphs": [
+      {"context": "   ", "qas": [{"id": "q1", "question": "who runs",
+                                  "answers": [{"text": " ", "answer_start": 1}]}]},
+      {"context": "  the dog runs", "qas": [{"id": "q2", "question": "who runs",
+                                             "answers": [{"text": " the", "answer_start": 1}]}]},
+  ]}]}))
+  examples = run_squad.read_squad_examples(str(squad), is_training=True)
+  assert examples == []
+  assert "question 'q1': its answer (answer_start 1) is not on a word of the context" in (
+      caplog.text)
+  # A failure while writing the training records leaves no temporary (and no --output_dir).
+  config = _config_file(tmp_path, "config.json")
+  squad.write_text(json.dumps({"data": [{"paragraphs": [{"context": "the dog runs", "qas": [
+      {"id": "q1", "question": "who runs", "answers": [{"text": "dog", "answer_start": 4}]}]}]}]}))
+  out = tmp_path / "out"
+
+  def fail(*args, **kwargs):
+    raise ValueError("no windows today")
+  original = run_squad.convert_examples_to_features
+  run_squad.convert_examples_to_features = fail
+  try:
+    with pytest.raises(ValueError, match="no windows today"):
+      run_squad.run(run_squad.options(
+          train_file=str(squad), vocab_file=str(vocab), do_train=True, max_seq_length=32,
+          max_query_length=8, doc_stride=8, bert_config_file=str(config), output_dir=str(out),
+          train_batch_size=1))
+  finally:
+    run_squad.convert_examples_to_features = original
+  assert not out.exists()
+
+
+def test_classifier_records_leave_no_temporary_on_an_error(tmp_path):
+  class Boom:
+    guid, text_a, text_b, label = "g", "a", None, "x"
+  with pytest.raises(AttributeError):                     # (no tokenizer: fails mid-write)
+    run_classifier.file_based_convert_examples_to_features(
+        [Boom()], ["0", "1"], 8, None, str(tmp_path / "train.tf_record"))
+  assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5])
+def test_warmup_proportion_outside_zero_one(value):
+  from bert_keras import run_squad
+  from bert_keras.runtime import training
+  for script in (run_classifier, run_squad):
+    with pytest.raises(ValueError, match=f"^--warmup_proportion={value}: must be in \\[0, 1\\]"):
+      training.check_training_numbers(script.options(warmup_proportion=value))
+  training.check_training_numbers(run_classifier.options(warmup_proportion=1.0))

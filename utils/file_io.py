@@ -4,6 +4,7 @@ through tf.io.gfile; outputs under a temporary name (.<name>.tmp-<pid>), renamed
 (write_text_atomic), the temporaries of dead runs removed (remove_stale_temporaries), and the
 one-line text of a file error. TensorFlow is imported only for paths with a scheme."""
 
+import contextlib
 import csv
 import errno
 import glob
@@ -197,6 +198,19 @@ def remove_stale_temporaries(directory, finals=None, is_stale=None, log=None):
     if log:
       log("removed %s, a temporary left by a run that ended before it finished" % path)
   return removed
+
+
+@contextlib.contextmanager
+def atomic_output(path):
+  """Yields temp_name(path) for the body to write; renames it to `path` when the body ends,
+  removes it when the body raises (a run that fails leaves no temporary)."""
+  tmp = temp_name(path)
+  try:
+    yield tmp
+  except BaseException:
+    remove_quietly(tmp)
+    raise
+  rename(tmp, path)
 
 
 def write_text_atomic(path, text):
