@@ -49,6 +49,7 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
 from bert_keras import tokenization
+from bert_keras.utils import errors
 
 
 def truncate_seq_pair(tokens_a, tokens_b, max_length):
@@ -362,7 +363,9 @@ def _ascii_word_token(token):
       _code_point_bits()[ord(token)] & _PUNCT):
     return True
   word = _suffix_free(token)
-  return word.isascii() and word.isalnum()
+  # (over 200 characters it can never match: the op makes such a word one [UNK]; and the
+  # op's builder refuses a token over 256 bytes)
+  return word.isascii() and word.isalnum() and len(word) <= _MAX_INPUT_CHARS_PER_WORD
 
 
 def _suffix_free(token):
@@ -388,9 +391,13 @@ def _wordpiece_model(vocabulary, pretokenized):
       while token in taken:
         token += "x"
     tokens.append(token)
-  buffer = pywrap_fast_wordpiece_tokenizer_model_builder.build_fast_wordpiece_model(
-      tokens, _MAX_WORD_BYTES if pretokenized else _MAX_INPUT_CHARS_PER_WORD, "##",
-      "[UNK]", pretokenized, False)
+  try:
+    buffer = pywrap_fast_wordpiece_tokenizer_model_builder.build_fast_wordpiece_model(
+        tokens, _MAX_WORD_BYTES if pretokenized else _MAX_INPUT_CHARS_PER_WORD, "##",
+        "[UNK]", pretokenized, False)
+  except RuntimeError as e:  # its message quotes the token (megabytes for a huge entry)
+    raise ValueError("tensorflow-text's WordPiece builder refused the vocabulary: "
+                     + errors.error_line(e, 300)) from None
   return np.frombuffer(buffer, np.uint8)
 
 
