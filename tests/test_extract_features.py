@@ -360,13 +360,14 @@ def test_bad_input_raises_one_line_errors(tiny, tmp_path):
   (tmp_path / "latin1.txt").write_bytes(b"the dog\nis \xe9 hairy\n")
   assert error(input_file=str(tmp_path / "latin1.txt")) == \
       f"--input_file {tmp_path}/latin1.txt, line 2: not valid UTF-8 (invalid continuation byte)"
-  # Found while writing (line 5, in the second batch): the partial output is removed.
+  # A vocab longer than the config's vocab_size: refused before the model (issue 26; it used
+  # to be found while writing, at the first id past the table).
   fewer_words = modeling.BertConfig(**{**CONFIG, "vocab_size": 24})
   (tmp_path / "fewer.json").write_text(fewer_words.to_json_string())
   checkpoints.save_tf1_checkpoint(modeling.BertModel(fewer_words), str(tmp_path / "fewer.ckpt"))
   assert error(bert_config_file=str(tmp_path / "fewer.json"),
                init_checkpoint=str(tmp_path / "fewer.ckpt")).startswith(
-      f"--input_file {tiny.input}, line 5: token id 25 >= vocab_size=24 of --bert_config_file")
+      f"--vocab_file {tiny.vocab} has ids up to ")
   # An existing output file survives a failed run untouched.
   out.write_text("previous\n")
   with pytest.raises(ValueError):
