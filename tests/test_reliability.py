@@ -11,6 +11,7 @@ The run_pretraining runs reuse test_run_pretraining's tiny setup (2 layers, hidd
 import csv
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -825,6 +826,25 @@ def test_bad_id_past_the_first_records_is_one_line_mid_training(data, tmp_path):
       f"vocab_size 100 of --bert_config_file {data / 'config_nodropout.json'}")
 
 
+def test_damaged_record_past_the_first_records_is_one_line(data, tmp_path):  # noqa: F811
+  from test_run_pretraining import _write_records
+  path = tmp_path / "damaged.tfrecord"
+  _write_records(path, 90, seed=5)
+  raw = bytearray(path.read_bytes())
+  offset = 0
+  for _ in range(80):                                       # record 80's data: a CRC error
+    offset += 16 + int.from_bytes(raw[offset:offset + 8], "little")
+  raw[offset + 12 + 20] ^= 0xFF
+  path.write_bytes(bytes(raw))
+  options = _options(data, tmp_path / "out", input_file=str(path), num_train_steps=30,
+                     save_checkpoints_steps=100)
+  with pytest.raises(SystemExit) as info:
+    with errors.one_line_errors():
+      run_pretraining.run(options)
+  assert re.fullmatch(r"error: damaged data: corrupted record at \d+ of a TFRecord file \(its "
+                      r"checksum does not match: the file is damaged\)", str(info.value.code))
+
+
 def test_damaged_record_mid_run_is_one_line(tmp_path):
   from test_run_pretraining import _write_records
   path = tmp_path / "damaged.tfrecord"
@@ -839,7 +859,8 @@ def test_damaged_record_mid_run_is_one_line(tmp_path):
   with pytest.raises(SystemExit) as info:
     errors.script_main(run)(None)
   assert str(info.value.code).startswith("error: damaged data: corrupted record at ")
-  assert "function_node" not in str(info.value.code)
+  assert str(info.value.code).endswith(" of a TFRecord file (its checksum does not match: the "
+                                       "file is damaged)")
 
 
 @pytest.mark.parametrize("script", ["run_classifier", "run_squad", "extract_features"])

@@ -59,7 +59,10 @@ def one_line_errors():
     if text is None and tf_errors is not None and isinstance(e, tf_errors.OpError):
       text = data_error_text(e.message)
       if text is None and isinstance(e, tf_errors.DataLossError):
-        text = "damaged data: " + error_line(_without_node_names(e.message), 500)
+        record = re.search(r"corrupted record at \d+", str(e.message))
+        text = "damaged data: " + (
+            record.group(0) + " of a TFRecord file (its checksum does not match: the file "
+            "is damaged)" if record else error_line(_without_node_names(e.message), 500))
     if text is None:
       raise
     raise SystemExit("error: " + text) from None
