@@ -1149,3 +1149,40 @@ def test_long_vocab_entries_in_the_tensorflow_text_path(tmp_path, monkeypatch):
     preprocessing.BertPreprocessor(str(vocab), True, 16)
   assert str(info.value).startswith("tensorflow-text's WordPiece builder refused the vocabulary")
   assert len(str(info.value)) < 400
+
+
+# ----------------------------------------------------------------------------
+# The command lines of items 1 and 5: one `error:` line, exit status 1, nothing left.
+
+@pytest.mark.slow
+def test_command_line_custom_task_with_one_label(tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n")
+  config = _config_file(tmp_path, "config.json")
+  data_dir = tmp_path / "custom"
+  data_dir.mkdir()
+  (data_dir / "train.tsv").write_text("sentence\tlabel\nthe\tyes\nthe the\tyes\n")
+  proc = subprocess.run(
+      [sys.executable, str(REPO / "run_classifier.py"), "--task_name=custom", "--do_train",
+       f"--data_dir={data_dir}", f"--vocab_file={vocab}", f"--bert_config_file={config}",
+       "--max_seq_length=16", f"--output_dir={tmp_path / 'out'}"],
+      env=ENV, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1] == (
+      f"error: --data_dir: {data_dir / 'train.tsv'}: its label column holds 1 distinct label "
+      "('yes'); a classifier needs at least two (give --labels to name the others)")
+  assert "Traceback" not in proc.stderr
+  assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_command_line_evaluate_squad_bad_prediction(tmp_path):
+  dataset = tmp_path / "data.json"
+  dataset.write_text(json.dumps(_squad_data()))
+  predictions = tmp_path / "pred.json"
+  predictions.write_text(json.dumps({"q1": ["blue"]}))
+  proc = subprocess.run([sys.executable, str(REPO / "evaluate_squad.py"), str(dataset),
+                         str(predictions)], env=ENV, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  assert proc.stderr.strip() == (f"error: predictions file {predictions}: the prediction of "
+                                 "question q1 is list, not a string")
