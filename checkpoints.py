@@ -202,8 +202,7 @@ def load_checkpoint(model, path):
   path = os.fspath(path)
   kind, resolved = _resolve_checkpoint(path)
   if kind == "huggingface":
-    state = _read_hf_weights(resolved)
-    result = _assign_from_hf(model, state, resolved)
+    result = _assign_from_hf(model, resolved)
   else:
     reader = tf.train.load_checkpoint(resolved)
     shapes = reader.get_variable_to_shape_map()
@@ -360,12 +359,15 @@ def _assign(model, values, shapes, path, fmt, checkpoint_name):
   return result
 
 
-def _assign_from_hf(model, state, path):
-  prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
+def _assign_from_hf(model, path):
+  """Loads a HuggingFace weight file: its shapes first (header or pickle alone), checked
+  against the model by _assign; then only the tensors the model takes are read."""
+  file_shapes = checkpoint_shapes(path)
+  prefix = "bert." if any(k.startswith("bert.") for k in file_shapes) else ""
   # Older HF checkpoints name LayerNorm parameters gamma/beta.
-  state = {re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight",
-                  re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k)): v
-           for k, v in state.items()}
+  original = {re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight",
+                     re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k)): k
+              for k in file_shapes}
 
   def checkpoint_name(tf1):
     name, transpose = hf_name(tf1)
@@ -373,8 +375,16 @@ def _assign_from_hf(model, state, path):
       name = prefix + name[len("bert."):]
     return name, transpose
 
-  shapes = {k: tuple(v.shape) for k, v in state.items()}
-  values = {k: (lambda v=v: v) for k, v in state.items()}
+  shapes = {k: tuple(file_shapes[v]) for k, v in original.items()}
+  needed = {original[name] for name in (checkpoint_name(tf1)[0]
+                                        for tf1 in tf1_variable_map(model)) if name in original}
+  read = {}
+
+  def value(name):
+    if not read:  # (after _assign checked every shape: the tensors it takes, at once)
+      read.update(_read_hf_weights(path, needed))
+    return read[original[name]]
+  values = {k: (lambda k=k: value(k)) for k in shapes}
   return _assign(model, values, shapes, path, "huggingface", checkpoint_name)
 
 
@@ -478,10 +488,10 @@ _SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
                        "U8": np.uint8, "BOOL": np.bool_}
 
 
-def _read_hf_weights(path):
+def _read_hf_weights(path, names=None):
   if path.endswith(".safetensors"):
-    return read_safetensors(path)
-  return read_pytorch_bin(path)
+    return read_safetensors(path, names)
+  return read_pytorch_bin(path, names)
 
 
 def _bf16_to_f32(raw):
@@ -491,18 +501,19 @@ def _bf16_to_f32(raw):
 _MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit on the JSON header
 
 
-def read_safetensors(path):
+def read_safetensors(path, names=None):
   """{name: np.ndarray} from a .safetensors file (8-byte header length, JSON header, data).
 
   The header is read first (at most the format's 100 MB) and checked before any tensor data
   is read: every tensor's byte range lies inside the file's data and holds exactly its
   shape's elements of its dtype; CheckpointError otherwise. Then only the data bytes the
-  declared tensors span are read.
+  declared tensors span are read. names: only these tensors (None: all).
   """
   with tf.io.gfile.GFile(path, "rb") as f:
     header = _safetensors_header(path, f)
     body_size = tf.io.gfile.stat(path).length - 8 - header["__length__"]
-    entries = {name: info for name, info in header.items() if name not in _HEADER_KEYS}
+    entries = {name: info for name, info in header.items()
+               if name not in _HEADER_KEYS and (names is None or name in names)}
     spans = [_safetensors_span(path, name, info, body_size) for name, info in entries.items()]
     end = max((stop for _, stop in spans), default=0)
     data = f.read(end)
@@ -746,19 +757,20 @@ class _RestrictedUnpickler(pickle.Unpickler):
     return self._storages[key]
 
 
-def read_pytorch_bin(path):
+def read_pytorch_bin(path, names=None):
   """{name: np.ndarray} from a torch.save zip file, without executing pickled code. Every
   archive member is read with a limit set before it is inflated: the pickle at most
-  MAX_PICKLE_BYTES, a storage only the elements its tensors' declared shapes use."""
-  return _read_pytorch_state(path)
+  MAX_PICKLE_BYTES, a storage only the elements its tensors' declared shapes use. names:
+  only these tensors (None: all; the others' storages are not read)."""
+  return _read_pytorch_state(path, names=names)
 
 
-def _read_pytorch_state(path, read_storages=True):
+def _read_pytorch_state(path, read_storages=True, names=None):
   """read_storages: {name: np.ndarray} of a torch.save zip file; without, {name: shape
   tuple} from its pickle alone (no storage is read)."""
   with file_io.open_read(path) as f:
     try:
-      return _unpickle_state(path, f, read_storages)
+      return _unpickle_state(path, f, read_storages, names)
     except zipfile.BadZipFile:
       raise CheckpointError("%s: legacy (non-zip) torch format is not supported; re-save it "
                             "with a recent torch or convert it to model.safetensors"
@@ -768,7 +780,7 @@ def _read_pytorch_state(path, read_storages=True):
 MAX_PICKLE_BYTES = 64 << 20  # a BERT state dict's pickle is a few hundred KB
 
 
-def _unpickle_state(path, file, read_storages):
+def _unpickle_state(path, file, read_storages, names=None):
   try:
     is_zip = zipfile.is_zipfile(file)
   except Exception:  # a remote file shorter than the zip trailer it seeks to
@@ -794,6 +806,8 @@ def _unpickle_state(path, file, read_storages):
       specs = {name: spec for name, spec in state.items() if isinstance(spec, _TensorSpec)}
       if not read_storages:
         return {name: tuple(spec.size or ()) for name, spec in specs.items()}
+      if names is not None:
+        specs = {name: spec for name, spec in specs.items() if name in names}
       need = {}
       for name, spec in specs.items():
         extent = _spec_extent(path, name, spec)

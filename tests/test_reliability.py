@@ -758,6 +758,27 @@ def test_storage_read_only_as_far_as_its_tensors(write_bin):  # noqa: F811
   assert peak < 1 << 20
 
 
+def test_only_the_tensors_asked_for_are_read(write_bin, tmp_path):  # noqa: F811
+  """load_checkpoint reads a HF file's shapes first, then only the tensors the model takes
+  (read_pytorch_bin / read_safetensors with names): an unused tensor is never inflated."""
+  big = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)   # 4 MiB
+  path = write_bin({"small": _Tensor(_Storage("0", np.arange(4, dtype=np.float32)), 0, [4],
+                                     [1]),
+                    "unused": _Tensor(_Storage("1", big), 0, [1 << 20], [1])})
+  del big
+  read = {}
+  assert _peak_bytes(lambda: read.update(checkpoints.read_pytorch_bin(path, {"small"}))) < (
+      1 << 20)
+  assert list(read) == ["small"]
+  header = json.dumps({"small": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                       "unused": {"dtype": "F32", "shape": [1 << 20],
+                                  "data_offsets": [4, 4 + (4 << 20)]}}).encode()
+  st = tmp_path / "model.safetensors"
+  st.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * (4 + (4 << 20)))
+  assert _peak_bytes(lambda: read.update(checkpoints.read_safetensors(str(st), {"small"}))) < (
+      1 << 20)
+
+
 def test_safetensors_reads_only_its_tensors_bytes(tmp_path):
   header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
   path = tmp_path / "model.safetensors"
