@@ -92,6 +92,15 @@ for task, path in json.loads(sys.argv[2]).items():
     out.update(loaded.signatures["preprocess"](text_a=text_a, text_b=text_b))
     results[task + batch] = {k: (v.numpy().astype(str).tolist() if v.dtype == tf.string
                                  else v.numpy().tolist()) for k, v in out.items()}
+  refused = []  # text_a and text_b of different batch sizes (issue 26): an error, no broadcast
+  for name in ("serving_default", "preprocess"):
+    for rows_a, rows_b in ((2, 1), (3, 2), (0, 1)):
+      try:
+        loaded.signatures[name](text_a=tf.constant(["the dog"] * rows_a, tf.string),
+                                text_b=tf.constant(["hello"] * rows_b, tf.string))
+      except tf.errors.InvalidArgumentError as e:
+        refused.append("same number of rows" in e.message)
+  results[task + "_refused"] = {"refused": refused}
 assert not [m for m in sys.modules if m.startswith(("bert_keras", "tensorflow_text"))]
 print("RESULT " + json.dumps(results))
 """
@@ -141,6 +150,13 @@ def test_preprocess_signature_is_pack_tokens(setup, exported):
       for name, value in features.items():
         np.testing.assert_array_equal(results[task + batch][name], value.numpy(), err_msg=name)
   assert results["classifier_short"]["input_mask"].sum(1).max() < MAX_SEQ_LENGTH
+
+
+@pytest.mark.slow
+def test_mismatched_batches_are_refused_by_every_exported_task(exported):
+  _, results = exported
+  for task in serving.TASKS:
+    assert results[task + "_refused"]["refused"].tolist() == [True] * 6, task
 
 
 @pytest.mark.slow
