@@ -761,7 +761,8 @@ def _unpickle_state(path, file, read_storages):
 # ----------------------------------------------------------------------------------------------
 
 _TASKS = {"encoder": modeling.BertModel, "classifier": modeling.BertClassifier,
-          "squad": modeling.BertSquad, "pretrainer": modeling.BertPretrainer}
+          "squad": modeling.BertSquad, "pretrainer": modeling.BertPretrainer,
+          "embeddings": modeling.BertSentenceEncoder}
 # The files save_pretrained writes: what it may replace in an existing directory.
 _PRETRAINED_FILES = ("bert_config.json", "bert_model.ckpt.index",
                      "bert_model.ckpt.data-00000-of-00001", "vocab.txt", "tokenizer_config.json")
@@ -777,8 +778,9 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   bert_config.json lies beside it), what save_pretrained writes, or a checkpoint prefix/file
   (its config is looked for in its directory).
   task: "encoder" (modeling.BertModel), "classifier" (BertClassifier; num_labels defaults to
-  the rows of the checkpoint's classifier head), "squad" (BertSquad) or "pretrainer"
-  (BertPretrainer); heads absent from the checkpoint keep their initial values.
+  the rows of the checkpoint's classifier head), "squad" (BertSquad), "pretrainer"
+  (BertPretrainer) or "embeddings" (BertSentenceEncoder: pass pooling="mean"|"cls"|"max" and
+  normalize); heads absent from the checkpoint keep their initial values.
   model_kwargs go to the model's constructor (dtype, name, output_hidden_states of a
   BertModel). The returned model also carries:
     model.vocab_file      vocab_file, else the directory's vocab.txt, else None
@@ -933,6 +935,7 @@ _HF_ACTIVATION_NAMES = {"gelu": "gelu_new", "gelu_exact": "gelu", "gelu_erf": "g
 _HF_ARCHITECTURES = ((modeling.BertPretrainer, "BertForPreTraining"),
                      (modeling.BertClassifier, "BertForSequenceClassification"),
                      (modeling.BertSquad, "BertForQuestionAnswering"),
+                     (modeling.BertSentenceEncoder, "BertModel"),
                      (modeling.BertModel, "BertModel"))
 _HF_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json")
 
@@ -950,7 +953,7 @@ def hf_state_dict(model):
   hf_name, Linear kernels transposed to [out, in]. A bare BertModel's names have no "bert."
   prefix (as transformers' BertModel saves them); the MLM decoder weight is tied to the word
   embeddings and written once, as its bias (transformers ties both on load)."""
-  prefix = "" if isinstance(model, modeling.BertModel) else "bert."
+  prefix = "" if hf_architecture(model) == "BertModel" else "bert."
   state = {}
   for tf1, variable in tf1_variable_map(model).items():
     name, transpose = hf_name(tf1)

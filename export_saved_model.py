@@ -9,9 +9,10 @@ r"""A fine-tuned (or pre-trained) BERT as a TensorFlow SavedModel that takes raw
 newest model.ckpt-N) or a HuggingFace directory (training_checkpoints.warm_start).
 The SavedModel (serving.py) has two signatures, both taking text_a and text_b (tf.string [B];
 an empty text_b: a single segment): `preprocess` (input_ids, input_mask, segment_ids) and
-`serving_default` (classifier: probabilities, logits; embeddings: pooled_output,
-sequence_output; squad, text_a = question and text_b = context: start_logits, end_logits and
-the best span's start_index, end_index and answer text). It loads with tf.saved_model.load
+`serving_default` (classifier: probabilities, logits; embeddings: embeddings [B, H] pooled
+as --pooling says and --normalize, pooled_output, sequence_output; squad, text_a = question
+and text_b = context: start_logits, end_logits and the best span's start_index, end_index and
+answer text). It loads with tf.saved_model.load
 in a process that imports only TensorFlow. Written to a temporary sibling directory and
 renamed when complete.
 """
@@ -41,7 +42,7 @@ NUM_LABELS = {"cola": 2, "mnli": 3, "mrpc": 2, "xnli": 3, "sst-2": 2, "sst2": 2,
 DEFAULTS = dict(bert_config_file=None, init_checkpoint=None, vocab_file=None,
                 do_lower_case=True, max_seq_length=128, task="classifier", num_labels=None,
                 task_name=None, max_answer_length=30, export_dir=None, overwrite=False,
-                tensorflow_text_ops=False)
+                tensorflow_text_ops=False, pooling="mean", normalize=False)
 
 
 def options(**overrides):
@@ -60,6 +61,12 @@ def define_flags():
                       "run_classifier (gives --num_labels): " + ", ".join(sorted(NUM_LABELS)))
   flags.DEFINE_integer("max_answer_length", 30,
                        "--task=squad: the longest answer span, in word pieces.")
+  flags.DEFINE_enum("pooling", "mean", modeling.POOLINGS,
+                    "--task=embeddings: how the `embeddings` output pools the tokens' vectors: "
+                    "mean or max over the real tokens, or the [CLS] position's (cls).")
+  flags.DEFINE_bool("normalize", False, "--task=embeddings: divide each embedding by its L2 "
+                    "norm (with --pooling=mean: what sentence-transformers' all-MiniLM-L6-v2 "
+                    "returns).")
   flags.DEFINE_string("export_dir", None, "The SavedModel directory to write (it must not "
                       "exist, or be empty).")
   flags.DEFINE_bool("overwrite", False, "Replace an existing non-empty --export_dir.")
@@ -103,6 +110,11 @@ def _check_options(options, config):
     raise ValueError(f"--max_seq_length {options.max_seq_length}: must be at least 3")
   if options.task == "squad" and options.max_answer_length < 1:
     raise ValueError(f"--max_answer_length {options.max_answer_length}: must be at least 1")
+  if options.pooling not in modeling.POOLINGS:
+    raise ValueError(f"--pooling={options.pooling}: one of {', '.join(modeling.POOLINGS)}")
+  if options.task != "embeddings" and (options.pooling != "mean" or options.normalize):
+    raise ValueError(f"--pooling / --normalize are for --task=embeddings, not "
+                     f"--task={options.task}")
   if options.task != "classifier" and (options.num_labels or options.task_name):
     raise ValueError(f"--num_labels / --task_name are for --task=classifier, not "
                      f"--task={options.task}")
@@ -157,7 +169,8 @@ def run(options):
     logging.warning("--init_checkpoint %s has no %s head: the exported head is randomly "
                     "initialised", options.init_checkpoint, options.task)
   module = serving.ServingModule(model, preprocessor, options.task, options.max_answer_length,
-                                 regression=labels == 1)
+                                 regression=labels == 1, pooling=options.pooling,
+                                 normalize=options.normalize)
   serving.save_atomic(module, options.export_dir, options.overwrite)
   logging.info("Wrote the SavedModel %s (task %s, signatures %s)", options.export_dir,
                options.task, ", ".join(serving.SIGNATURES))

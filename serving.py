@@ -6,7 +6,9 @@ text_a and text_b (tf.string [B]; an empty text_b means a single segment, as in 
   preprocess:      input_ids, input_mask, segment_ids   int32 [B, S]
   serving_default: classifier  probabilities [B, N], logits [B, N] float32 (regression,
                                N = 1: predictions [B] and logits [B, 1])
-                   embeddings  pooled_output [B, H], sequence_output [B, S, H] float32
+                   embeddings  pooled_output [B, H], sequence_output [B, S, H] float32, and
+                               embeddings [B, H] (modeling.pool_embeddings with the module's
+                               pooling and normalize: sentence embeddings)
                    squad       start_logits, end_logits [B, S] float32; the best span
                                (text_a = question, text_b = context): start_index,
                                end_index int32 [B] (-1: no context), answer tf.string [B]
@@ -22,6 +24,8 @@ import os
 
 import keras
 import tensorflow as tf
+
+from bert_keras import modeling
 
 TASKS = ("classifier", "squad", "embeddings")
 SIGNATURES = ("serving_default", "preprocess")
@@ -69,10 +73,13 @@ class ServingModule(tf.Module):
   """The exported object: the task model, its preprocessor and the two signatures."""
 
   def __init__(self, model, preprocessor, task, max_answer_length=30, regression=False,
-               trim_padding=True):
+               trim_padding=True, pooling="mean", normalize=False):
     super().__init__(name="bert_serving")
     if task not in TASKS:
       raise ValueError(f"task {task!r} is not one of {', '.join(TASKS)}")
+    if pooling not in modeling.POOLINGS:
+      raise ValueError(f"pooling {pooling!r} is not one of {', '.join(modeling.POOLINGS)}")
+    self._pooling, self._normalize = pooling, bool(normalize)
     self.model = model
     self.preprocessor = preprocessor
     self._task = task
@@ -96,7 +103,10 @@ class ServingModule(tf.Module):
       return {"probabilities": tf.nn.softmax(logits, axis=-1), "logits": logits}
     if self._task == "embeddings":
       return {"pooled_output": tf.cast(outputs["pooled_output"], tf.float32),
-              "sequence_output": tf.cast(outputs["sequence_output"], tf.float32)}
+              "sequence_output": tf.cast(outputs["sequence_output"], tf.float32),
+              "embeddings": modeling.pool_embeddings(outputs["sequence_output"],
+                                                     features["input_mask"], self._pooling,
+                                                     self._normalize)}
     start_logits = tf.cast(outputs["start_logits"], tf.float32)
     end_logits = tf.cast(outputs["end_logits"], tf.float32)
     start, end = best_spans(start_logits, end_logits, features["input_mask"],
