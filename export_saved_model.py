@@ -18,6 +18,8 @@ renamed when complete.
 """
 
 from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+import json
+import os
 
 from absl import app
 from absl import flags
@@ -42,7 +44,9 @@ NUM_LABELS = {"cola": 2, "mnli": 3, "mrpc": 2, "xnli": 3, "sst-2": 2, "sst2": 2,
 DEFAULTS = dict(bert_config_file=None, init_checkpoint=None, vocab_file=None,
                 do_lower_case=True, max_seq_length=128, task="classifier", num_labels=None,
                 task_name=None, max_answer_length=30, export_dir=None, overwrite=False,
-                tensorflow_text_ops=False, pooling="mean", normalize=False)
+                tensorflow_text_ops=False, pooling="mean", normalize=False,
+                format="saved_model", quantize="none", labels=None)
+FORMATS = ("saved_model", "tflite")
 
 
 def options(**overrides):
@@ -67,6 +71,14 @@ def define_flags():
   flags.DEFINE_bool("normalize", False, "--task=embeddings: divide each embedding by its L2 "
                     "norm (with --pooling=mean: what sentence-transformers' all-MiniLM-L6-v2 "
                     "returns).")
+  flags.DEFINE_enum("format", "saved_model", FORMATS,
+                    "saved_model: raw text in (the two signatures); tflite: model.tflite with "
+                    "token ids in (input_ids, input_mask, segment_ids int32 [B, "
+                    "max_seq_length]), with vocab.txt, labels.txt and tflite_config.json.")
+  flags.DEFINE_enum("quantize", "none", serving.QUANTIZATIONS,
+                    "--format=tflite: none (float32), dynamic (int8 weights) or float16.")
+  flags.DEFINE_string("labels", None, "--task=classifier: the label names in order, "
+                      "comma-separated (labels.txt of --format=tflite).")
   flags.DEFINE_string("export_dir", None, "The SavedModel directory to write (it must not "
                       "exist, or be empty).")
   flags.DEFINE_bool("overwrite", False, "Replace an existing non-empty --export_dir.")
@@ -81,8 +93,14 @@ def define_flags():
 
 
 def num_labels(options):
-  """--num_labels / --task_name -> the classifier's number of labels (ValueError naming the
-  flag when neither, both disagreeing, or an unknown task name)."""
+  """--num_labels / --task_name / --labels -> the classifier's number of labels (ValueError
+  naming the flag when none, two disagreeing, or an unknown task name)."""
+  if options.labels:
+    count = len(options.labels.split(","))
+    if options.num_labels is not None and options.num_labels != count:
+      raise ValueError(f"--labels names {count} labels, --num_labels says {options.num_labels}")
+    if options.num_labels is None and options.task_name is None:
+      return count
   from_name = None
   if options.task_name is not None:
     from_name = NUM_LABELS.get(options.task_name.lower())
@@ -115,6 +133,13 @@ def _check_options(options, config):
   if options.task != "embeddings" and (options.pooling != "mean" or options.normalize):
     raise ValueError(f"--pooling / --normalize are for --task=embeddings, not "
                      f"--task={options.task}")
+  if options.format not in FORMATS:
+    raise ValueError(f"--format={options.format}: one of {', '.join(FORMATS)}")
+  if options.quantize not in serving.QUANTIZATIONS:
+    raise ValueError(f"--quantize={options.quantize}: one of "
+                     f"{', '.join(serving.QUANTIZATIONS)}")
+  if options.quantize != "none" and options.format != "tflite":
+    raise ValueError("--quantize is for --format=tflite")
   if options.task != "classifier" and (options.num_labels or options.task_name):
     raise ValueError(f"--num_labels / --task_name are for --task=classifier, not "
                      f"--task={options.task}")
@@ -171,9 +196,37 @@ def run(options):
   module = serving.ServingModule(model, preprocessor, options.task, options.max_answer_length,
                                  regression=labels == 1, pooling=options.pooling,
                                  normalize=options.normalize)
+  if options.format == "tflite":
+    serving.save_atomic(module, options.export_dir, options.overwrite,
+                        write=lambda directory: write_tflite(module, options, labels, directory))
+    logging.info("Wrote %s (task %s, %s weights)", os.path.join(options.export_dir,
+                 "model.tflite"), options.task, options.quantize)
+    return
   serving.save_atomic(module, options.export_dir, options.overwrite)
   logging.info("Wrote the SavedModel %s (task %s, signatures %s)", options.export_dir,
                options.task, ", ".join(serving.SIGNATURES))
+
+
+def write_tflite(module, options, num_labels, directory):
+  """--format=tflite's files in `directory`: model.tflite (serving.tflite_model), vocab.txt,
+  labels.txt (a classifier's label names, one a line) and tflite_config.json (task, inputs,
+  max_seq_length, do_lower_case, labels, quantize), what an app needs to tokenize and read."""
+  data = serving.tflite_model(module, options.max_seq_length, options.quantize)
+  with tf.io.gfile.GFile(os.path.join(directory, "model.tflite"), "wb") as f:
+    f.write(data)
+  tf.io.gfile.copy(options.vocab_file, os.path.join(directory, "vocab.txt"))
+  names = None
+  if options.task == "classifier" and num_labels > 1:
+    names = ([x.strip() for x in options.labels.split(",")] if options.labels
+             else [str(i) for i in range(num_labels)])
+    with tf.io.gfile.GFile(os.path.join(directory, "labels.txt"), "w") as f:
+      f.write("".join(name + "\n" for name in names))
+  config = {"task": options.task, "inputs": list(serving.FEATURES),
+            "max_seq_length": options.max_seq_length,
+            "do_lower_case": bool(options.do_lower_case), "labels": names,
+            "quantize": options.quantize}
+  with tf.io.gfile.GFile(os.path.join(directory, "tflite_config.json"), "w") as f:
+    f.write(json.dumps(config, indent=2) + "\n")
 
 
 main = errors.script_main(run)
