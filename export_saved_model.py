@@ -46,7 +46,7 @@ DEFAULTS = dict(bert_config_file=None, init_checkpoint=None, vocab_file=None,
                 task_name=None, max_answer_length=30, export_dir=None, overwrite=False,
                 tensorflow_text_ops=False, pooling="mean", normalize=False,
                 format="saved_model", quantize="none", labels=None)
-FORMATS = ("saved_model", "tflite")
+FORMATS = ("saved_model", "tflite", "onnx")
 
 
 def options(**overrides):
@@ -74,7 +74,8 @@ def define_flags():
   flags.DEFINE_enum("format", "saved_model", FORMATS,
                     "saved_model: raw text in (the two signatures); tflite: model.tflite with "
                     "token ids in (input_ids, input_mask, segment_ids int32 [B, "
-                    "max_seq_length]), with vocab.txt, labels.txt and tflite_config.json.")
+                    "max_seq_length]), with vocab.txt, labels.txt and model_config.json; onnx: "
+                    "model.onnx (tf2onnx, the [onnx] extra), the same inputs and files.")
   flags.DEFINE_enum("quantize", "none", serving.QUANTIZATIONS,
                     "--format=tflite: none (float32), dynamic (int8 weights) or float16.")
   flags.DEFINE_string("labels", None, "--task=classifier: the label names in order, "
@@ -196,23 +197,28 @@ def run(options):
   module = serving.ServingModule(model, preprocessor, options.task, options.max_answer_length,
                                  regression=labels == 1, pooling=options.pooling,
                                  normalize=options.normalize)
-  if options.format == "tflite":
+  if options.format != "saved_model":
     serving.save_atomic(module, options.export_dir, options.overwrite,
-                        write=lambda directory: write_tflite(module, options, labels, directory))
-    logging.info("Wrote %s (task %s, %s weights)", os.path.join(options.export_dir,
-                 "model.tflite"), options.task, options.quantize)
+                        write=lambda directory: write_token_id_model(module, options, labels,
+                                                                     directory))
+    logging.info("Wrote %s (task %s, %s weights)", os.path.join(
+        options.export_dir, "model." + options.format), options.task, options.quantize)
     return
   serving.save_atomic(module, options.export_dir, options.overwrite)
   logging.info("Wrote the SavedModel %s (task %s, signatures %s)", options.export_dir,
                options.task, ", ".join(serving.SIGNATURES))
 
 
-def write_tflite(module, options, num_labels, directory):
-  """--format=tflite's files in `directory`: model.tflite (serving.tflite_model), vocab.txt,
-  labels.txt (a classifier's label names, one a line) and tflite_config.json (task, inputs,
-  max_seq_length, do_lower_case, labels, quantize), what an app needs to tokenize and read."""
-  data = serving.tflite_model(module, options.max_seq_length, options.quantize)
-  with tf.io.gfile.GFile(os.path.join(directory, "model.tflite"), "wb") as f:
+def write_token_id_model(module, options, num_labels, directory):
+  """--format=tflite's or onnx's files in `directory`: model.tflite (serving.tflite_model) or
+  model.onnx (serving.onnx_model), vocab.txt, labels.txt (a classifier's label names, one a
+  line) and model_config.json (task, inputs, max_seq_length, do_lower_case, labels,
+  quantize), what an app needs to tokenize and read."""
+  if options.format == "tflite":
+    data = serving.tflite_model(module, options.max_seq_length, options.quantize)
+  else:
+    data = serving.onnx_model(module, options.max_seq_length)
+  with tf.io.gfile.GFile(os.path.join(directory, "model." + options.format), "wb") as f:
     f.write(data)
   tf.io.gfile.copy(options.vocab_file, os.path.join(directory, "vocab.txt"))
   names = None
@@ -225,7 +231,7 @@ def write_tflite(module, options, num_labels, directory):
             "max_seq_length": options.max_seq_length,
             "do_lower_case": bool(options.do_lower_case), "labels": names,
             "quantize": options.quantize}
-  with tf.io.gfile.GFile(os.path.join(directory, "tflite_config.json"), "w") as f:
+  with tf.io.gfile.GFile(os.path.join(directory, "model_config.json"), "w") as f:
     f.write(json.dumps(config, indent=2) + "\n")
 
 

@@ -19,7 +19,8 @@ then a rename).
 Only TensorFlow's own ops are used: the SavedModel loads with tf.saved_model.load in a process
 that imports neither bert_keras nor tensorflow_text.
 tflite_model(module, S, quantize) converts the model with token ids in (serve_token_ids:
-input_ids, input_mask, segment_ids int32 [B, S]) to TFLite, float32 or quantized.
+input_ids, input_mask, segment_ids int32 [B, S]) to TFLite, float32 or quantized, and
+onnx_model(module, S) to ONNX (tf2onnx).
 """
 
 import os
@@ -191,6 +192,21 @@ def tflite_model(module, max_seq_length, quantize="none"):
     if quantize == "float16":
       converter.target_spec.supported_types = [tf.float16]
     return converter.convert()
+
+
+def onnx_model(module, max_seq_length, opset=17):
+  """The ONNX model (bytes) of module.serve_token_ids: inputs input_ids, input_mask,
+  segment_ids int32 [B, max_seq_length], the task's outputs by name. Converted by tf2onnx (the
+  [onnx] extra), imported here on first use; a ValueError when it is not installed."""
+  try:
+    import tf2onnx  # noqa: F401  (optional: pip install 'bert-keras[onnx]')
+    from tf2onnx import convert
+  except ImportError:
+    raise ValueError("--format=onnx needs tf2onnx: pip install 'bert-keras[onnx]'") from None
+  spec = [tf.TensorSpec([None, max_seq_length], tf.int32, name=n) for n in FEATURES]
+  function = tf.function(module.serve_token_ids, input_signature=spec)
+  proto, _ = convert.from_function(function, input_signature=spec, opset=opset)
+  return proto.SerializeToString()
 
 
 def check_export_dir(export_dir, overwrite=False):

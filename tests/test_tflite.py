@@ -1,5 +1,6 @@
-"""export_saved_model.py --format=tflite: model.tflite with token ids in, float32 and
-quantized, against the raw-text SavedModel of the same checkpoint."""
+"""export_saved_model.py --format=tflite and --format=onnx: model.tflite (float32 and
+quantized) and model.onnx with token ids in, against the raw-text SavedModel of the same
+checkpoint."""
 
 import json
 import os
@@ -97,10 +98,10 @@ def test_int8_keeps_the_label_where_the_margin_is_clear_in_a_third_of_the_size(e
 @pytest.mark.slow
 def test_tflite_directory_holds_what_an_app_needs(exports):
   directory = exports["dynamic"]
-  assert sorted(os.listdir(directory)) == ["labels.txt", "model.tflite", "tflite_config.json",
+  assert sorted(os.listdir(directory)) == ["labels.txt", "model.tflite", "model_config.json",
                                            "vocab.txt"]
   assert open(os.path.join(directory, "labels.txt")).read() == "neg\nneutral\npos\n"
-  with open(os.path.join(directory, "tflite_config.json")) as f:
+  with open(os.path.join(directory, "model_config.json")) as f:
     config = json.load(f)
   assert config == {"task": "classifier", "inputs": ["input_ids", "input_mask", "segment_ids"],
                     "max_seq_length": SEQ, "do_lower_case": True,
@@ -110,6 +111,27 @@ def test_tflite_directory_holds_what_an_app_needs(exports):
     signature = tf.lite.Interpreter(os.path.join(directory, "model.tflite")).get_signature_list()
   assert signature == {"serving_default": {"inputs": ["input_ids", "input_mask", "segment_ids"],
                                            "outputs": ["logits", "probabilities"]}}
+
+
+@pytest.mark.slow
+def test_onnx_equals_the_saved_model(exports, tmp_path):
+  pytest.importorskip("tf2onnx")
+  onnxruntime = pytest.importorskip("onnxruntime")
+  root = os.path.dirname(exports["saved_model"])
+  export_dir = str(tmp_path / "onnx")
+  export_saved_model.run(export_saved_model.options(
+      task="classifier", format="onnx", init_checkpoint=os.path.join(root, "ckpt"),
+      vocab_file=os.path.join(root, "vocab.txt"), labels="neg,neutral,pos",
+      bert_config_file=os.path.join(root, "ckpt", "bert_config.json"), max_seq_length=SEQ,
+      export_dir=export_dir))
+  assert sorted(os.listdir(export_dir)) == ["labels.txt", "model.onnx", "model_config.json",
+                                            "vocab.txt"]
+  features, want = _saved_model(exports["saved_model"], _texts(n=50, seed=2))
+  session = onnxruntime.InferenceSession(os.path.join(export_dir, "model.onnx"))
+  names = [o.name for o in session.get_outputs()]
+  got = dict(zip(names, session.run(None, {k: features[k].astype(np.int32) for k in
+                                           ("input_ids", "input_mask", "segment_ids")})))
+  np.testing.assert_allclose(got["probabilities"], want["probabilities"].numpy(), atol=1e-4)
 
 
 def test_bad_tflite_flags_are_one_line_errors(tmp_path):
