@@ -9,6 +9,8 @@
 #   6. extract_features.py        per-token activations of a few sentences
 #   7. export_saved_model.py      the classifier as a SavedModel over raw text
 #   8. a fresh Python process     queries the SavedModel with a raw sentence pair
+#   9. convert_checkpoint.py      the classifier in HuggingFace's layout (model.safetensors)
+#  10. export_saved_model.py      the classifier as int8 TFLite (--format=tflite)
 # and prints a summary table (each step's figure, time and files), also in OUT/summary.md.
 #
 #   bash demo.sh             # built-in data, a tiny model: ~2 minutes on 2 cores after the install
@@ -165,6 +167,21 @@ with open(f"{out}/query.json", "w") as f:
 PY
 done_step query "$OUT/query.json"
 
+begin "9. the classifier in HuggingFace's layout: convert_checkpoint.py"
+rm -rf "$OUT/classifier_hf"
+$PY convert_checkpoint.py --init_checkpoint="$OUT/classifier_output" --format=huggingface \
+  --bert_config_file="$FT_CONFIG" --vocab_file="$FT_VOCAB" --labels="$LABELS" \
+  --output_dir="$OUT/classifier_hf"
+done_step huggingface "$OUT/classifier_hf/model.safetensors"
+
+begin "10. the classifier as int8 TFLite: export_saved_model.py --format=tflite --quantize=dynamic"
+rm -rf "$OUT/classifier_tflite"
+$PY export_saved_model.py --task=classifier --labels="$LABELS" --format=tflite \
+  --quantize=dynamic --bert_config_file="$FT_CONFIG" --init_checkpoint="$OUT/classifier_output" \
+  --vocab_file="$FT_VOCAB" --do_lower_case=True --max_seq_length="$FT_SEQ" \
+  --export_dir="$OUT/classifier_tflite"
+done_step tflite "$OUT/classifier_tflite/model.tflite"
+
 $PY - "$OUT" "$REAL" 2> "$OUT/summary.log" <<'PY' || { cat "$OUT/summary.log"; exit 1; }
 # The summary: each step, its key figure, its time and its files (also OUT/summary.md).
 import json, os, sys
@@ -200,6 +217,13 @@ def figure(step, path):
         len(first["features"][0]["layers"][0]["values"]))
   if step == "export":
     return "signatures preprocess, serving_default"
+  if step == "huggingface":
+    config = json.load(open(os.path.join(os.path.dirname(path), "config.json")))
+    return "model.safetensors %.2f MB, %s, labels %s" % (
+        os.path.getsize(path) / 1e6, config["architectures"][0],
+        ", ".join(config["id2label"][str(i)] for i in range(len(config["id2label"]))))
+  if step == "tflite":
+    return "int8 model.tflite %.2f MB" % (os.path.getsize(path) / 1e6)
   if step == "query":
     query = json.load(open(path))
     return "probabilities " + ", ".join(

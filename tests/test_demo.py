@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow  # it runs demo.sh (or reads a CI run's output)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = ("vocab", "pretraining_data", "pretraining", "classifier", "squad", "features", "export",
-         "query")
+         "query", "huggingface", "tflite")
 # What each step's figure must show (a number after the name of the measure).
 FIGURES = {
     "vocab": r"\d+ tokens",
@@ -27,6 +27,9 @@ FIGURES = {
     "features": r"\d+ tokens x 2 layers x 64",
     "export": r"signatures preprocess, serving_default",
     "query": r"probabilities other_topic [01]\.\d{3}, same_topic [01]\.\d{3}",
+    "huggingface": r"model\.safetensors \d+\.\d\d MB, BertForSequenceClassification, "
+                   r"labels other_topic, same_topic",
+    "tflite": r"int8 model\.tflite \d+\.\d\d MB",
 }
 
 
@@ -71,7 +74,9 @@ def test_each_step_wrote_its_files_in_out(demo_out):
       "classifier_output/eval_history.jsonl", "classifier_output/best/eval_results.txt",
       "squad_output/predictions.json", "squad_output/nbest_predictions.json",
       "squad_output/official_eval.json", "features.jsonl",
-      "saved_model/saved_model.pb", "query.json", "summary.md"]
+      "saved_model/saved_model.pb", "query.json", "classifier_hf/config.json",
+      "classifier_hf/model.safetensors", "classifier_hf/vocab.txt",
+      "classifier_tflite/model.tflite", "classifier_tflite/labels.txt", "summary.md"]
   missing = [p for p in expected if not os.path.exists(os.path.join(demo_out, p))]
   assert not missing
   with open(os.path.join(demo_out, "classifier_output/test_results.tsv")) as f:
