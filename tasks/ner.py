@@ -14,7 +14,8 @@ Read top to bottom:
                        max_seq_length - 2 pieces, doc_stride apart (run_squad's rule), each
                        word predicted from the window where it has the most context;
                        assemble_tags: window predictions -> one tag per input word (a word
-                       without pieces, e.g. a control character: "O")
+                       without pieces, e.g. a control character: "O"); tag_sentences: words
+                       -> tags with a Keras BertTokenClassifier
   4. the model side    TaggerTask (the mean loss over the tagged pieces of the global batch),
                        write_records / decode_fn, predict (argmax and loss of every window)
   5. outputs           prediction_text (`token gold predicted` lines), eval_results
@@ -232,6 +233,24 @@ def assemble_tags(sentences, windows, predictions, labels):
       if word >= 0:
         tags[word] = labels[int(row[position])]
   return result
+
+
+def tag_sentences(model, tokenizer, labels, word_lists, max_seq_length=128, doc_stride=64,
+                  batch_size=32):
+  """Tags lists of words with a BertTokenClassifier (inference, in Keras batches of
+  batch_size windows): per list, one tag of `labels` per word (a word without WordPieces:
+  "O"). word_lists: e.g. [["John", "lives", "in", "Paris"]] (split text with
+  tokenizer.basic_tokenizer.tokenize to get BERT's words)."""
+  sentences = [Sentence(list(words), None, list(range(1, len(words) + 1)), "<input>")
+               for words in word_lists]
+  windows = convert_sentences(sentences, tokenizer, labels, max_seq_length, doc_stride)
+  arrays = window_arrays(windows, max_seq_length)
+  predictions = np.zeros([len(windows), max_seq_length], np.int32)
+  for start in range(0, len(windows), batch_size):
+    batch = {k: arrays[k][start:start + batch_size]
+             for k in ("input_ids", "input_mask", "segment_ids")}
+    predictions[start:start + batch_size] = np.argmax(model(batch, training=False), axis=-1)
+  return assemble_tags(sentences, windows, predictions, labels)
 
 
 # ----------------------------------------------------------------------------

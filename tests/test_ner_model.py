@@ -78,6 +78,30 @@ def test_compile_fit_with_ignored_positions():
   assert model.predict(features, verbose=0).shape == (2, 6, 3)
 
 
+def test_tag_sentences_equals_the_windows_argmax(tmp_path):
+  """ner.tag_sentences on words: the argmax of the model's logits at each word's first piece,
+  long lists through windows, a word without pieces O."""
+  from bert_keras import tokenization
+  from bert_keras.tasks import ner
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(t + "\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "b",
+                                              "##c"]), encoding="utf-8")
+  tokenizer = tokenization.FullTokenizer(str(vocab), do_lower_case=True)
+  model = _randomize(modeling.BertTokenClassifier(CONFIG, 3), seed=1)
+  labels = ["O", "B-X", "I-X"]
+  words = ["a", "bc", "\x07", "b", "a", "bc", "a", "b", "a", "b", "a", "bc"]
+  short = ["b", "a"]
+  tags = ner.tag_sentences(model, tokenizer, labels, [words, short], max_seq_length=8,
+                           doc_stride=3, batch_size=2)
+  assert len(tags[0]) == len(words) and tags[0][2] == "O"
+  ids = [2] + [{"a": 4, "b": 5}[w] for w in short] + [3]
+  logits = model({"input_ids": np.array([ids]), "input_mask": np.ones([1, 4], np.int32),
+                  "segment_ids": np.zeros([1, 4], np.int32)}).numpy()[0]
+  assert tags[1] == [labels[i] for i in np.argmax(logits[1:3], -1)]
+  # A long list tagged alone gives the same tags as in a batch with the short one.
+  assert ner.tag_sentences(model, tokenizer, labels, [words], 8, 3) == tags[:1]
+
+
 def test_load_model_tagger(tmp_path):
   model = _randomize(modeling.BertTokenClassifier(CONFIG, 3))
   checkpoints.save_tf1_checkpoint(model, str(tmp_path / "model.ckpt-7"))
