@@ -64,6 +64,7 @@ def test_get_config_and_keras_file_round_trip(tmp_path):
   np.testing.assert_array_equal(loaded(_features()), model(_features()))
 
 
+@pytest.mark.slow
 def test_compile_fit_with_ignored_positions():
   model = modeling.BertTokenClassifier(CONFIG, 3)
   model.compile(optimizer=keras.optimizers.Adam(1e-3),

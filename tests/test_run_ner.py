@@ -78,6 +78,7 @@ def read_results(path):
   return dict(line.split(" = ") for line in path.read_text().splitlines())
 
 
+@pytest.mark.slow
 def test_train_eval_predict(files, tmp_path):
   out = tmp_path / "out"
   results = run_ner.run(base_options(files, out, do_train=True, do_eval=True, do_predict=True,
