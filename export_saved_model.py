@@ -11,12 +11,16 @@ The SavedModel (serving.py) has two signatures, both taking text_a and text_b (t
 an empty text_b: a single segment): `preprocess` (input_ids, input_mask, segment_ids) and
 `serving_default` (classifier: probabilities, logits; embeddings: pooled_output,
 sequence_output; squad, text_a = question and text_b = context: start_logits, end_logits and
-the best span's start_index, end_index and answer text). It loads with tf.saved_model.load
+the best span's start_index, end_index and answer text). --task=tagger (a run_ner model; its
+tags from --labels or the labels.txt beside --init_checkpoint) has one signature,
+serving_default, taking text_a only: words, starts, ends, tags, scores and the entities
+(tasks/ner_serving.py). It loads with tf.saved_model.load
 in a process that imports only TensorFlow. Written to a temporary sibling directory and
 renamed when complete.
 """
 
 from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+import os
 
 from absl import app
 from absl import flags
@@ -24,6 +28,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import serving
@@ -31,6 +36,8 @@ from bert_keras.runtime import common_flags
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training_checkpoints
+from bert_keras.tasks import ner
+from bert_keras.tasks import ner_serving
 from bert_keras.utils import errors
 
 # run_classifier's GLUE tasks -> their number of labels (len(processor.get_labels()); STS-B
@@ -41,7 +48,8 @@ NUM_LABELS = {"cola": 2, "mnli": 3, "mrpc": 2, "xnli": 3, "sst-2": 2, "sst2": 2,
 DEFAULTS = dict(bert_config_file=None, init_checkpoint=None, vocab_file=None,
                 do_lower_case=True, max_seq_length=128, task="classifier", num_labels=None,
                 task_name=None, max_answer_length=30, export_dir=None, overwrite=False,
-                tensorflow_text_ops=False)
+                tensorflow_text_ops=False, labels=None)
+TASKS = serving.TASKS + ("tagger",)
 
 
 def options(**overrides):
@@ -51,9 +59,11 @@ def options(**overrides):
 
 def define_flags():
   common_flags.define_model_flags(max_seq_length=128, output_dir=False)
-  flags.DEFINE_enum("task", "classifier", serving.TASKS,
-                    "classifier (run_classifier's model), squad (run_squad's) or embeddings "
-                    "(the encoder alone).")
+  flags.DEFINE_enum("task", "classifier", TASKS,
+                    "classifier (run_classifier's model), squad (run_squad's), tagger "
+                    "(run_ner's) or embeddings (the encoder alone).")
+  flags.DEFINE_string("labels", None, "--task=tagger: comma-separated tags in the order of the "
+                      "model's outputs (default: labels.txt beside --init_checkpoint).")
   flags.DEFINE_integer("num_labels", None, "--task=classifier: the number of labels "
                        "(1: a regression such as STS-B).")
   flags.DEFINE_string("task_name", None, "--task=classifier: a GLUE task name of "
@@ -103,6 +113,8 @@ def _check_options(options, config):
     raise ValueError(f"--max_seq_length {options.max_seq_length}: must be at least 3")
   if options.task == "squad" and options.max_answer_length < 1:
     raise ValueError(f"--max_answer_length {options.max_answer_length}: must be at least 1")
+  if options.task != "tagger" and options.labels:
+    raise ValueError(f"--labels is for --task=tagger, not --task={options.task}")
   if options.task != "classifier" and (options.num_labels or options.task_name):
     raise ValueError(f"--num_labels / --task_name are for --task=classifier, not "
                      f"--task={options.task}")
@@ -120,10 +132,27 @@ def _check_options(options, config):
                      f"{' '.join(str(e.message).split())[:300]}") from None
 
 
+def tagger_labels(options):
+  """--task=tagger's tags: --labels, else labels.txt in --init_checkpoint (a run_ner
+  output_dir) or beside it; a ValueError naming the flags without either."""
+  if options.labels:
+    return ner.parse_labels(options.labels)
+  path = options.init_checkpoint.rstrip("/")
+  directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+  labels = checkpoints.read_labels(directory)
+  if labels is None:
+    raise ValueError(f"--task=tagger needs --labels, or a {checkpoints.LABELS_FILE} in "
+                     f"{directory} (run_ner writes one into its output_dir)")
+  return labels
+
+
 def build_model(task, config, labels=None):
-  """The Keras model of `task`: BertClassifier (labels outputs), BertSquad or BertModel."""
+  """The Keras model of `task`: BertClassifier or BertTokenClassifier (`labels` outputs),
+  BertSquad or BertModel."""
   if task == "classifier":
     return modeling.BertClassifier(config, labels)
+  if task == "tagger":
+    return modeling.BertTokenClassifier(config, labels)
   if task == "squad":
     return modeling.BertSquad(config)
   return modeling.BertModel(config)
@@ -136,11 +165,12 @@ def _head(model):
 
 def run(options):
   """Checks the options, builds the model, loads --init_checkpoint, writes the SavedModel."""
-  if options.task not in serving.TASKS:
-    raise ValueError(f"--task {options.task}: not one of {', '.join(serving.TASKS)}")
+  if options.task not in TASKS:
+    raise ValueError(f"--task {options.task}: not one of {', '.join(TASKS)}")
   config = run_checks.load_and_check_config(options)
   labels = num_labels(options) if options.task == "classifier" else None
   _check_options(options, config)
+  tags = tagger_labels(options) if options.task == "tagger" else None
   preprocessor = preprocessing.BertPreprocessor(
       options.vocab_file, options.do_lower_case, options.max_seq_length,
       core_ops_only=not options.tensorflow_text_ops)
@@ -148,7 +178,7 @@ def run(options):
   if vocab_size > config.vocab_size:
     raise ValueError(f"--vocab_file {options.vocab_file} has ids up to {vocab_size - 1}, "
                      f"beyond the model's vocab_size {config.vocab_size}")
-  model = build_model(options.task, config, labels)
+  model = build_model(options.task, config, len(tags) if tags else labels)
   head = _head(model)
   initial = [w.numpy() for w in head.weights] if head is not None else []
   training_checkpoints.warm_start(model, options.init_checkpoint)
@@ -156,11 +186,15 @@ def run(options):
                               for a, w in zip(initial, head.weights)):
     logging.warning("--init_checkpoint %s has no %s head: the exported head is randomly "
                     "initialised", options.init_checkpoint, options.task)
-  module = serving.ServingModule(model, preprocessor, options.task, options.max_answer_length,
-                                 regression=labels == 1)
+  if options.task == "tagger":
+    module = ner_serving.TaggerModule(model, preprocessor, tags)
+  else:
+    module = serving.ServingModule(model, preprocessor, options.task,
+                                   options.max_answer_length, regression=labels == 1)
   serving.save_atomic(module, options.export_dir, options.overwrite)
   logging.info("Wrote the SavedModel %s (task %s, signatures %s)", options.export_dir,
-               options.task, ", ".join(serving.SIGNATURES))
+               options.task, "serving_default" if options.task == "tagger"
+               else ", ".join(serving.SIGNATURES))
 
 
 main = errors.script_main(run)
