@@ -82,7 +82,7 @@ def read_results(path):
 def test_train_eval_predict(files, tmp_path):
   out = tmp_path / "out"
   results = run_ner.run(base_options(files, out, do_train=True, do_eval=True, do_predict=True,
-                                     eval_every_steps=6))
+                                     eval_every_steps=6, trim_train_batches=True))
   # 48 train sentences, none longer than 14 pieces: 48 windows, 12 steps.
   assert results["eval"]["global_step"] in (6, 12)   # best/ chosen by eval_f1
   assert (out / "labels.txt").read_text() == "O\nB-LOC\nB-PER\nI-LOC\nI-PER\n"
