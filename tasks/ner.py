@@ -239,8 +239,8 @@ def tag_sentences(model, tokenizer, labels, word_lists, max_seq_length=128, doc_
                   batch_size=32):
   """Tags lists of words with a BertTokenClassifier (inference, in Keras batches of
   batch_size windows): per list, one tag of `labels` per word (a word without WordPieces:
-  "O"). word_lists: e.g. [["John", "lives", "in", "Paris"]] (split text with
-  tokenizer.basic_tokenizer.tokenize to get BERT's words)."""
+  "O"). word_lists: e.g. [["John", "lives", "in", "Paris", "."]] (words as in a CoNLL file;
+  the tagger SavedModel splits raw text itself)."""
   sentences = [Sentence(list(words), None, list(range(1, len(words) + 1)), "<input>")
                for words in word_lists]
   windows = convert_sentences(sentences, tokenizer, labels, max_seq_length, doc_stride)
