@@ -279,8 +279,7 @@ def config_sizes(shapes):
   layers; a field is absent where its variable is not found. Optimizer slots are ignored."""
   normal = {}
   for key, shape in shapes.items():
-    name = key.replace("/.ATTRIBUTES/VARIABLE_VALUE", "").replace(".S", "/").replace(".", "/")
-    normal.setdefault(name, shape)
+    normal.setdefault(_normal_name(key), shape)
   sizes = {}
   for field, pattern, axis in _CONFIG_SHAPES:
     for name, shape in normal.items():
@@ -291,6 +290,32 @@ def config_sizes(shapes):
   if layers:
     sizes["num_hidden_layers"] = max(layers) + 1
   return sizes
+
+
+def _normal_name(key):
+  """A checkpoint key in one spelling for every format: "/" between scopes, no TF2 suffix
+  (model_variables/cls.Ssquad.Soutput_bias/.ATTRIBUTES/VARIABLE_VALUE ->
+  model_variables/cls/squad/output_bias; HuggingFace's qa_outputs.weight -> qa_outputs/weight)."""
+  return key.replace("/.ATTRIBUTES/VARIABLE_VALUE", "").replace(".S", "/").replace(".", "/")
+
+
+def checkpoint_task(path):
+  """The task model whose head a checkpoint holds, from its names alone: "squad" (run_squad's
+  cls/squad, HuggingFace's qa_outputs), "classifier" (run_classifier's root-scope
+  output_weights, HuggingFace's classifier), "pretrainer" (the MLM head cls/predictions) or
+  "encoder" (none of these)."""
+  names = [_normal_name(key) for key in checkpoint_shapes(path)]
+
+  def has(pattern):
+    return any(re.search(pattern, name) for name in names)
+
+  if has(r"(?:^|/)cls/squad/output_weights$|^qa_outputs/weight$"):
+    return "squad"
+  if has(r"^(?:model_variables/)?output_weights$|^classifier/weight$"):
+    return "classifier"
+  if has(r"(?:^|/)cls/predictions/"):
+    return "pretrainer"
+  return "encoder"
 
 
 def check_config_matches(config, checkpoint):
@@ -737,7 +762,7 @@ def _unpickle_state(path, file, read_storages):
 
 _TASKS = {"encoder": modeling.BertModel, "classifier": modeling.BertClassifier,
           "squad": modeling.BertSquad, "pretrainer": modeling.BertPretrainer,
-          "tagger": modeling.BertTokenClassifier}
+          "embeddings": modeling.BertSentenceEncoder, "tagger": modeling.BertTokenClassifier}
 _HEADED = ("classifier", "tagger")  # the tasks whose model takes num_labels
 # run_ner's tag set in its output_dir: one tag a line, in the order of the model's outputs.
 LABELS_FILE = "labels.txt"
@@ -758,7 +783,8 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   task: "encoder" (modeling.BertModel), "classifier" (BertClassifier; num_labels defaults to
   the rows of the checkpoint's classifier head), "tagger" (BertTokenClassifier; a run_ner
   output_dir's labels.txt gives its tags, else num_labels as for "classifier"), "squad"
-  (BertSquad) or "pretrainer" (BertPretrainer); heads absent from the checkpoint keep their
+  (BertSquad), "pretrainer" (BertPretrainer) or "embeddings" (BertSentenceEncoder: pass
+  pooling="mean"|"cls"|"max" and normalize); heads absent from the checkpoint keep their
   initial values.
   model_kwargs go to the model's constructor (dtype, name, output_hidden_states of a
   BertModel). The returned model also carries:
@@ -882,13 +908,7 @@ def save_pretrained(model, directory, vocab_file=None, do_lower_case=None):
   if not tf.io.gfile.exists(vocab_file):
     raise ValueError("%s: no such vocab file" % vocab_file)
   gfile = tf.io.gfile
-  if gfile.exists(directory):
-    if not gfile.isdir(directory):
-      raise ValueError("%s: exists and is not a directory" % directory)
-    others = sorted(set(gfile.listdir(directory)) - set(_PRETRAINED_FILES))
-    if others:
-      raise ValueError("%s: exists and holds other files (%s); save into a new directory"
-                       % (directory, ", ".join(others[:5])))
+  _check_replaceable(directory, _PRETRAINED_FILES)
   config = {k: v for k, v in _encoder_of(model).config.to_dict().items()
             if k not in ("model_type", "architectures")}   # read back as our format
   tmp = "%s.tmp-%d" % (directory, os.getpid())
@@ -932,3 +952,141 @@ def _replace_directory(new, directory):
     gfile.rename(old, directory)
     raise
   gfile.rmtree(old)
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. HuggingFace's layout, written
+# ----------------------------------------------------------------------------------------------
+
+# Our activation names -> HuggingFace's, so that each side computes the same function: the
+# original's (and our) "gelu" is the tanh form, HuggingFace's "gelu_new"; HuggingFace's "gelu"
+# is the exact erf form, our "gelu_exact".
+_HF_ACTIVATION_NAMES = {"gelu": "gelu_new", "gelu_exact": "gelu", "gelu_erf": "gelu",
+                        "relu": "relu", "tanh": "tanh", "silu": "silu", "swish": "silu"}
+# The transformers class each of our models is, and its state dict's encoder prefix.
+_HF_ARCHITECTURES = ((modeling.BertPretrainer, "BertForPreTraining"),
+                     (modeling.BertClassifier, "BertForSequenceClassification"),
+                     (modeling.BertSquad, "BertForQuestionAnswering"),
+                     (modeling.BertSentenceEncoder, "BertModel"),
+                     (modeling.BertModel, "BertModel"))
+_HF_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json")
+
+
+def hf_architecture(model):
+  """The transformers class name of `model` (BertModel, BertForPreTraining, ...)."""
+  for cls, name in _HF_ARCHITECTURES:
+    if isinstance(model, cls):
+      return name
+  raise TypeError("no HuggingFace architecture for %s" % type(model).__name__)
+
+
+def hf_state_dict(model):
+  """{HuggingFace state-dict name: float32 array} of `model`: tf1_variable_map's names through
+  hf_name, Linear kernels transposed to [out, in]. A bare BertModel's names have no "bert."
+  prefix (as transformers' BertModel saves them); the MLM decoder weight is tied to the word
+  embeddings and written once, as its bias (transformers ties both on load)."""
+  prefix = "" if hf_architecture(model) == "BertModel" else "bert."
+  state = {}
+  for tf1, variable in tf1_variable_map(model).items():
+    name, transpose = hf_name(tf1)
+    if tf1.startswith("bert/"):
+      name = prefix + name[len("bert."):]
+    value = np.asarray(variable.numpy(), np.float32)
+    state[name] = np.ascontiguousarray(value.T if transpose else value)
+  if "cls.predictions.bias" in state:
+    state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
+  return state
+
+
+def hf_config(model, label_names=None):
+  """transformers' config.json (a dict) of `model`: BertConfig's fields, model_type "bert",
+  the architecture, layer_norm_eps, hidden_act in HuggingFace's name of the same function,
+  and for a classifier id2label / label2id (label_names, default LABEL_0...)."""
+  config = _encoder_of(model).config
+  act = config.hidden_act
+  if not isinstance(act, str) or act.lower() not in _HF_ACTIVATION_NAMES:
+    raise ValueError("hidden_act %r has no HuggingFace name" % (act,))
+  out = {k: v for k, v in config.to_dict().items() if k not in ("architectures", "model_type")}
+  out.update(model_type="bert", architectures=[hf_architecture(model)],
+             hidden_act=_HF_ACTIVATION_NAMES[act.lower()],
+             layer_norm_eps=float(getattr(config, "layer_norm_eps", 1e-12)))
+  head = getattr(model, "classifier", None)
+  if head is not None:
+    count = int(head.output_weights.shape[0])
+    names = list(label_names) if label_names is not None else ["LABEL_%d" % i
+                                                               for i in range(count)]
+    if len(names) != count:
+      raise ValueError("%d label names for a head of %d labels" % (len(names), count))
+    out["id2label"] = {str(i): str(n) for i, n in enumerate(names)}
+    out["label2id"] = {str(n): i for i, n in enumerate(names)}
+  return out
+
+
+def write_safetensors(path, tensors):
+  """Writes {name: array} (float32, int32, ...) as a .safetensors file: the little-endian
+  header length, the JSON header (dtype, shape, data_offsets; padded with spaces to a multiple
+  of 8 bytes), then the tensors' bytes in name order."""
+  dtypes = {np.dtype(v): k for k, v in _SAFETENSORS_DTYPES.items()}
+  header, offset, arrays = {}, 0, []
+  for name in sorted(tensors):
+    array = np.ascontiguousarray(tensors[name])
+    if array.dtype not in dtypes:
+      raise ValueError("%s: dtype %s has no safetensors name" % (name, array.dtype))
+    header[name] = {"dtype": dtypes[array.dtype], "shape": list(array.shape),
+                    "data_offsets": [offset, offset + array.nbytes]}
+    offset += array.nbytes
+    arrays.append(array.astype(array.dtype.newbyteorder("<"), copy=False))
+  text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+  text += b" " * (-len(text) % 8)
+  with tf.io.gfile.GFile(path, "wb") as f:
+    f.write(struct.pack("<Q", len(text)) + text)
+    for array in arrays:
+      f.write(array.tobytes())
+
+
+def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, label_names=None):
+  """Writes `model` in HuggingFace's layout, for transformers' from_pretrained and
+  sentence-transformers: config.json (hf_config), model.safetensors (hf_state_dict, float32),
+  vocab.txt and tokenizer_config.json (do_lower_case, the tokenizer class). vocab_file and
+  do_lower_case default to what load_model set. Atomic as save_pretrained: written into a
+  temporary sibling, then renamed; an existing `directory` is replaced only when it holds
+  nothing but these files. Returns `directory`."""
+  directory = os.fspath(directory).rstrip("/") or "/"
+  vocab_file = vocab_file or _loaded_attribute(model, "vocab_file")
+  if do_lower_case is None:
+    do_lower_case = _loaded_attribute(model, "do_lower_case")
+  if not vocab_file or not tf.io.gfile.exists(vocab_file):
+    raise ValueError("save_huggingface: a vocab file is needed (%s)" % (vocab_file or "none"))
+  _check_replaceable(directory, _HF_FILES)
+  config = hf_config(model, label_names)
+  tmp = "%s.tmp-%d" % (directory, os.getpid())
+  gfile = tf.io.gfile
+  try:
+    gfile.makedirs(tmp)
+    with gfile.GFile(os.path.join(tmp, "config.json"), "w") as f:
+      f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    write_safetensors(os.path.join(tmp, "model.safetensors"), hf_state_dict(model))
+    gfile.copy(vocab_file, os.path.join(tmp, "vocab.txt"), overwrite=True)
+    tokenizer = {"tokenizer_class": "BertTokenizer"}
+    if do_lower_case is not None:
+      tokenizer["do_lower_case"] = bool(do_lower_case)
+    with gfile.GFile(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
+      f.write(json.dumps(tokenizer, indent=2, sort_keys=True) + "\n")
+    _replace_directory(tmp, directory)
+  finally:
+    if gfile.exists(tmp):
+      gfile.rmtree(tmp)
+  return directory
+
+
+def _check_replaceable(directory, files):
+  """A ValueError unless `directory` is absent or a directory holding only `files`."""
+  gfile = tf.io.gfile
+  if not gfile.exists(directory):
+    return
+  if not gfile.isdir(directory):
+    raise ValueError("%s: exists and is not a directory" % directory)
+  others = sorted(set(gfile.listdir(directory)) - set(files))
+  if others:
+    raise ValueError("%s: exists and holds other files (%s); save into a new directory"
+                     % (directory, ", ".join(others[:5])))

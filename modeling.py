@@ -896,6 +896,56 @@ class BertSquad(_TaskModel):
     return {"start_logits": start, "end_logits": end}
 
 
+POOLINGS = ("mean", "cls", "max")
+
+
+def pool_embeddings(sequence_output, input_mask, pooling="mean", normalize=False):
+  """One vector per text, float32 [B, H], from sequence_output [B, S, H] and input_mask
+  [B, S] (1 = real token): "mean" over the real tokens, "cls" the [CLS] position's vector,
+  "max" the element-wise maximum over the real tokens (sentence-transformers' three poolings);
+  `normalize` divides each vector by its L2 norm (at least 1e-12), as its Normalize module."""
+  if pooling not in POOLINGS:
+    raise ValueError("pooling must be one of %s, got %r" % (", ".join(POOLINGS), pooling))
+  x = ops.cast(sequence_output, "float32")
+  mask = ops.cast(input_mask, "float32")[:, :, None]
+  if pooling == "mean":
+    pooled = ops.sum(x * mask, axis=1) / ops.maximum(ops.sum(mask, axis=1), 1e-9)
+  elif pooling == "cls":
+    pooled = x[:, 0]
+  else:
+    pooled = ops.max(ops.where(mask > 0, x, -1e9), axis=1)
+  if normalize:
+    pooled = pooled / ops.maximum(ops.sqrt(ops.sum(pooled * pooled, axis=-1,
+                                                   keepdims=True)), 1e-12)
+  return pooled
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class BertSentenceEncoder(_TaskModel):
+  """A BertModel whose outputs are pooled into one vector per text (pool_embeddings):
+  sentence embeddings, as sentence-transformers computes them (all-MiniLM-L6-v2: pooling
+  "mean", normalize=True).
+
+  BertSentenceEncoder(encoder_or_config, pooling="mean", normalize=False). Inputs: BertModel's
+  dict. Returns float32 [B, H]. No weights beyond the encoder's.
+  """
+
+  def __init__(self, encoder_or_config, pooling="mean", normalize=False, **kwargs):
+    if pooling not in POOLINGS:
+      raise ValueError("pooling must be one of %s, got %r" % (", ".join(POOLINGS), pooling))
+    kwargs.setdefault("name", "bert_sentence_encoder")
+    super().__init__(encoder_or_config, **kwargs)
+    self.pooling, self.normalize = pooling, bool(normalize)
+
+  def call(self, inputs, training=None):
+    _, input_mask, _ = _unpack_inputs(inputs)
+    sequence_output = self._encode(inputs, training)["sequence_output"]
+    return pool_embeddings(sequence_output, input_mask, self.pooling, self.normalize)
+
+  def get_config(self):
+    return {**super().get_config(), "pooling": self.pooling, "normalize": self.normalize}
+
+
 # ----------------------------------------------------------------------------------------------
 # 5. Losses (float32)
 # ----------------------------------------------------------------------------------------------

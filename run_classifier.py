@@ -39,6 +39,7 @@ from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
 from bert_keras.runtime import training_checkpoints
 from bert_keras.tasks import metrics
+from bert_keras.tasks import prediction_files
 from bert_keras.tasks import tfds_input
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
@@ -996,6 +997,12 @@ def _evaluate(options, trainer, eval_examples, label_list, tokenizer, chief, rec
   if chief:
     file_io.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
                               outputs.format_results(results))
+    real = real.astype(bool)
+    scores = logits[real][:, 0] if label_list is None else softmax(logits)[real]
+    file_io.write_text_atomic(
+        os.path.join(options.output_dir, "eval_predictions.tsv"),
+        prediction_files.prediction_tsv([e.guid for e in eval_examples], scores, label_list,
+                                        gold=[e.label for e in eval_examples]))
   return results
 
 
@@ -1032,6 +1039,10 @@ def _predict(options, trainer, predict_examples, label_list, tokenizer, chief, r
   logging.info("***** Predict results *****")
   if chief:
     file_io.write_text_atomic(os.path.join(options.output_dir, "test_results.tsv"), "".join(lines))
+    file_io.write_text_atomic(
+        os.path.join(options.output_dir, "test_predictions.tsv"),
+        prediction_files.prediction_tsv([e.guid for e in predict_examples], probabilities,
+                                        label_list))
   return probabilities
 
 

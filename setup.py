@@ -79,6 +79,9 @@ setup(
         # 2.21 >= 6.31.1: both install with protobuf 6.x. For Dataflow (gs:// paths) install
         # apache-beam[gcp] instead.
         "beam": ["apache-beam>=2.77,<3"],
+        # export_saved_model.py --format=onnx: tf2onnx converts the graph (no converter of
+        # ours could follow TensorFlow's ops as well), onnxruntime runs it in tests and bench.
+        "onnx": ["tf2onnx>=1.17", "onnxruntime>=1.20"],
         # evaluate_squad.py --out-image-dir: the official precision-recall curves.
         "plots": ["matplotlib>=3.7"],
     },

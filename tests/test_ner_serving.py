@@ -140,9 +140,8 @@ def test_export_and_load(setup, tmp_path):
       assert (got[key].numpy() == want[key].numpy()).all(), key
     else:
       np.testing.assert_allclose(got[key].numpy(), want[key].numpy(), rtol=1e-5, err_msg=key)
-  with pytest.raises(ValueError, match="--labels is for --task=tagger"):
-    export_saved_model.run(export_saved_model.options(**{**vars(options), "task": "squad",
-                                                         "labels": "O"}))
+  with pytest.raises(ValueError, match="--format=tflite: --task=tagger exports a SavedModel"):
+    export_saved_model.run(export_saved_model.options(**{**vars(options), "format": "tflite"}))
   (output_dir / "labels.txt").unlink()
   with pytest.raises(ValueError, match="--task=tagger needs --labels, or a labels.txt"):
     export_saved_model.run(export_saved_model.options(
