@@ -13,8 +13,9 @@ tagging task in CoNLL files, the way run_classifier.py fine-tunes on sentences.
 in the LAST column (tab- or space-separated), blank lines between sentences, -DOCSTART-
 lines skipped; tags in BIO (IOB2), IOB1 or IOE (tasks/ner.py). test.txt may be untagged
 (one column). The tag set is --labels, else the tags of train.txt (sorted, "O" first); it
-is saved in output_dir/labels.txt and reused by --do_eval / --do_predict and
-checkpoints.load_model(output_dir, task="tagger").
+is saved in output_dir/labels.txt and reused by --do_eval / --do_predict (also with another
+output_dir and --init_checkpoint=<that output_dir>) and checkpoints.load_model(output_dir,
+task="tagger").
 
 A word's tag is learned and predicted on its first WordPiece (the BERT paper, section 4.3).
 A sentence longer than max_seq_length - 2 pieces is split into windows --doc_stride pieces
@@ -117,21 +118,27 @@ def read_data(options):
 
 
 def resolve_labels(options, data):
-  """The tag set: --labels, else output_dir/labels.txt (a run's saved set), else the tags
-  of train.txt; every tag of the data must be in it (a ValueError naming file and line)."""
+  """The tag set: --labels, else output_dir/labels.txt (a run's saved set), else the
+  labels.txt beside --init_checkpoint (a run_ner output_dir), else the tags of train.txt;
+  every tag of the data must be in it (a ValueError naming file and line)."""
   saved = checkpoints.read_labels(options.output_dir)
   given = ner.parse_labels(options.labels) if options.labels else None
   saved_file = os.path.join(options.output_dir, checkpoints.LABELS_FILE)
+  if saved is None and options.init_checkpoint:
+    path = options.init_checkpoint.rstrip("/")
+    directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+    saved = checkpoints.read_labels(directory)
+    saved_file = os.path.join(directory, checkpoints.LABELS_FILE)
   if given and saved and given != saved:
-    raise ValueError(f"--labels={options.labels} differs from the tag set this output_dir "
-                     f"was trained with ({saved_file}: {','.join(saved)})")
+    raise ValueError(f"--labels={options.labels} differs from the tag set the model was "
+                     f"trained with ({saved_file}: {','.join(saved)})")
   if given or saved:
     labels, source = given or saved, "--labels" if given else saved_file
   elif data["train"]:
     labels, source = ner.tag_list(data["train"]), "train.txt"
   else:
     raise ValueError(f"no tag set: give --labels, or --do_train (train.txt's tags), or an "
-                     f"--output_dir with a {checkpoints.LABELS_FILE}")
+                     f"--output_dir or --init_checkpoint with a {checkpoints.LABELS_FILE}")
   for sentences in data.values():
     ner.check_tags(sentences or (), labels, source)
   return labels

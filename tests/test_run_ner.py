@@ -134,6 +134,11 @@ def test_train_eval_predict(files, tmp_path):
   # --do_eval alone: the saved tag set and the best model, the same results.
   again = run_ner.run(base_options(files, out, do_eval=True))
   assert again["eval"] == results["eval"]
+  # --do_predict into another output_dir from --init_checkpoint=<out>/best: its tag set too.
+  other = run_ner.run(base_options(files, tmp_path / "other", do_predict=True,
+                                   init_checkpoint=str(out / "best")))
+  assert other["predict"] == results["predict"]
+  assert (tmp_path / "other" / "labels.txt").read_text() == (out / "labels.txt").read_text()
 
 
 def test_errors(files, tmp_path):
@@ -153,7 +158,7 @@ def test_errors(files, tmp_path):
   assert "no such file" in error(do_train=True, data_dir=str(tmp_path))
   (tmp_path / "out").mkdir()
   (tmp_path / "out" / "labels.txt").write_text("O\nB-PER\n")
-  assert "differs from the tag set this output_dir was trained with" in error(
+  assert "differs from the tag set the model was trained with" in error(
       do_train=True, labels="O,B-LOC")
 
 
