@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import pytest
 
+from conftest import randomize
 from bert_keras import checkpoints
 from bert_keras import modeling
 
@@ -22,15 +23,8 @@ def _features():
           "segment_ids": np.zeros_like(ids)}
 
 
-def _randomize(model, seed=0):
-  rng = np.random.RandomState(seed)
-  for variable in model.weights:
-    variable.assign(rng.normal(0, 0.3, variable.shape).astype(np.float32))
-  return model
-
-
 def test_logits_are_the_head_on_every_position():
-  model = _randomize(modeling.BertTokenClassifier(CONFIG, 5))
+  model = randomize(modeling.BertTokenClassifier(CONFIG, 5))
   features = _features()
   logits = model(features).numpy()
   assert logits.shape == (2, 6, 5) and logits.dtype == np.float32
@@ -49,7 +43,7 @@ def test_logits_are_the_head_on_every_position():
 
 
 def test_get_config_and_keras_file_round_trip(tmp_path):
-  model = _randomize(modeling.BertTokenClassifier(CONFIG, 4))
+  model = randomize(modeling.BertTokenClassifier(CONFIG, 4))
   assert keras.saving.get_registered_object(
       "bert_keras>BertTokenClassifier") is modeling.BertTokenClassifier
   config = json.loads(json.dumps(model.get_config()))
@@ -88,7 +82,7 @@ def test_tag_sentences_equals_the_windows_argmax(tmp_path):
   vocab.write_text("".join(t + "\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "b",
                                               "##c"]), encoding="utf-8")
   tokenizer = tokenization.FullTokenizer(str(vocab), do_lower_case=True)
-  model = _randomize(modeling.BertTokenClassifier(CONFIG, 3), seed=1)
+  model = randomize(modeling.BertTokenClassifier(CONFIG, 3), seed=1)
   labels = ["O", "B-X", "I-X"]
   words = ["a", "bc", "\x07", "b", "a", "bc", "a", "b", "a", "b", "a", "bc"]
   short = ["b", "a"]
@@ -104,7 +98,7 @@ def test_tag_sentences_equals_the_windows_argmax(tmp_path):
 
 
 def test_load_model_tagger(tmp_path):
-  model = _randomize(modeling.BertTokenClassifier(CONFIG, 3))
+  model = randomize(modeling.BertTokenClassifier(CONFIG, 3))
   checkpoints.save_tf1_checkpoint(model, str(tmp_path / "model.ckpt-7"))
   (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-7"\n')
   (tmp_path / "bert_config.json").write_text(CONFIG.to_json_string())
