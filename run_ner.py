@@ -225,6 +225,7 @@ def run(options, strategy=None):
   windows = {split: None if sentences is None else ner.convert_sentences(
       sentences, tokenizer, labels, options.max_seq_length, options.doc_stride)
       for split, sentences in data.items()}
+  train_steps(options, len(windows["train"] or ()))   # (0 steps: an error before any output)
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
   with outputs.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
@@ -235,18 +236,22 @@ def run(options, strategy=None):
                                record_dir)
 
 
+def train_steps(options, num_windows):
+  """(num_train_steps, num_warmup_steps) of --do_train over num_windows training windows
+  ((None, None) without it); 0 steps is a ValueError naming the flags."""
+  if not options.do_train:
+    return None, None
+  num_train_steps = int(num_windows / options.train_batch_size * options.num_train_epochs)
+  if num_train_steps < 1:
+    raise ValueError(
+        f"--num_train_epochs={options.num_train_epochs}: {num_windows} training windows / "
+        f"--train_batch_size={options.train_batch_size} x epochs gives 0 training steps")
+  return num_train_steps, int(num_train_steps * options.warmup_proportion)
+
+
 def _train_eval_predict(options, strategy, config, data, windows, labels, chief, record_dir):
   """run() after the checks: train, eval and predict as the flags ask."""
-  num_train_steps = num_warmup_steps = None
-  if options.do_train:
-    num_train_steps = int(len(windows["train"]) / options.train_batch_size *
-                          options.num_train_epochs)
-    num_warmup_steps = int(num_train_steps * options.warmup_proportion)
-    if num_train_steps < 1:
-      raise ValueError(
-          f"--num_train_epochs={options.num_train_epochs}: {len(windows['train'])} training "
-          f"windows / --train_batch_size={options.train_batch_size} x epochs gives 0 "
-          "training steps")
+  num_train_steps, num_warmup_steps = train_steps(options, len(windows["train"] or ()))
   trainer = training.build_trainer(
       options, strategy, lambda: modeling.BertTokenClassifier(config, len(labels)),
       ner.TaggerTask(), num_train_steps or 1, num_warmup_steps or 0)
@@ -260,24 +265,14 @@ def _train_eval_predict(options, strategy, config, data, windows, labels, chief,
     return ner.assemble_tags(data[split], windows[split], predictions, labels), loss_sum, tagged
 
   def evaluate(step):
+    """(The eval results of the dev set at `step`, its predicted tags)."""
     predicted, loss_sum, tagged = tag("dev", options.eval_batch_size)
     return ner.eval_results(data["dev"], predicted, loss_sum, tagged, step), predicted
 
   if options.do_train:
-    train_file = os.path.join(record_dir, "train.tf_record")
-    ner.write_records(ner.window_arrays(windows["train"], options.max_seq_length), train_file)
-    logging.info("***** Running training *****")
-    logging.info("  Num sentences = %d (%d windows)", len(data["train"]), len(windows["train"]))
-    logging.info("  Batch size = %d", options.train_batch_size)
-    logging.info("  Num steps = %d", num_train_steps)
-    extra = {}
-    if options.eval_every_steps:
-      extra = {"eval_every_steps": options.eval_every_steps, "eval_fn": training.EvalHook(
-          lambda step: evaluate(step)[0], options.output_dir, metric_name="eval_f1",
-          patience=options.early_stopping_patience, chief=chief,
-          save_best=lambda d: _save_best(d, trainer.model, options, config, labels))}
-    training.fine_tune(trainer, options, train_file, ner.decode_fn(options.max_seq_length),
-                       num_train_steps, **extra)
+    _train(options, trainer, data, windows, num_train_steps, record_dir,
+           lambda step: evaluate(step)[0], chief,
+           lambda d: _save_best(d, trainer.model, options, config, labels))
   else:
     training_checkpoints.restore_for_inference(trainer, options.output_dir,
                                                options.init_checkpoint)
@@ -295,6 +290,26 @@ def _train_eval_predict(options, strategy, config, data, windows, labels, chief,
     results["predict"] = tag("test", options.predict_batch_size)[0]
     _write_predictions(options, data["test"], results["predict"], chief)
   return results
+
+
+def _train(options, trainer, data, windows, num_train_steps, record_dir, evaluate, chief,
+           save_best):
+  """--do_train: the windows of train.txt through train.tf_record; with --eval_every_steps,
+  evaluate(step) on the dev set, the best model by eval_f1 saved by save_best(directory) in
+  output_dir/best (training.EvalHook)."""
+  train_file = os.path.join(record_dir, "train.tf_record")
+  ner.write_records(ner.window_arrays(windows["train"], options.max_seq_length), train_file)
+  logging.info("***** Running training *****")
+  logging.info("  Num sentences = %d (%d windows)", len(data["train"]), len(windows["train"]))
+  logging.info("  Batch size = %d", options.train_batch_size)
+  logging.info("  Num steps = %d", num_train_steps)
+  extra = {}
+  if options.eval_every_steps:
+    extra = {"eval_every_steps": options.eval_every_steps, "eval_fn": training.EvalHook(
+        evaluate, options.output_dir, metric_name="eval_f1",
+        patience=options.early_stopping_patience, chief=chief, save_best=save_best)}
+  training.fine_tune(trainer, options, train_file, ner.decode_fn(options.max_seq_length),
+                     num_train_steps, **extra)
 
 
 def _save_best(directory, model, options, config, labels):

@@ -154,6 +154,10 @@ def test_errors(files, tmp_path):
       f"{files / 'data' / 'dev.txt'} line ")
   assert "is not in the tag set of --labels" in error(do_eval=True, labels="O,B-PER,I-PER")
   assert error(do_train=True, doc_stride=0) == "--doc_stride=0: must be >= 1"
+  assert error(do_train=True, num_train_epochs=0.1) == (
+      "--num_train_epochs=0.1: 48 training windows / --train_batch_size=8 x epochs gives 0 "
+      "training steps")
+  assert not (tmp_path / "out").exists()   # checked before any output
   assert "only trained up to sequence length 32" in error(do_train=True, max_seq_length=64)
   assert "no such file" in error(do_train=True, data_dir=str(tmp_path))
   (tmp_path / "out").mkdir()
