@@ -762,7 +762,10 @@ def _unpickle_state(path, file, read_storages):
 
 _TASKS = {"encoder": modeling.BertModel, "classifier": modeling.BertClassifier,
           "squad": modeling.BertSquad, "pretrainer": modeling.BertPretrainer,
-          "embeddings": modeling.BertSentenceEncoder}
+          "embeddings": modeling.BertSentenceEncoder, "tagger": modeling.BertTokenClassifier}
+_HEADED = ("classifier", "tagger")  # the tasks whose model takes num_labels
+# run_ner's tag set in its output_dir: one tag a line, in the order of the model's outputs.
+LABELS_FILE = "labels.txt"
 # The files save_pretrained writes: what it may replace in an existing directory.
 _PRETRAINED_FILES = ("bert_config.json", "bert_model.ckpt.index",
                      "bert_model.ckpt.data-00000-of-00001", "vocab.txt", "tokenizer_config.json")
@@ -778,15 +781,19 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   bert_config.json lies beside it), what save_pretrained writes, or a checkpoint prefix/file
   (its config is looked for in its directory).
   task: "encoder" (modeling.BertModel), "classifier" (BertClassifier; num_labels defaults to
-  the rows of the checkpoint's classifier head), "squad" (BertSquad), "pretrainer"
-  (BertPretrainer) or "embeddings" (BertSentenceEncoder: pass pooling="mean"|"cls"|"max" and
-  normalize); heads absent from the checkpoint keep their initial values.
+  the rows of the checkpoint's classifier head), "tagger" (BertTokenClassifier; a run_ner
+  output_dir's labels.txt gives its tags, else num_labels as for "classifier"), "squad"
+  (BertSquad), "pretrainer" (BertPretrainer) or "embeddings" (BertSentenceEncoder: pass
+  pooling="mean"|"cls"|"max" and normalize); heads absent from the checkpoint keep their
+  initial values.
   model_kwargs go to the model's constructor (dtype, name, output_hidden_states of a
   BertModel). The returned model also carries:
     model.vocab_file      vocab_file, else the directory's vocab.txt, else None
     model.do_lower_case   do_lower_case, else tokenizer_config.json's "do_lower_case", else
                           True unless the vocabulary has upper-case words; None without one
     model.load_result     load_checkpoint's LoadResult
+    model.labels          (task "tagger") the tag of each output, from labels.txt in the
+                          directory (or, for a run_ner output_dir/best, its parent); else None
   Problems (no checkpoint or config, unknown task, a config that does not fit the
   checkpoint) are ValueErrors naming the file, raised before the model is built where
   possible.
@@ -798,17 +805,42 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
   config = modeling.BertConfig.from_json_file(
       bert_config_file or _config_file_in(directory, path))
-  if task == "classifier" and num_labels is None:
+  labels = read_labels(directory) if task == "tagger" else None
+  if labels is not None:
+    if num_labels is not None and num_labels != len(labels):
+      raise ValueError("num_labels=%d, but %s lists %d tags" % (
+          num_labels, os.path.join(directory, LABELS_FILE), len(labels)))
+    num_labels = len(labels)
+  if task in _HEADED and num_labels is None:
     num_labels = _classifier_rows(kind, resolved)
-  model = (_TASKS[task](config, num_labels, **model_kwargs) if task == "classifier"
+  model = (_TASKS[task](config, num_labels, **model_kwargs) if task in _HEADED
            else _TASKS[task](config, **model_kwargs))
   result = load_checkpoint(model, resolved)
+  if task == "tagger":
+    model.labels = labels
   if vocab_file is None and tf.io.gfile.exists(os.path.join(directory, "vocab.txt")):
     vocab_file = os.path.join(directory, "vocab.txt")
   if do_lower_case is None:
     do_lower_case = _do_lower_case_of(directory, vocab_file)
   model.vocab_file, model.do_lower_case, model.load_result = vocab_file, do_lower_case, result
   return model
+
+
+def read_labels(directory):
+  """The tags of labels.txt (one a line) in `directory`, or in its parent when `directory` is
+  a run_ner output_dir's best/; None without one. An empty or repeated tag is a ValueError."""
+  for where in (directory, os.path.dirname(directory.rstrip("/"))
+                if os.path.basename(directory.rstrip("/")) == "best" else None):
+    path = where is not None and os.path.join(where, LABELS_FILE)
+    if path and tf.io.gfile.exists(path):
+      with tf.io.gfile.GFile(path) as f:
+        labels = [line.strip() for line in f.read().splitlines()]
+      while labels and not labels[-1]:
+        labels.pop()
+      if not labels or "" in labels or len(set(labels)) != len(labels):
+        raise ValueError("%s: expected distinct non-empty tags, one a line" % path)
+      return labels
+  return None
 
 
 def _config_file_in(directory, path):

@@ -12,7 +12,10 @@ an empty text_b: a single segment): `preprocess` (input_ids, input_mask, segment
 `serving_default` (classifier: probabilities, logits; embeddings: embeddings [B, H] pooled
 as --pooling says and --normalize, pooled_output, sequence_output; squad, text_a = question
 and text_b = context: start_logits, end_logits and the best span's start_index, end_index and
-answer text). It loads with tf.saved_model.load
+answer text). --task=tagger (a run_ner model; its tags from --labels or the labels.txt beside
+--init_checkpoint; --format=saved_model only) has one signature, serving_default, taking
+text_a only: words, starts, ends, tags, scores and the entities (tasks/ner_serving.py). It
+loads with tf.saved_model.load
 in a process that imports only TensorFlow. Written to a temporary sibling directory and
 renamed when complete.
 """
@@ -27,6 +30,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import serving
@@ -34,6 +38,8 @@ from bert_keras.runtime import common_flags
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training_checkpoints
+from bert_keras.tasks import ner
+from bert_keras.tasks import ner_serving
 from bert_keras.utils import errors
 
 # run_classifier's GLUE tasks -> their number of labels (len(processor.get_labels()); STS-B
@@ -47,6 +53,7 @@ DEFAULTS = dict(bert_config_file=None, init_checkpoint=None, vocab_file=None,
                 tensorflow_text_ops=False, pooling="mean", normalize=False,
                 format="saved_model", quantize="none", labels=None)
 FORMATS = ("saved_model", "tflite", "onnx")
+TASKS = serving.TASKS + ("tagger",)
 
 
 def options(**overrides):
@@ -56,9 +63,9 @@ def options(**overrides):
 
 def define_flags():
   common_flags.define_model_flags(max_seq_length=128, output_dir=False)
-  flags.DEFINE_enum("task", "classifier", serving.TASKS,
-                    "classifier (run_classifier's model), squad (run_squad's) or embeddings "
-                    "(the encoder alone).")
+  flags.DEFINE_enum("task", "classifier", TASKS,
+                    "classifier (run_classifier's model), squad (run_squad's), tagger "
+                    "(run_ner's) or embeddings (the encoder alone).")
   flags.DEFINE_integer("num_labels", None, "--task=classifier: the number of labels "
                        "(1: a regression such as STS-B).")
   flags.DEFINE_string("task_name", None, "--task=classifier: a GLUE task name of "
@@ -79,7 +86,8 @@ def define_flags():
   flags.DEFINE_enum("quantize", "none", serving.QUANTIZATIONS,
                     "--format=tflite: none (float32), dynamic (int8 weights) or float16.")
   flags.DEFINE_string("labels", None, "--task=classifier: the label names in order, "
-                      "comma-separated (labels.txt of --format=tflite).")
+                      "comma-separated (labels.txt of --format=tflite). --task=tagger: its "
+                      "tags in order (default: labels.txt beside --init_checkpoint).")
   flags.DEFINE_string("export_dir", None, "The SavedModel directory to write (it must not "
                       "exist, or be empty).")
   flags.DEFINE_bool("overwrite", False, "Replace an existing non-empty --export_dir.")
@@ -141,6 +149,8 @@ def _check_options(options, config):
                      f"{', '.join(serving.QUANTIZATIONS)}")
   if options.quantize != "none" and options.format != "tflite":
     raise ValueError("--quantize is for --format=tflite")
+  if options.task == "tagger" and options.format != "saved_model":
+    raise ValueError(f"--format={options.format}: --task=tagger exports a SavedModel only")
   if options.task != "classifier" and (options.num_labels or options.task_name):
     raise ValueError(f"--num_labels / --task_name are for --task=classifier, not "
                      f"--task={options.task}")
@@ -158,10 +168,27 @@ def _check_options(options, config):
                      f"{' '.join(str(e.message).split())[:300]}") from None
 
 
+def tagger_labels(options):
+  """--task=tagger's tags: --labels, else labels.txt in --init_checkpoint (a run_ner
+  output_dir) or beside it; a ValueError naming the flags without either."""
+  if options.labels:
+    return ner.parse_labels(options.labels)
+  path = options.init_checkpoint.rstrip("/")
+  directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+  labels = checkpoints.read_labels(directory)
+  if labels is None:
+    raise ValueError(f"--task=tagger needs --labels, or a {checkpoints.LABELS_FILE} in "
+                     f"{directory} (run_ner writes one into its output_dir)")
+  return labels
+
+
 def build_model(task, config, labels=None):
-  """The Keras model of `task`: BertClassifier (labels outputs), BertSquad or BertModel."""
+  """The Keras model of `task`: BertClassifier or BertTokenClassifier (`labels` outputs),
+  BertSquad or BertModel."""
   if task == "classifier":
     return modeling.BertClassifier(config, labels)
+  if task == "tagger":
+    return modeling.BertTokenClassifier(config, labels)
   if task == "squad":
     return modeling.BertSquad(config)
   return modeling.BertModel(config)
@@ -174,11 +201,12 @@ def _head(model):
 
 def run(options):
   """Checks the options, builds the model, loads --init_checkpoint, writes the SavedModel."""
-  if options.task not in serving.TASKS:
-    raise ValueError(f"--task {options.task}: not one of {', '.join(serving.TASKS)}")
+  if options.task not in TASKS:
+    raise ValueError(f"--task {options.task}: not one of {', '.join(TASKS)}")
   config = run_checks.load_and_check_config(options)
   labels = num_labels(options) if options.task == "classifier" else None
   _check_options(options, config)
+  tags = tagger_labels(options) if options.task == "tagger" else None
   preprocessor = preprocessing.BertPreprocessor(
       options.vocab_file, options.do_lower_case, options.max_seq_length,
       core_ops_only=not options.tensorflow_text_ops)
@@ -186,7 +214,7 @@ def run(options):
   if vocab_size > config.vocab_size:
     raise ValueError(f"--vocab_file {options.vocab_file} has ids up to {vocab_size - 1}, "
                      f"beyond the model's vocab_size {config.vocab_size}")
-  model = build_model(options.task, config, labels)
+  model = build_model(options.task, config, len(tags) if tags else labels)
   head = _head(model)
   initial = [w.numpy() for w in head.weights] if head is not None else []
   training_checkpoints.warm_start(model, options.init_checkpoint)
@@ -194,6 +222,12 @@ def run(options):
                               for a, w in zip(initial, head.weights)):
     logging.warning("--init_checkpoint %s has no %s head: the exported head is randomly "
                     "initialised", options.init_checkpoint, options.task)
+  if options.task == "tagger":
+    module = ner_serving.TaggerModule(model, preprocessor, tags)
+    serving.save_atomic(module, options.export_dir, options.overwrite)
+    logging.info("Wrote the SavedModel %s (task tagger, signature serving_default)",
+                 options.export_dir)
+    return
   module = serving.ServingModule(model, preprocessor, options.task, options.max_answer_length,
                                  regression=labels == 1, pooling=options.pooling,
                                  normalize=options.normalize)

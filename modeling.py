@@ -7,9 +7,10 @@ Read top to bottom:
                                      TransformerBlock, Pooler, MaskedLMHead, NextSentenceHead
   4. models                          BertModel (the encoder), BertPretrainer (encoder + MLM/NSP),
                                      BertClassifier (encoder + run_classifier head),
-                                     BertSquad (encoder + run_squad span head)
+                                     BertSquad (encoder + run_squad span head),
+                                     BertTokenClassifier (encoder + run_ner tagging head)
   5. losses                          masked_lm_loss, next_sentence_loss, classifier_loss,
-                                     squad_loss (float32)
+                                     token_classifier_loss, squad_loss (float32)
 Checkpoint files (the TF1 name table, load_checkpoint, save_tf1_checkpoint, HuggingFace
 weights) are checkpoints.py's.
 
@@ -749,6 +750,7 @@ class BertPretrainer(_TaskModel):
 class ClassifierHead(keras.layers.Layer):
   """run_classifier's head: dropout 0.1 (fixed, not the config's; training only) on the pooled
   output [B, H], then logits = pooled . output_weights^T + output_bias -> float32 [B, num_labels].
+  (BertTokenClassifier applies it to the sequence output [B, S, H] -> [B, S, num_labels].)
 
   output_weights [num_labels, H] (truncated normal, stddev 0.02 fixed) and output_bias
   [num_labels] (zeros) are the original's root-scope TF1 variables of the same names.
@@ -803,6 +805,40 @@ class BertClassifier(_TaskModel):
   def call(self, inputs, training=None):
     pooled = self._encode(inputs, training)["pooled_output"]
     return self.classifier(pooled, training=training)
+
+  def get_config(self):
+    return {**super().get_config(), "num_labels": self.num_labels}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class BertTokenClassifier(_TaskModel):
+  """A BertModel plus a token classification (tagging, NER) head: run_classifier's
+  ClassifierHead (dropout 0.1 in training, output_weights [num_labels, H], output_bias
+  [num_labels]) applied at every position of the sequence output.
+
+  BertTokenClassifier(encoder_or_config, num_labels): a built BertModel (shared) or a
+  BertConfig. Inputs: BertModel's dict. Returns the logits, float32 [B, S, num_labels]
+  (compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+  ignore_class=-1)) with labels int [B, S], -1 where no tag is learned); loss:
+  token_classifier_loss below. TF1 names: bert/* and the root-scope output_weights /
+  output_bias, as BertClassifier (HuggingFace: classifier.weight / classifier.bias, as its
+  BertForTokenClassification).
+  """
+
+  def __init__(self, encoder_or_config, num_labels, **kwargs):
+    kwargs.setdefault("name", "bert_token_classifier")
+    super().__init__(encoder_or_config, **kwargs)
+    self.num_labels = int(num_labels)
+    self.classifier = ClassifierHead(self.config, num_labels, name="classifier",
+                                     dtype=self.dtype_policy)
+    self.build()
+
+  def build(self, input_shape=None):
+    self.classifier.build()
+
+  def call(self, inputs, training=None):
+    sequence = self._encode(inputs, training)["sequence_output"]
+    return self.classifier(sequence, training=training)
 
   def get_config(self):
     return {**super().get_config(), "num_labels": self.num_labels}
@@ -956,6 +992,17 @@ def classifier_loss(logits, label_ids):
   log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
   labels = tf.reshape(tf.cast(label_ids, tf.int32), [-1])
   return -tf.gather(log_probs, labels, batch_dims=1)
+
+
+def token_classifier_loss(logits, label_ids):
+  """Per-token -log softmax(logits)[label], 0 where label_ids < 0 (WordPieces after a word's
+  first, [CLS], [SEP], padding): logits [B, S, N], label_ids int [B, S] -> float32 [B, S].
+  The mean over the tagged tokens is sum(loss) / sum(label_ids >= 0)."""
+  log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+  labels = tf.cast(label_ids, tf.int32)
+  tagged = labels >= 0
+  picked = tf.gather(log_probs, tf.maximum(labels, 0), batch_dims=2)
+  return tf.where(tagged, -picked, tf.zeros_like(picked))
 
 
 def squad_loss(start_logits, end_logits, start_positions, end_positions):

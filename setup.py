@@ -72,6 +72,8 @@ setup(
             # Independent oracles for run_classifier's metrics (F1, Matthews, Pearson, Spearman).
             "scikit-learn>=1.3",
             "scipy>=1.11",
+            # The oracle of evaluate_ner.py (its default mode follows conlleval).
+            "seqeval>=1.2",
         ],
         # create_pretraining_data_beam.py. apache-beam 2.77 needs protobuf < 7, TensorFlow
         # 2.21 >= 6.31.1: both install with protobuf 6.x. For Dataflow (gs:// paths) install

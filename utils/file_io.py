@@ -200,10 +200,19 @@ def remove_stale_temporaries(directory, finals=None, is_stale=None, log=None):
 
 
 def write_text_atomic(path, text):
-  """Writes `text` to temp_name(path) then renames it over path (tf.io.gfile); the temporary
-  is removed on an error."""
-  gfile = _gfile()
+  """Writes `text` to temp_name(path) then renames it over path (tf.io.gfile for a remote
+  path; a local one does not import TensorFlow); the temporary is removed on an error."""
   tmp = temp_name(path)
+  if not is_remote(path):
+    try:
+      with open(tmp, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+      os.replace(tmp, path)
+    except BaseException:
+      remove_quietly(tmp)
+      raise
+    return
+  gfile = _gfile()
   try:
     with gfile.GFile(tmp, "w") as f:
       f.write(text)
