@@ -276,8 +276,7 @@ def config_sizes(shapes):
   layers; a field is absent where its variable is not found. Optimizer slots are ignored."""
   normal = {}
   for key, shape in shapes.items():
-    name = key.replace("/.ATTRIBUTES/VARIABLE_VALUE", "").replace(".S", "/").replace(".", "/")
-    normal.setdefault(name, shape)
+    normal.setdefault(_normal_name(key), shape)
   sizes = {}
   for field, pattern, axis in _CONFIG_SHAPES:
     for name, shape in normal.items():
@@ -288,6 +287,32 @@ def config_sizes(shapes):
   if layers:
     sizes["num_hidden_layers"] = max(layers) + 1
   return sizes
+
+
+def _normal_name(key):
+  """A checkpoint key in one spelling for every format: "/" between scopes, no TF2 suffix
+  (model_variables/cls.Ssquad.Soutput_bias/.ATTRIBUTES/VARIABLE_VALUE ->
+  model_variables/cls/squad/output_bias; HuggingFace's qa_outputs.weight -> qa_outputs/weight)."""
+  return key.replace("/.ATTRIBUTES/VARIABLE_VALUE", "").replace(".S", "/").replace(".", "/")
+
+
+def checkpoint_task(path):
+  """The task model whose head a checkpoint holds, from its names alone: "squad" (run_squad's
+  cls/squad, HuggingFace's qa_outputs), "classifier" (run_classifier's root-scope
+  output_weights, HuggingFace's classifier), "pretrainer" (the MLM head cls/predictions) or
+  "encoder" (none of these)."""
+  names = [_normal_name(key) for key in checkpoint_shapes(path)]
+
+  def has(pattern):
+    return any(re.search(pattern, name) for name in names)
+
+  if has(r"(?:^|/)cls/squad/output_weights$|^qa_outputs/weight$"):
+    return "squad"
+  if has(r"^(?:model_variables/)?output_weights$|^classifier/weight$"):
+    return "classifier"
+  if has(r"(?:^|/)cls/predictions/"):
+    return "pretrainer"
+  return "encoder"
 
 
 def check_config_matches(config, checkpoint):
@@ -828,7 +853,11 @@ def _unpickle_state(path, file, read_storages, names=None):
 # ----------------------------------------------------------------------------------------------
 
 _TASKS = {"encoder": modeling.BertModel, "classifier": modeling.BertClassifier,
-          "squad": modeling.BertSquad, "pretrainer": modeling.BertPretrainer}
+          "squad": modeling.BertSquad, "pretrainer": modeling.BertPretrainer,
+          "embeddings": modeling.BertSentenceEncoder, "tagger": modeling.BertTokenClassifier}
+_HEADED = ("classifier", "tagger")  # the tasks whose model takes num_labels
+# run_ner's tag set in its output_dir: one tag a line, in the order of the model's outputs.
+LABELS_FILE = "labels.txt"
 # The files save_pretrained writes: what it may replace in an existing directory.
 _PRETRAINED_FILES = ("bert_config.json", "bert_model.ckpt.index",
                      "bert_model.ckpt.data-00000-of-00001", "vocab.txt", "tokenizer_config.json")
@@ -844,14 +873,19 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   bert_config.json lies beside it), what save_pretrained writes, or a checkpoint prefix/file
   (its config is looked for in its directory).
   task: "encoder" (modeling.BertModel), "classifier" (BertClassifier; num_labels defaults to
-  the rows of the checkpoint's classifier head), "squad" (BertSquad) or "pretrainer"
-  (BertPretrainer); heads absent from the checkpoint keep their initial values.
+  the rows of the checkpoint's classifier head), "tagger" (BertTokenClassifier; a run_ner
+  output_dir's labels.txt gives its tags, else num_labels as for "classifier"), "squad"
+  (BertSquad), "pretrainer" (BertPretrainer) or "embeddings" (BertSentenceEncoder: pass
+  pooling="mean"|"cls"|"max" and normalize); heads absent from the checkpoint keep their
+  initial values.
   model_kwargs go to the model's constructor (dtype, name, output_hidden_states of a
   BertModel). The returned model also carries:
     model.vocab_file      vocab_file, else the directory's vocab.txt, else None
     model.do_lower_case   do_lower_case, else tokenizer_config.json's "do_lower_case", else
                           True unless the vocabulary has upper-case words; None without one
     model.load_result     load_checkpoint's LoadResult
+    model.labels          (task "tagger") the tag of each output, from labels.txt in the
+                          directory (or, for a run_ner output_dir/best, its parent); else None
   Problems (no checkpoint or config, unknown task, a config that does not fit the
   checkpoint's shapes: check_config_matches) are ValueErrors naming the file, raised before
   the model is built (a wrong config must not first allocate gigabytes).
@@ -869,17 +903,42 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   except CheckpointError as e:
     raise CheckpointError("%s does not fit the checkpoint %s: %s"
                           % (config_file, resolved, e)) from None
-  if task == "classifier" and num_labels is None:
+  labels = read_labels(directory) if task == "tagger" else None
+  if labels is not None:
+    if num_labels is not None and num_labels != len(labels):
+      raise ValueError("num_labels=%d, but %s lists %d tags" % (
+          num_labels, os.path.join(directory, LABELS_FILE), len(labels)))
+    num_labels = len(labels)
+  if task in _HEADED and num_labels is None:
     num_labels = _classifier_rows(shapes, resolved)
-  model = (_TASKS[task](config, num_labels, **model_kwargs) if task == "classifier"
+  model = (_TASKS[task](config, num_labels, **model_kwargs) if task in _HEADED
            else _TASKS[task](config, **model_kwargs))
   result = load_checkpoint(model, resolved)
+  if task == "tagger":
+    model.labels = labels
   if vocab_file is None and tf.io.gfile.exists(os.path.join(directory, "vocab.txt")):
     vocab_file = os.path.join(directory, "vocab.txt")
   if do_lower_case is None:
     do_lower_case = _do_lower_case_of(directory, vocab_file)
   model.vocab_file, model.do_lower_case, model.load_result = vocab_file, do_lower_case, result
   return model
+
+
+def read_labels(directory):
+  """The tags of labels.txt (one a line) in `directory`, or in its parent when `directory` is
+  a run_ner output_dir's best/; None without one. An empty or repeated tag is a ValueError."""
+  for where in (directory, os.path.dirname(directory.rstrip("/"))
+                if os.path.basename(directory.rstrip("/")) == "best" else None):
+    path = where is not None and os.path.join(where, LABELS_FILE)
+    if path and tf.io.gfile.exists(path):
+      with tf.io.gfile.GFile(path) as f:
+        labels = [line.strip() for line in f.read().splitlines()]
+      while labels and not labels[-1]:
+        labels.pop()
+      if not labels or "" in labels or len(set(labels)) != len(labels):
+        raise ValueError("%s: expected distinct non-empty tags, one a line" % path)
+      return labels
+  return None
 
 
 def _config_file_in(directory, path):
@@ -944,13 +1003,7 @@ def save_pretrained(model, directory, vocab_file=None, do_lower_case=None):
   if not tf.io.gfile.exists(vocab_file):
     raise ValueError("%s: no such vocab file" % vocab_file)
   gfile = tf.io.gfile
-  if gfile.exists(directory):
-    if not gfile.isdir(directory):
-      raise ValueError("%s: exists and is not a directory" % directory)
-    others = sorted(set(gfile.listdir(directory)) - set(_PRETRAINED_FILES))
-    if others:
-      raise ValueError("%s: exists and holds other files (%s); save into a new directory"
-                       % (directory, ", ".join(others[:5])))
+  _check_replaceable(directory, _PRETRAINED_FILES)
   config = {k: v for k, v in _encoder_of(model).config.to_dict().items()
             if k not in ("model_type", "architectures")}   # read back as our format
   tmp = "%s.tmp-%d" % (directory, os.getpid())
@@ -994,3 +1047,141 @@ def _replace_directory(new, directory):
     gfile.rename(old, directory)
     raise
   gfile.rmtree(old)
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. HuggingFace's layout, written
+# ----------------------------------------------------------------------------------------------
+
+# Our activation names -> HuggingFace's, so that each side computes the same function: the
+# original's (and our) "gelu" is the tanh form, HuggingFace's "gelu_new"; HuggingFace's "gelu"
+# is the exact erf form, our "gelu_exact".
+_HF_ACTIVATION_NAMES = {"gelu": "gelu_new", "gelu_exact": "gelu", "gelu_erf": "gelu",
+                        "relu": "relu", "tanh": "tanh", "silu": "silu", "swish": "silu"}
+# The transformers class each of our models is, and its state dict's encoder prefix.
+_HF_ARCHITECTURES = ((modeling.BertPretrainer, "BertForPreTraining"),
+                     (modeling.BertClassifier, "BertForSequenceClassification"),
+                     (modeling.BertSquad, "BertForQuestionAnswering"),
+                     (modeling.BertSentenceEncoder, "BertModel"),
+                     (modeling.BertModel, "BertModel"))
+_HF_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json")
+
+
+def hf_architecture(model):
+  """The transformers class name of `model` (BertModel, BertForPreTraining, ...)."""
+  for cls, name in _HF_ARCHITECTURES:
+    if isinstance(model, cls):
+      return name
+  raise TypeError("no HuggingFace architecture for %s" % type(model).__name__)
+
+
+def hf_state_dict(model):
+  """{HuggingFace state-dict name: float32 array} of `model`: tf1_variable_map's names through
+  hf_name, Linear kernels transposed to [out, in]. A bare BertModel's names have no "bert."
+  prefix (as transformers' BertModel saves them); the MLM decoder weight is tied to the word
+  embeddings and written once, as its bias (transformers ties both on load)."""
+  prefix = "" if hf_architecture(model) == "BertModel" else "bert."
+  state = {}
+  for tf1, variable in tf1_variable_map(model).items():
+    name, transpose = hf_name(tf1)
+    if tf1.startswith("bert/"):
+      name = prefix + name[len("bert."):]
+    value = np.asarray(variable.numpy(), np.float32)
+    state[name] = np.ascontiguousarray(value.T if transpose else value)
+  if "cls.predictions.bias" in state:
+    state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
+  return state
+
+
+def hf_config(model, label_names=None):
+  """transformers' config.json (a dict) of `model`: BertConfig's fields, model_type "bert",
+  the architecture, layer_norm_eps, hidden_act in HuggingFace's name of the same function,
+  and for a classifier id2label / label2id (label_names, default LABEL_0...)."""
+  config = _encoder_of(model).config
+  act = config.hidden_act
+  if not isinstance(act, str) or act.lower() not in _HF_ACTIVATION_NAMES:
+    raise ValueError("hidden_act %r has no HuggingFace name" % (act,))
+  out = {k: v for k, v in config.to_dict().items() if k not in ("architectures", "model_type")}
+  out.update(model_type="bert", architectures=[hf_architecture(model)],
+             hidden_act=_HF_ACTIVATION_NAMES[act.lower()],
+             layer_norm_eps=float(getattr(config, "layer_norm_eps", 1e-12)))
+  head = getattr(model, "classifier", None)
+  if head is not None:
+    count = int(head.output_weights.shape[0])
+    names = list(label_names) if label_names is not None else ["LABEL_%d" % i
+                                                               for i in range(count)]
+    if len(names) != count:
+      raise ValueError("%d label names for a head of %d labels" % (len(names), count))
+    out["id2label"] = {str(i): str(n) for i, n in enumerate(names)}
+    out["label2id"] = {str(n): i for i, n in enumerate(names)}
+  return out
+
+
+def write_safetensors(path, tensors):
+  """Writes {name: array} (float32, int32, ...) as a .safetensors file: the little-endian
+  header length, the JSON header (dtype, shape, data_offsets; padded with spaces to a multiple
+  of 8 bytes), then the tensors' bytes in name order."""
+  dtypes = {np.dtype(v): k for k, v in _SAFETENSORS_DTYPES.items()}
+  header, offset, arrays = {}, 0, []
+  for name in sorted(tensors):
+    array = np.ascontiguousarray(tensors[name])
+    if array.dtype not in dtypes:
+      raise ValueError("%s: dtype %s has no safetensors name" % (name, array.dtype))
+    header[name] = {"dtype": dtypes[array.dtype], "shape": list(array.shape),
+                    "data_offsets": [offset, offset + array.nbytes]}
+    offset += array.nbytes
+    arrays.append(array.astype(array.dtype.newbyteorder("<"), copy=False))
+  text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+  text += b" " * (-len(text) % 8)
+  with tf.io.gfile.GFile(path, "wb") as f:
+    f.write(struct.pack("<Q", len(text)) + text)
+    for array in arrays:
+      f.write(array.tobytes())
+
+
+def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, label_names=None):
+  """Writes `model` in HuggingFace's layout, for transformers' from_pretrained and
+  sentence-transformers: config.json (hf_config), model.safetensors (hf_state_dict, float32),
+  vocab.txt and tokenizer_config.json (do_lower_case, the tokenizer class). vocab_file and
+  do_lower_case default to what load_model set. Atomic as save_pretrained: written into a
+  temporary sibling, then renamed; an existing `directory` is replaced only when it holds
+  nothing but these files. Returns `directory`."""
+  directory = os.fspath(directory).rstrip("/") or "/"
+  vocab_file = vocab_file or _loaded_attribute(model, "vocab_file")
+  if do_lower_case is None:
+    do_lower_case = _loaded_attribute(model, "do_lower_case")
+  if not vocab_file or not tf.io.gfile.exists(vocab_file):
+    raise ValueError("save_huggingface: a vocab file is needed (%s)" % (vocab_file or "none"))
+  _check_replaceable(directory, _HF_FILES)
+  config = hf_config(model, label_names)
+  tmp = "%s.tmp-%d" % (directory, os.getpid())
+  gfile = tf.io.gfile
+  try:
+    gfile.makedirs(tmp)
+    with gfile.GFile(os.path.join(tmp, "config.json"), "w") as f:
+      f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    write_safetensors(os.path.join(tmp, "model.safetensors"), hf_state_dict(model))
+    gfile.copy(vocab_file, os.path.join(tmp, "vocab.txt"), overwrite=True)
+    tokenizer = {"tokenizer_class": "BertTokenizer"}
+    if do_lower_case is not None:
+      tokenizer["do_lower_case"] = bool(do_lower_case)
+    with gfile.GFile(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
+      f.write(json.dumps(tokenizer, indent=2, sort_keys=True) + "\n")
+    _replace_directory(tmp, directory)
+  finally:
+    if gfile.exists(tmp):
+      gfile.rmtree(tmp)
+  return directory
+
+
+def _check_replaceable(directory, files):
+  """A ValueError unless `directory` is absent or a directory holding only `files`."""
+  gfile = tf.io.gfile
+  if not gfile.exists(directory):
+    return
+  if not gfile.isdir(directory):
+    raise ValueError("%s: exists and is not a directory" % directory)
+  others = sorted(set(gfile.listdir(directory)) - set(files))
+  if others:
+    raise ValueError("%s: exists and holds other files (%s); save into a new directory"
+                     % (directory, ", ".join(others[:5])))

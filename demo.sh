@@ -6,9 +6,12 @@
 #   3. run_pretraining.py         pretrain a tiny BERT (L=2, H=64), evaluate
 #   4. run_classifier.py          fine-tune it on sample_tasks/pairs, evaluating during training
 #   5. run_squad.py               fine-tune it on sample_tasks/squad, predict, evaluate (F1)
-#   6. extract_features.py        per-token activations of a few sentences
-#   7. export_saved_model.py      the classifier as a SavedModel over raw text
-#   8. a fresh Python process     queries the SavedModel with a raw sentence pair
+#   6. run_ner.py                 fine-tune a tagger on sample_tasks/ner, scored by evaluate_ner.py
+#   7. extract_features.py        per-token activations of a few sentences
+#   8. export_saved_model.py      the classifier as a SavedModel over raw text
+#   9. a fresh Python process     queries the SavedModel with a raw sentence pair
+#  10. convert_checkpoint.py      the classifier in HuggingFace's layout (model.safetensors)
+#  11. export_saved_model.py      the classifier as int8 TFLite (--format=tflite)
 # and prints a summary table (each step's figure, time and files), also in OUT/summary.md.
 #
 #   bash demo.sh             # built-in data, a tiny model: ~2 minutes on 2 cores after the install
@@ -50,6 +53,12 @@ PY
   SQUAD=(--train_file="$OUT/squad_data/train-v1.1.json"
          --predict_file="$OUT/squad_data/dev-v1.1.json")
   FT_SEQ=128; FT_BATCH=32; FT_LR=5e-5; EVAL_EVERY=50; SQ_SEQ=256; SQ_STRIDE=128; SQ_QLEN=64
+  # WNUT-17 (CC-BY 4.0) under run_ner's file names.
+  mkdir -p "$OUT/ner_data"
+  for split in train dev test; do
+    ln -sf "$(cd "$SHARED/ner/wnut17" && pwd)/$split.conll" "$OUT/ner_data/$split.txt"
+  done
+  NER_DATA="$OUT/ner_data"; NER_SEQ=128; NER_EPOCHS=$EPOCHS
 else
   INPUT=${INPUT:-sample_text.txt}
   VOCAB_SIZE=${VOCAB_SIZE:-1000}; STEPS=${STEPS:-300}; SEQ=${SEQ:-64}; PREDS=${PREDS:-10}
@@ -60,6 +69,7 @@ else
   SQUAD=(--train_file=sample_tasks/squad/train-v1.1.json
          --predict_file=sample_tasks/squad/dev-v1.1.json)
   FT_SEQ=$SEQ; FT_BATCH=8; FT_LR=5e-4; EVAL_EVERY=10; SQ_SEQ=$SEQ; SQ_STRIDE=32; SQ_QLEN=24
+  NER_DATA=sample_tasks/ner; NER_SEQ=32; NER_EPOCHS=$EPOCHS
 fi
 mkdir -p "$OUT"
 STEPS_FILE="$OUT/steps.tsv"
@@ -130,7 +140,18 @@ $PY evaluate_squad.py "$SQUAD_DATA" "$OUT/squad_output/predictions.json" \
   -o "$OUT/squad_output/official_eval.json"
 done_step squad "$OUT/squad_output/official_eval.json"
 
-begin "6. features: extract_features.py"
+begin "6. tagging: run_ner.py on $NER_DATA, scored by evaluate_ner.py (conlleval)"
+rm -rf "$OUT/ner_output"
+$PY run_ner.py --data_dir="$NER_DATA" --do_train=True --do_eval=True --do_predict=True \
+  --vocab_file="$FT_VOCAB" --bert_config_file="$FT_CONFIG" --init_checkpoint="$FT_INIT" \
+  --do_lower_case=True --max_seq_length="$NER_SEQ" --train_batch_size="$FT_BATCH" \
+  --learning_rate="$FT_LR" --num_train_epochs="$NER_EPOCHS" --save_checkpoints_steps=1000 \
+  --output_dir="$OUT/ner_output"
+$PY evaluate_ner.py "$OUT/ner_output/dev_predictions.txt" \
+  --output_json="$OUT/ner_output/dev_conlleval.json" | tee "$OUT/ner_output/dev_conlleval.txt"
+done_step tagger "$OUT/ner_output/dev_conlleval.json"
+
+begin "7. features: extract_features.py"
 printf '%s\n' "The keeper lit the lamp at dusk. ||| The beam reached the boats." \
   "Bread needs flour, water, salt and yeast." > "$OUT/sentences.txt"
 $PY extract_features.py --input_file="$OUT/sentences.txt" --output_file="$OUT/features.jsonl" \
@@ -138,7 +159,7 @@ $PY extract_features.py --input_file="$OUT/sentences.txt" --output_file="$OUT/fe
   --do_lower_case=True --layers=-1,-2 --max_seq_length="$FT_SEQ" --batch_size=8
 done_step features "$OUT/features.jsonl"
 
-begin "7. serving: export_saved_model.py of the fine-tuned classifier"
+begin "8. serving: export_saved_model.py of the fine-tuned classifier"
 rm -rf "$OUT/saved_model"
 $PY export_saved_model.py --task=classifier --num_labels=2 \
   --bert_config_file="$FT_CONFIG" --init_checkpoint="$OUT/classifier_output" \
@@ -146,7 +167,7 @@ $PY export_saved_model.py --task=classifier --num_labels=2 \
   --export_dir="$OUT/saved_model"
 done_step export "$OUT/saved_model/saved_model.pb"
 
-begin "8. a query of the SavedModel from a fresh Python process (TensorFlow only)"
+begin "9. a query of the SavedModel from a fresh Python process (TensorFlow only)"
 # (TensorFlow's start-up lines go to OUT/query.log; shown if the query fails.)
 $PY - "$OUT" "$LABELS" 2> "$OUT/query.log" <<'PY' || { cat "$OUT/query.log"; exit 1; }
 import json, sys
@@ -164,6 +185,21 @@ with open(f"{out}/query.json", "w") as f:
             | {"labels": labels, "probabilities": probabilities.tolist()}, f)
 PY
 done_step query "$OUT/query.json"
+
+begin "10. the classifier in HuggingFace's layout: convert_checkpoint.py"
+rm -rf "$OUT/classifier_hf"
+$PY convert_checkpoint.py --init_checkpoint="$OUT/classifier_output" --format=huggingface \
+  --bert_config_file="$FT_CONFIG" --vocab_file="$FT_VOCAB" --labels="$LABELS" \
+  --output_dir="$OUT/classifier_hf"
+done_step huggingface "$OUT/classifier_hf/model.safetensors"
+
+begin "11. the classifier as int8 TFLite: export_saved_model.py --format=tflite --quantize=dynamic"
+rm -rf "$OUT/classifier_tflite"
+$PY export_saved_model.py --task=classifier --labels="$LABELS" --format=tflite \
+  --quantize=dynamic --bert_config_file="$FT_CONFIG" --init_checkpoint="$OUT/classifier_output" \
+  --vocab_file="$FT_VOCAB" --do_lower_case=True --max_seq_length="$FT_SEQ" \
+  --export_dir="$OUT/classifier_tflite"
+done_step tflite "$OUT/classifier_tflite/model.tflite"
 
 $PY - "$OUT" "$REAL" 2> "$OUT/summary.log" <<'PY' || { cat "$OUT/summary.log"; exit 1; }
 # The summary: each step, its key figure, its time and its files (also OUT/summary.md).
@@ -193,6 +229,9 @@ def figure(step, path):
   if step == "squad":
     r = json.load(open(path))
     return "exact %.1f, F1 %.1f" % (r.get("exact_match", r.get("exact")), r["f1"])
+  if step == "tagger":
+    r = json.load(open(path))
+    return "dev entity F1 %.1f, token accuracy %.1f (conlleval)" % (r["FB1"], r["accuracy"])
   if step == "features":
     first = json.loads(open(path).readline())
     return "%d tokens x %d layers x %d" % (
@@ -200,6 +239,13 @@ def figure(step, path):
         len(first["features"][0]["layers"][0]["values"]))
   if step == "export":
     return "signatures preprocess, serving_default"
+  if step == "huggingface":
+    config = json.load(open(os.path.join(os.path.dirname(path), "config.json")))
+    return "model.safetensors %.2f MB, %s, labels %s" % (
+        os.path.getsize(path) / 1e6, config["architectures"][0],
+        ", ".join(config["id2label"][str(i)] for i in range(len(config["id2label"]))))
+  if step == "tflite":
+    return "int8 model.tflite %.2f MB" % (os.path.getsize(path) / 1e6)
   if step == "query":
     query = json.load(open(path))
     return "probabilities " + ", ".join(

@@ -9,15 +9,21 @@ r"""A fine-tuned (or pre-trained) BERT as a TensorFlow SavedModel that takes raw
 newest model.ckpt-N) or a HuggingFace directory (training_checkpoints.warm_start).
 The SavedModel (serving.py) has two signatures, both taking text_a and text_b (tf.string [B];
 an empty text_b: a single segment): `preprocess` (input_ids, input_mask, segment_ids) and
-`serving_default` (classifier: probabilities, logits; embeddings: pooled_output,
-sequence_output; squad, text_a = question and text_b = context: start_logits, end_logits and
-the best span's start_index, end_index and answer text). It loads with tf.saved_model.load
+`serving_default` (classifier: probabilities, logits; embeddings: embeddings [B, H] pooled
+as --pooling says and --normalize, pooled_output, sequence_output; squad, text_a = question
+and text_b = context: start_logits, end_logits and the best span's start_index, end_index and
+answer text). --task=tagger (a run_ner model; its tags from --labels or the labels.txt beside
+--init_checkpoint; --format=saved_model only) has one signature, serving_default, taking
+text_a only: words, starts, ends, tags, scores and the entities (tasks/ner_serving.py). It
+loads with tf.saved_model.load
 in a process that imports only TensorFlow. Written to a temporary sibling directory and
 renamed when complete, holding a lock beside --export_dir (runtime/outputs.locked_output): a
 second export into the same directory is refused, and temporaries of killed exports removed.
 """
 
 from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+import json
+import os
 
 from absl import app
 from absl import flags
@@ -25,6 +31,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import serving
@@ -32,6 +39,8 @@ from bert_keras.runtime import common_flags
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training_checkpoints
+from bert_keras.tasks import ner
+from bert_keras.tasks import ner_serving
 from bert_keras.utils import errors
 
 # run_classifier's GLUE tasks -> their number of labels (len(processor.get_labels()); STS-B
@@ -42,7 +51,10 @@ NUM_LABELS = {"cola": 2, "mnli": 3, "mrpc": 2, "xnli": 3, "sst-2": 2, "sst2": 2,
 DEFAULTS = dict(bert_config_file=None, init_checkpoint=None, vocab_file=None,
                 do_lower_case=True, max_seq_length=128, task="classifier", num_labels=None,
                 task_name=None, max_answer_length=30, export_dir=None, overwrite=False,
-                tensorflow_text_ops=False)
+                tensorflow_text_ops=False, pooling="mean", normalize=False,
+                format="saved_model", quantize="none", labels=None)
+FORMATS = ("saved_model", "tflite", "onnx")
+TASKS = serving.TASKS + ("tagger",)
 
 
 def options(**overrides):
@@ -52,15 +64,31 @@ def options(**overrides):
 
 def define_flags():
   common_flags.define_model_flags(max_seq_length=128, output_dir=False)
-  flags.DEFINE_enum("task", "classifier", serving.TASKS,
-                    "classifier (run_classifier's model), squad (run_squad's) or embeddings "
-                    "(the encoder alone).")
+  flags.DEFINE_enum("task", "classifier", TASKS,
+                    "classifier (run_classifier's model), squad (run_squad's), tagger "
+                    "(run_ner's) or embeddings (the encoder alone).")
   flags.DEFINE_integer("num_labels", None, "--task=classifier: the number of labels "
                        "(1: a regression such as STS-B).")
   flags.DEFINE_string("task_name", None, "--task=classifier: a GLUE task name of "
                       "run_classifier (gives --num_labels): " + ", ".join(sorted(NUM_LABELS)))
   flags.DEFINE_integer("max_answer_length", 30,
                        "--task=squad: the longest answer span, in word pieces.")
+  flags.DEFINE_enum("pooling", "mean", modeling.POOLINGS,
+                    "--task=embeddings: how the `embeddings` output pools the tokens' vectors: "
+                    "mean or max over the real tokens, or the [CLS] position's (cls).")
+  flags.DEFINE_bool("normalize", False, "--task=embeddings: divide each embedding by its L2 "
+                    "norm (with --pooling=mean: what sentence-transformers' all-MiniLM-L6-v2 "
+                    "returns).")
+  flags.DEFINE_enum("format", "saved_model", FORMATS,
+                    "saved_model: raw text in (the two signatures); tflite: model.tflite with "
+                    "token ids in (input_ids, input_mask, segment_ids int32 [B, "
+                    "max_seq_length]), with vocab.txt, labels.txt and model_config.json; onnx: "
+                    "model.onnx (tf2onnx, the [onnx] extra), the same inputs and files.")
+  flags.DEFINE_enum("quantize", "none", serving.QUANTIZATIONS,
+                    "--format=tflite: none (float32), dynamic (int8 weights) or float16.")
+  flags.DEFINE_string("labels", None, "--task=classifier: the label names in order, "
+                      "comma-separated (labels.txt of --format=tflite). --task=tagger: its "
+                      "tags in order (default: labels.txt beside --init_checkpoint).")
   flags.DEFINE_string("export_dir", None, "The SavedModel directory to write (it must not "
                       "exist, or be empty).")
   flags.DEFINE_bool("overwrite", False, "Replace an existing non-empty --export_dir.")
@@ -75,8 +103,14 @@ def define_flags():
 
 
 def num_labels(options):
-  """--num_labels / --task_name -> the classifier's number of labels (ValueError naming the
-  flag when neither, both disagreeing, or an unknown task name)."""
+  """--num_labels / --task_name / --labels -> the classifier's number of labels (ValueError
+  naming the flag when none, two disagreeing, or an unknown task name)."""
+  if options.labels:
+    count = len(options.labels.split(","))
+    if options.num_labels is not None and options.num_labels != count:
+      raise ValueError(f"--labels names {count} labels, --num_labels says {options.num_labels}")
+    if options.num_labels is None and options.task_name is None:
+      return count
   from_name = None
   if options.task_name is not None:
     from_name = NUM_LABELS.get(options.task_name.lower())
@@ -104,6 +138,20 @@ def _check_options(options, config):
     raise ValueError(f"--max_seq_length {options.max_seq_length}: must be at least 3")
   if options.task == "squad" and options.max_answer_length < 1:
     raise ValueError(f"--max_answer_length {options.max_answer_length}: must be at least 1")
+  if options.pooling not in modeling.POOLINGS:
+    raise ValueError(f"--pooling={options.pooling}: one of {', '.join(modeling.POOLINGS)}")
+  if options.task != "embeddings" and (options.pooling != "mean" or options.normalize):
+    raise ValueError(f"--pooling / --normalize are for --task=embeddings, not "
+                     f"--task={options.task}")
+  if options.format not in FORMATS:
+    raise ValueError(f"--format={options.format}: one of {', '.join(FORMATS)}")
+  if options.quantize not in serving.QUANTIZATIONS:
+    raise ValueError(f"--quantize={options.quantize}: one of "
+                     f"{', '.join(serving.QUANTIZATIONS)}")
+  if options.quantize != "none" and options.format != "tflite":
+    raise ValueError("--quantize is for --format=tflite")
+  if options.task == "tagger" and options.format != "saved_model":
+    raise ValueError(f"--format={options.format}: --task=tagger exports a SavedModel only")
   if options.task != "classifier" and (options.num_labels or options.task_name):
     raise ValueError(f"--num_labels / --task_name are for --task=classifier, not "
                      f"--task={options.task}")
@@ -121,10 +169,27 @@ def _check_options(options, config):
                      f"{' '.join(str(e.message).split())[:300]}") from None
 
 
+def tagger_labels(options):
+  """--task=tagger's tags: --labels, else labels.txt in --init_checkpoint (a run_ner
+  output_dir) or beside it; a ValueError naming the flags without either."""
+  if options.labels:
+    return ner.parse_labels(options.labels)
+  path = options.init_checkpoint.rstrip("/")
+  directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+  labels = checkpoints.read_labels(directory)
+  if labels is None:
+    raise ValueError(f"--task=tagger needs --labels, or a {checkpoints.LABELS_FILE} in "
+                     f"{directory} (run_ner writes one into its output_dir)")
+  return labels
+
+
 def build_model(task, config, labels=None):
-  """The Keras model of `task`: BertClassifier (labels outputs), BertSquad or BertModel."""
+  """The Keras model of `task`: BertClassifier or BertTokenClassifier (`labels` outputs),
+  BertSquad or BertModel."""
   if task == "classifier":
     return modeling.BertClassifier(config, labels)
+  if task == "tagger":
+    return modeling.BertTokenClassifier(config, labels)
   if task == "squad":
     return modeling.BertSquad(config)
   return modeling.BertModel(config)
@@ -137,23 +202,24 @@ def _head(model):
 
 def run(options):
   """Checks the options, builds the model, loads --init_checkpoint, writes the SavedModel."""
-  if options.task not in serving.TASKS:
-    raise ValueError(f"--task {options.task}: not one of {', '.join(serving.TASKS)}")
+  if options.task not in TASKS:
+    raise ValueError(f"--task {options.task}: not one of {', '.join(TASKS)}")
   config = run_checks.load_and_check_config(options)
   labels = num_labels(options) if options.task == "classifier" else None
   _check_options(options, config)
+  tags = tagger_labels(options) if options.task == "tagger" else None
   preprocessor = preprocessing.BertPreprocessor(
       options.vocab_file, options.do_lower_case, options.max_seq_length,
       core_ops_only=not options.tensorflow_text_ops)
   run_checks.check_vocab_fits(config, len(preprocessor.vocabulary), options)
   with outputs.locked_output(options.export_dir, "--export_dir"):  # one export at a time
     serving.check_export_dir(options.export_dir, options.overwrite)  # (again, holding it)
-    _export(options, config, labels, preprocessor)
+    _export(options, config, labels, tags, preprocessor)
 
 
-def _export(options, config, labels, preprocessor):
+def _export(options, config, labels, tags, preprocessor):
   """run() after the checks, holding --export_dir."""
-  model = build_model(options.task, config, labels)
+  model = build_model(options.task, config, len(tags) if tags else labels)
   head = _head(model)
   initial = [w.numpy() for w in head.weights] if head is not None else []
   training_checkpoints.warm_start(model, options.init_checkpoint)
@@ -161,11 +227,51 @@ def _export(options, config, labels, preprocessor):
                               for a, w in zip(initial, head.weights)):
     logging.warning("--init_checkpoint %s has no %s head: the exported head is randomly "
                     "initialised", options.init_checkpoint, options.task)
+  if options.task == "tagger":
+    module = ner_serving.TaggerModule(model, preprocessor, tags)
+    serving.save_atomic(module, options.export_dir, options.overwrite)
+    logging.info("Wrote the SavedModel %s (task tagger, signature serving_default)",
+                 options.export_dir)
+    return
   module = serving.ServingModule(model, preprocessor, options.task, options.max_answer_length,
-                                 regression=labels == 1)
+                                 regression=labels == 1, pooling=options.pooling,
+                                 normalize=options.normalize)
+  if options.format != "saved_model":
+    serving.save_atomic(module, options.export_dir, options.overwrite,
+                        write=lambda directory: write_token_id_model(module, options, labels,
+                                                                     directory))
+    logging.info("Wrote %s (task %s, %s weights)", os.path.join(
+        options.export_dir, "model." + options.format), options.task, options.quantize)
+    return
   serving.save_atomic(module, options.export_dir, options.overwrite)
   logging.info("Wrote the SavedModel %s (task %s, signatures %s)", options.export_dir,
                options.task, ", ".join(serving.SIGNATURES))
+
+
+def write_token_id_model(module, options, num_labels, directory):
+  """--format=tflite's or onnx's files in `directory`: model.tflite (serving.tflite_model) or
+  model.onnx (serving.onnx_model), vocab.txt, labels.txt (a classifier's label names, one a
+  line) and model_config.json (task, inputs, max_seq_length, do_lower_case, labels,
+  quantize), what an app needs to tokenize and read."""
+  if options.format == "tflite":
+    data = serving.tflite_model(module, options.max_seq_length, options.quantize)
+  else:
+    data = serving.onnx_model(module, options.max_seq_length)
+  with tf.io.gfile.GFile(os.path.join(directory, "model." + options.format), "wb") as f:
+    f.write(data)
+  tf.io.gfile.copy(options.vocab_file, os.path.join(directory, "vocab.txt"))
+  names = None
+  if options.task == "classifier" and num_labels > 1:
+    names = ([x.strip() for x in options.labels.split(",")] if options.labels
+             else [str(i) for i in range(num_labels)])
+    with tf.io.gfile.GFile(os.path.join(directory, "labels.txt"), "w") as f:
+      f.write("".join(name + "\n" for name in names))
+  config = {"task": options.task, "inputs": list(serving.FEATURES),
+            "max_seq_length": options.max_seq_length,
+            "do_lower_case": bool(options.do_lower_case), "labels": names,
+            "quantize": options.quantize}
+  with tf.io.gfile.GFile(os.path.join(directory, "model_config.json"), "w") as f:
+    f.write(json.dumps(config, indent=2) + "\n")
 
 
 main = errors.script_main(run)

@@ -7,9 +7,10 @@ Read top to bottom:
                                      TransformerBlock, Pooler, MaskedLMHead, NextSentenceHead
   4. models                          BertModel (the encoder), BertPretrainer (encoder + MLM/NSP),
                                      BertClassifier (encoder + run_classifier head),
-                                     BertSquad (encoder + run_squad span head)
+                                     BertSquad (encoder + run_squad span head),
+                                     BertTokenClassifier (encoder + run_ner tagging head)
   5. losses                          masked_lm_loss, next_sentence_loss, classifier_loss,
-                                     squad_loss (float32)
+                                     token_classifier_loss, squad_loss (float32)
 Checkpoint files (the TF1 name table, load_checkpoint, save_tf1_checkpoint, HuggingFace
 weights) are checkpoints.py's.
 
@@ -749,6 +750,7 @@ class BertPretrainer(_TaskModel):
 class ClassifierHead(keras.layers.Layer):
   """run_classifier's head: dropout 0.1 (fixed, not the config's; training only) on the pooled
   output [B, H], then logits = pooled . output_weights^T + output_bias -> float32 [B, num_labels].
+  (BertTokenClassifier applies it to the sequence output [B, S, H] -> [B, S, num_labels].)
 
   output_weights [num_labels, H] (truncated normal, stddev 0.02 fixed) and output_bias
   [num_labels] (zeros) are the original's root-scope TF1 variables of the same names.
@@ -809,6 +811,40 @@ class BertClassifier(_TaskModel):
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
+class BertTokenClassifier(_TaskModel):
+  """A BertModel plus a token classification (tagging, NER) head: run_classifier's
+  ClassifierHead (dropout 0.1 in training, output_weights [num_labels, H], output_bias
+  [num_labels]) applied at every position of the sequence output.
+
+  BertTokenClassifier(encoder_or_config, num_labels): a built BertModel (shared) or a
+  BertConfig. Inputs: BertModel's dict. Returns the logits, float32 [B, S, num_labels]
+  (compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+  ignore_class=-1)) with labels int [B, S], -1 where no tag is learned); loss:
+  token_classifier_loss below. TF1 names: bert/* and the root-scope output_weights /
+  output_bias, as BertClassifier (HuggingFace: classifier.weight / classifier.bias, as its
+  BertForTokenClassification).
+  """
+
+  def __init__(self, encoder_or_config, num_labels, **kwargs):
+    kwargs.setdefault("name", "bert_token_classifier")
+    super().__init__(encoder_or_config, **kwargs)
+    self.num_labels = int(num_labels)
+    self.classifier = ClassifierHead(self.config, num_labels, name="classifier",
+                                     dtype=self.dtype_policy)
+    self.build()
+
+  def build(self, input_shape=None):
+    self.classifier.build()
+
+  def call(self, inputs, training=None):
+    sequence = self._encode(inputs, training)["sequence_output"]
+    return self.classifier(sequence, training=training)
+
+  def get_config(self):
+    return {**super().get_config(), "num_labels": self.num_labels}
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
 class SquadHead(ConfigLayer):
   """run_squad's span head: logits = sequence_output . output_weights^T + output_bias,
   float32 [B, S, 2], returned as (start_logits [B, S], end_logits [B, S]).
@@ -860,6 +896,56 @@ class BertSquad(_TaskModel):
     return {"start_logits": start, "end_logits": end}
 
 
+POOLINGS = ("mean", "cls", "max")
+
+
+def pool_embeddings(sequence_output, input_mask, pooling="mean", normalize=False):
+  """One vector per text, float32 [B, H], from sequence_output [B, S, H] and input_mask
+  [B, S] (1 = real token): "mean" over the real tokens, "cls" the [CLS] position's vector,
+  "max" the element-wise maximum over the real tokens (sentence-transformers' three poolings);
+  `normalize` divides each vector by its L2 norm (at least 1e-12), as its Normalize module."""
+  if pooling not in POOLINGS:
+    raise ValueError("pooling must be one of %s, got %r" % (", ".join(POOLINGS), pooling))
+  x = ops.cast(sequence_output, "float32")
+  mask = ops.cast(input_mask, "float32")[:, :, None]
+  if pooling == "mean":
+    pooled = ops.sum(x * mask, axis=1) / ops.maximum(ops.sum(mask, axis=1), 1e-9)
+  elif pooling == "cls":
+    pooled = x[:, 0]
+  else:
+    pooled = ops.max(ops.where(mask > 0, x, -1e9), axis=1)
+  if normalize:
+    pooled = pooled / ops.maximum(ops.sqrt(ops.sum(pooled * pooled, axis=-1,
+                                                   keepdims=True)), 1e-12)
+  return pooled
+
+
+@keras.saving.register_keras_serializable(package=_PACKAGE)
+class BertSentenceEncoder(_TaskModel):
+  """A BertModel whose outputs are pooled into one vector per text (pool_embeddings):
+  sentence embeddings, as sentence-transformers computes them (all-MiniLM-L6-v2: pooling
+  "mean", normalize=True).
+
+  BertSentenceEncoder(encoder_or_config, pooling="mean", normalize=False). Inputs: BertModel's
+  dict. Returns float32 [B, H]. No weights beyond the encoder's.
+  """
+
+  def __init__(self, encoder_or_config, pooling="mean", normalize=False, **kwargs):
+    if pooling not in POOLINGS:
+      raise ValueError("pooling must be one of %s, got %r" % (", ".join(POOLINGS), pooling))
+    kwargs.setdefault("name", "bert_sentence_encoder")
+    super().__init__(encoder_or_config, **kwargs)
+    self.pooling, self.normalize = pooling, bool(normalize)
+
+  def call(self, inputs, training=None):
+    _, input_mask, _ = _unpack_inputs(inputs)
+    sequence_output = self._encode(inputs, training)["sequence_output"]
+    return pool_embeddings(sequence_output, input_mask, self.pooling, self.normalize)
+
+  def get_config(self):
+    return {**super().get_config(), "pooling": self.pooling, "normalize": self.normalize}
+
+
 # ----------------------------------------------------------------------------------------------
 # 5. Losses (float32)
 # ----------------------------------------------------------------------------------------------
@@ -906,6 +992,17 @@ def classifier_loss(logits, label_ids):
   log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
   labels = tf.reshape(tf.cast(label_ids, tf.int32), [-1])
   return -tf.gather(log_probs, labels, batch_dims=1)
+
+
+def token_classifier_loss(logits, label_ids):
+  """Per-token -log softmax(logits)[label], 0 where label_ids < 0 (WordPieces after a word's
+  first, [CLS], [SEP], padding): logits [B, S, N], label_ids int [B, S] -> float32 [B, S].
+  The mean over the tagged tokens is sum(loss) / sum(label_ids >= 0)."""
+  log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+  labels = tf.cast(label_ids, tf.int32)
+  tagged = labels >= 0
+  picked = tf.gather(log_probs, tf.maximum(labels, 0), batch_dims=2)
+  return tf.where(tagged, -picked, tf.zeros_like(picked))
 
 
 def squad_loss(start_logits, end_logits, start_positions, end_positions):

@@ -39,6 +39,7 @@ from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
 from bert_keras.runtime import training_checkpoints
 from bert_keras.tasks import metrics
+from bert_keras.tasks import prediction_files
 from bert_keras.tasks import tfds_input
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
@@ -90,7 +91,7 @@ def define_flags():
       "glue/mrpc, glue/mnli); it implies --task_name. Never downloads.")
   flags.DEFINE_string("tfds_data_dir", None,
                       "TensorFlow Datasets data directory of --tfds_name (default: TFDS's).")
-  define_eval_during_training_flags()
+  common_flags.define_eval_during_training_flags()
   for name in ("vocab_file", "bert_config_file", "output_dir"):  # (data_dir, task_name: below)
     flags.mark_flag_as_required(name)
   flags.adopt_module_key_flags(common_flags)  # --help lists them too, not only --helpfull
@@ -109,25 +110,6 @@ def _define_custom_task_flags():
   flags.DEFINE_string("labels", None,
                       "--task_name=custom: comma-separated labels in the order of the model's "
                       "outputs (default: the sorted distinct labels of train.tsv).")
-
-
-def define_eval_during_training_flags():
-  """Flags beyond the original: evaluation during training and trimmed eval batches."""
-  flags.DEFINE_integer(
-      "eval_every_steps", 0,
-      "Evaluate on the dev set every this many training steps and at the end (needs "
-      "--do_train and --do_eval): logged, written to TensorBoard (output_dir/eval) and to "
-      "output_dir/eval_history.jsonl; the best model by the task's metric is kept in "
-      "output_dir/best (a TF1 checkpoint and its eval_results.txt), which --do_eval and "
-      "--do_predict then use. 0: no evaluation during training (the original's behaviour).")
-  flags.DEFINE_integer(
-      "early_stopping_patience", 0,
-      "With --eval_every_steps: stop training when the task's metric has not improved for "
-      "this many evaluations. 0: never stop early.")
-  flags.DEFINE_bool(
-      "trim_eval_batches", True,
-      "Cut each eval/predict batch to its longest sequence (rounded up to a multiple of 8): "
-      "the same results, less work on the padding. Ignored on TPU.")
 
 
 # ----------------------------------------------------------------------------
@@ -994,7 +976,7 @@ def _train_eval_predict(options, strategy, config, examples, label_list, tokeniz
     training_checkpoints.restore_for_inference(trainer, options.output_dir,
                                                options.init_checkpoint)
   if options.do_eval or options.do_predict:
-    _restore_best(options, trainer)
+    training.restore_best(options, trainer)
   results = {"eval": None, "predict": None}
   if options.do_eval:
     results["eval"] = _evaluate(options, trainer, examples["dev"], label_list, tokenizer,
@@ -1034,22 +1016,6 @@ def _eval_during_training(options, trainer, eval_examples, label_list, tokenizer
   return {"eval_every_steps": options.eval_every_steps, "eval_fn": hook}
 
 
-def _restore_best(options, trainer):
-  """--do_eval / --do_predict use output_dir/best (the best of the evaluations during
-  training) when it exists: its weights and step are loaded into trainer. Logs which."""
-  best = os.path.join(options.output_dir, training.EvalHook.BEST)
-  results = os.path.join(best, "eval_results.txt")
-  if not tf.io.gfile.exists(results):
-    if options.eval_every_steps:
-      logging.info("No %s: evaluating/predicting with the final weights", best)
-    return
-  checkpoints.load_checkpoint(trainer.model, best)
-  step = int(training.read_results(results)["global_step"])
-  trainer.global_step.assign(step)
-  logging.info("Evaluating/predicting with the best model of the evaluations during training: "
-               "%s (step %d)", best, step)
-
-
 def _evaluate(options, trainer, eval_examples, label_list, tokenizer, chief, record_dir):
   """--do_eval: the dev set through eval.tf_record; logs the original's eval results, writes
   them to eval_results.txt (chief) and returns them."""
@@ -1064,6 +1030,12 @@ def _evaluate(options, trainer, eval_examples, label_list, tokenizer, chief, rec
   if chief:
     file_io.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
                               outputs.format_results(results))
+    real = real.astype(bool)
+    scores = logits[real][:, 0] if label_list is None else softmax(logits)[real]
+    file_io.write_text_atomic(
+        os.path.join(options.output_dir, "eval_predictions.tsv"),
+        prediction_files.prediction_tsv([e.guid for e in eval_examples], scores, label_list,
+                                        gold=[e.label for e in eval_examples]))
   return results
 
 
@@ -1100,6 +1072,10 @@ def _predict(options, trainer, predict_examples, label_list, tokenizer, chief, r
   logging.info("***** Predict results *****")
   if chief:
     file_io.write_text_atomic(os.path.join(options.output_dir, "test_results.tsv"), "".join(lines))
+    file_io.write_text_atomic(
+        os.path.join(options.output_dir, "test_predictions.tsv"),
+        prediction_files.prediction_tsv([e.guid for e in predict_examples], probabilities,
+                                        label_list))
   return probabilities
 
 

@@ -6,7 +6,9 @@ text_a and text_b (tf.string [B]; an empty text_b means a single segment, as in 
   preprocess:      input_ids, input_mask, segment_ids   int32 [B, S]
   serving_default: classifier  probabilities [B, N], logits [B, N] float32 (regression,
                                N = 1: predictions [B] and logits [B, 1])
-                   embeddings  pooled_output [B, H], sequence_output [B, S, H] float32
+                   embeddings  pooled_output [B, H], sequence_output [B, S, H] float32, and
+                               embeddings [B, H] (modeling.pool_embeddings with the module's
+                               pooling and normalize: sentence embeddings)
                    squad       start_logits, end_logits [B, S] float32; the best span
                                (text_a = question, text_b = context): start_index,
                                end_index int32 [B] (-1: no context), answer tf.string [B]
@@ -16,11 +18,17 @@ for short texts). save_atomic(module, export_dir) writes it (a temporary sibling
 then a rename).
 Only TensorFlow's own ops are used: the SavedModel loads with tf.saved_model.load in a process
 that imports neither bert_keras nor tensorflow_text.
+tflite_model(module, S, quantize) converts the model with token ids in (serve_token_ids:
+input_ids, input_mask, segment_ids int32 [B, S]) to TFLite, float32 or quantized, and
+onnx_model(module, S) to ONNX (tf2onnx).
 """
+
+import tempfile
 
 import keras
 import tensorflow as tf
 
+from bert_keras import modeling
 from bert_keras.utils import file_io
 
 TASKS = ("classifier", "squad", "embeddings")
@@ -69,10 +77,13 @@ class ServingModule(tf.Module):
   """The exported object: the task model, its preprocessor and the two signatures."""
 
   def __init__(self, model, preprocessor, task, max_answer_length=30, regression=False,
-               trim_padding=True):
+               trim_padding=True, pooling="mean", normalize=False):
     super().__init__(name="bert_serving")
     if task not in TASKS:
       raise ValueError(f"task {task!r} is not one of {', '.join(TASKS)}")
+    if pooling not in modeling.POOLINGS:
+      raise ValueError(f"pooling {pooling!r} is not one of {', '.join(modeling.POOLINGS)}")
+    self._pooling, self._normalize = pooling, bool(normalize)
     self.model = model
     self.preprocessor = preprocessor
     self._task = task
@@ -88,7 +99,16 @@ class ServingModule(tf.Module):
 
   def _serve(self, text_a, text_b):
     features = self._preprocess(text_a, text_b)
-    outputs = self._model_outputs(features)
+    return self._task_outputs(features, self._model_outputs(features, self._trim_padding))
+
+  def serve_token_ids(self, input_ids, input_mask, segment_ids):
+    """The task's outputs from token ids (int32 [B, S] each), without preprocessing: the
+    serving_default of the TFLite model (tflite_model). SQuAD gives its logits only."""
+    features = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
+    return self._task_outputs(features, self._model_outputs(features, trim=False), spans=False)
+
+  def _task_outputs(self, features, outputs, spans=True):
+    """serving_default's outputs of the task from the model's `outputs` on `features`."""
     if self._task == "classifier":
       logits = tf.cast(_logits(outputs), tf.float32)
       if self._regression:
@@ -96,9 +116,14 @@ class ServingModule(tf.Module):
       return {"probabilities": tf.nn.softmax(logits, axis=-1), "logits": logits}
     if self._task == "embeddings":
       return {"pooled_output": tf.cast(outputs["pooled_output"], tf.float32),
-              "sequence_output": tf.cast(outputs["sequence_output"], tf.float32)}
+              "sequence_output": tf.cast(outputs["sequence_output"], tf.float32),
+              "embeddings": modeling.pool_embeddings(outputs["sequence_output"],
+                                                     features["input_mask"], self._pooling,
+                                                     self._normalize)}
     start_logits = tf.cast(outputs["start_logits"], tf.float32)
     end_logits = tf.cast(outputs["end_logits"], tf.float32)
+    if not spans:
+      return {"start_logits": start_logits, "end_logits": end_logits}
     start, end = best_spans(start_logits, end_logits, features["input_mask"],
                             features["segment_ids"], self._max_answer_length)
     vocabulary = tf.constant([t or "" for t in self.preprocessor.vocabulary], tf.string)
@@ -106,14 +131,14 @@ class ServingModule(tf.Module):
             "end_index": end,
             "answer": span_text(features["input_ids"], start, end, vocabulary)}
 
-  def _model_outputs(self, features):
+  def _model_outputs(self, features, trim):
     """The model on features (int32 [B, S] each). With trim_padding, on their first L
     columns only, L = the longest row of the batch (the columns after it are padding in
     every row: attention never reads them, so the real positions' outputs are the same);
     per-position outputs are then padded back to S. Either way, per-position outputs are 0
     where input_mask is 0."""
     mask = features["input_mask"]
-    if self._trim_padding:
+    if trim:
       length = tf.maximum(tf.reduce_max(tf.reduce_sum(mask, axis=1)), 1)
       outputs = self.model({k: v[:, :length] for k, v in features.items()}, training=False)
     else:
@@ -142,6 +167,48 @@ class ServingModule(tf.Module):
     return archive
 
 
+QUANTIZATIONS = ("none", "dynamic", "float16")
+FEATURES = ("input_ids", "input_mask", "segment_ids")
+
+
+def tflite_model(module, max_seq_length, quantize="none"):
+  """The TFLite flatbuffer (bytes) of module.serve_token_ids as its serving_default signature:
+  input_ids, input_mask, segment_ids int32 [B, max_seq_length] in, the task's outputs out.
+  quantize: "none" (float32), "dynamic" (int8 weights, dynamic-range quantization) or
+  "float16" (float16 weights). The variables are frozen through a Keras ExportArchive."""
+  if quantize not in QUANTIZATIONS:
+    raise ValueError(f"quantize {quantize!r} is not one of {', '.join(QUANTIZATIONS)}")
+  spec = [tf.TensorSpec([None, max_seq_length], tf.int32, name=n) for n in FEATURES]
+  archive = keras.export.ExportArchive()
+  archive.track(module.model)
+  archive.add_endpoint("serving_default", tf.function(module.serve_token_ids),
+                       input_signature=spec)
+  with tempfile.TemporaryDirectory() as scratch:
+    archive.write_out(scratch, verbose=False)
+    converter = tf.lite.TFLiteConverter.from_saved_model(scratch,
+                                                         signature_keys=["serving_default"])
+    if quantize != "none":
+      converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if quantize == "float16":
+      converter.target_spec.supported_types = [tf.float16]
+    return converter.convert()
+
+
+def onnx_model(module, max_seq_length, opset=17):
+  """The ONNX model (bytes) of module.serve_token_ids: inputs input_ids, input_mask,
+  segment_ids int32 [B, max_seq_length], the task's outputs by name. Converted by tf2onnx (the
+  [onnx] extra), imported here on first use; a ValueError when it is not installed."""
+  try:
+    import tf2onnx  # noqa: F401  (optional: pip install 'bert-keras[onnx]')
+    from tf2onnx import convert
+  except ImportError:
+    raise ValueError("--format=onnx needs tf2onnx: pip install 'bert-keras[onnx]'") from None
+  spec = [tf.TensorSpec([None, max_seq_length], tf.int32, name=n) for n in FEATURES]
+  function = tf.function(module.serve_token_ids, input_signature=spec)
+  proto, _ = convert.from_function(function, input_signature=spec, opset=opset)
+  return proto.SerializeToString()
+
+
 def check_export_dir(export_dir, overwrite=False):
   """A ValueError (naming --export_dir) when export_dir exists, is not an empty directory and
   overwrite is off."""
@@ -153,12 +220,13 @@ def check_export_dir(export_dir, overwrite=False):
                        "(pass --overwrite to replace it)")
 
 
-def save_atomic(module, export_dir, overwrite=False):
-  """The module's ExportArchive written into .<name>.tmp-<pid> beside export_dir
-  (file_io.temp_name), then renamed to export_dir: a failed save leaves no directory behind
-  (and a killed one a temporary that runtime/outputs.locked_output removes on the next
-  export). An existing empty export_dir is replaced; a non-empty one only with overwrite
-  (moved aside to .<name>.old.tmp-<pid>, then deleted once the new one is in place)."""
+def save_atomic(module, export_dir, overwrite=False, write=None):
+  """The module's ExportArchive (or what write(directory) writes) written into
+  .<name>.tmp-<pid> beside export_dir (file_io.temp_name), then renamed to export_dir: a
+  failed save leaves no directory behind (and a killed one a temporary that
+  runtime/outputs.locked_output removes on the next export). An existing empty export_dir is
+  replaced; a non-empty one only with overwrite (moved aside to .<name>.old.tmp-<pid>, then
+  deleted once the new one is in place)."""
   check_export_dir(export_dir, overwrite)
   export_dir = export_dir.rstrip("/") or export_dir
   tmp = file_io.temp_name(export_dir)
@@ -166,7 +234,11 @@ def save_atomic(module, export_dir, overwrite=False):
     tf.io.gfile.rmtree(tmp)
   old = None
   try:
-    module.export_archive().write_out(tmp, verbose=False)
+    if write is None:
+      module.export_archive().write_out(tmp, verbose=False)
+    else:
+      tf.io.gfile.makedirs(tmp)
+      write(tmp)
     if tf.io.gfile.exists(export_dir):
       if tf.io.gfile.listdir(export_dir):
         old = file_io.temp_name(export_dir + ".old")

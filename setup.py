@@ -72,11 +72,16 @@ setup(
             # Independent oracles for run_classifier's metrics (F1, Matthews, Pearson, Spearman).
             "scikit-learn>=1.3",
             "scipy>=1.11",
+            # The oracle of evaluate_ner.py (its default mode follows conlleval).
+            "seqeval>=1.2",
         ],
         # create_pretraining_data_beam.py. apache-beam 2.77 needs protobuf < 7, TensorFlow
         # 2.21 >= 6.31.1: both install with protobuf 6.x. For Dataflow (gs:// paths) install
         # apache-beam[gcp] instead.
         "beam": ["apache-beam>=2.77,<3"],
+        # export_saved_model.py --format=onnx: tf2onnx converts the graph (no converter of
+        # ours could follow TensorFlow's ops as well), onnxruntime runs it in tests and bench.
+        "onnx": ["tf2onnx>=1.17", "onnxruntime>=1.20"],
         # evaluate_squad.py --out-image-dir: the official precision-recall curves.
         "plots": ["matplotlib>=3.7"],
     },

@@ -10,7 +10,12 @@ classifier of the same size and the same bert-base-uncased vocab (random weights
     with its BertTextClassifierPreprocessor, a tf.function taking the two string tensors,
     saved and loaded the same way;
   * ours, Python: tokenization.FullTokenizer + preprocessing.pack_tokens in Python, then the
-    Keras model in a tf.function.
+    Keras model in a tf.function;
+  * ours, TFLite (export_saved_model.py --format=tflite): float32 and dynamic-range int8, in
+    TensorFlow's Python interpreter, after the same Python tokenizer (TFLite takes token ids:
+    the tokenizer's string ops do not convert), and ONNX (--format=onnx, onnxruntime) when
+    the [onnx] extra is installed.
+Rows marked "token ids in" time the model alone on ids packed beforehand.
 Every peer is built and warmed up first, then timed in --repeats interleaved rounds (a slow
 phase of the shared machine falls on every peer alike); each keeps its best round.
 
@@ -90,7 +95,48 @@ def _ours(config, vocab_file, max_seq_length, directory):
     return forward({k: arrays[:, i] for i, k in
                     enumerate(("input_ids", "input_mask", "segment_ids"))}).numpy()
   peers.append(("ours: Python FullTokenizer + Keras model", python_path))
-  return peers
+
+  def pack(texts_a, texts_b):
+    rows = [preprocessing.pack_tokens(tokenizer.tokenize(a), tokenizer.tokenize(b) or None,
+                                      max_seq_length, tokenizer)[1:]
+            for a, b in zip(texts_a, texts_b)]
+    arrays = np.array(rows, np.int32)
+    return {k: arrays[:, i] for i, k in enumerate(("input_ids", "input_mask", "segment_ids"))}
+  id_peers = [("ours: Keras model (token ids in)", lambda f: forward(f).numpy())]
+  module = serving.ServingModule(model, core, "classifier")
+  for quantize, name in (("none", "TFLite float32"), ("dynamic", "TFLite int8 (dynamic)")):
+    runner = _tflite_runner(serving.tflite_model(module, max_seq_length, quantize))
+    id_peers.append((f"ours: {name} (token ids in)", runner))
+    peers.append((f"ours: Python FullTokenizer + {name}",
+                  lambda a, b, run=runner: run(pack(a, b))))
+  try:
+    import onnxruntime
+    session = onnxruntime.InferenceSession(serving.onnx_model(module, max_seq_length))
+    names = [o.name for o in session.get_outputs()]
+
+    def onnx_run(features):
+      return dict(zip(names, session.run(None, features)))["probabilities"]
+    id_peers.append(("ours: ONNX, onnxruntime (token ids in)", onnx_run))
+    peers.append(("ours: Python FullTokenizer + ONNX, onnxruntime",
+                  lambda a, b: onnx_run(pack(a, b))))
+  except (ImportError, ValueError) as e:
+    print(f"ONNX left out: {e}")
+  return peers, id_peers, pack
+
+
+def _tflite_runner(data):
+  """fn(features dict of int32 [B, S]) -> probabilities, TensorFlow's TFLite interpreter."""
+  import warnings
+  import tensorflow as tf
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # the interpreter's deprecation notice
+    interpreter = tf.lite.Interpreter(model_content=data, num_threads=os.cpu_count())
+  runner = interpreter.get_signature_runner("serving_default")
+
+  def run(features):
+    return runner(**features)["probabilities"]
+  run.size_bytes = len(data)
+  return run
 
 
 def _signature(loaded, output):
@@ -149,7 +195,7 @@ def main(_):
         f"{FLAGS.throughput_batches} batches; best of {FLAGS.repeats} interleaved rounds; "
         f"{os.cpu_count()} CPUs")
   with tempfile.TemporaryDirectory() as directory:
-    peers = _ours(config, FLAGS.vocab_file, length, directory)
+    peers, id_peers, pack = _ours(config, FLAGS.vocab_file, length, directory)
     try:
       peers.append(_keras_hub(config, FLAGS.vocab_file, length, directory))
     except ImportError:
@@ -162,30 +208,44 @@ def main(_):
       return [a for a, _ in batch], [b for _, b in batch]
     ours_sm, python_path = peers[0][1], peers[3][1]
     parity = float(np.abs(ours_sm(*texts(batches[0])) - python_path(*texts(batches[0]))).max())
-    for _, fn in peers:  # warm-up
-      fn(*texts(requests[:1]))
-      fn(*texts(batches[0]))
+    packed_requests = [pack(*texts([pair])) for pair in requests]
+    packed_batches = [pack(*texts(batch)) for batch in batches]
+    int8_parity = float(np.abs(id_peers[0][1](packed_batches[0])
+                               - id_peers[2][1](packed_batches[0])).max())
+    as_text = [(name, lambda r, fn=fn: fn(*texts(r))) for name, fn in peers]
+    as_ids = [(name, lambda r, fn=fn: fn(r)) for name, fn in id_peers]
+    timed = [(name, fn, [[pair] for pair in requests], batches) for name, fn in as_text] + [
+        (name, fn, packed_requests, packed_batches) for name, fn in as_ids]
+    for _, fn, reqs, bats in timed:  # warm-up
+      fn(reqs[0])
+      fn(bats[0])
     latency, throughput = {}, {}
     for _ in range(FLAGS.repeats):
-      for name, fn in peers:
+      for name, fn, reqs, bats in timed:
         times = []
-        for pair in requests:
+        for request in reqs:
           start = time.perf_counter()
-          fn(*texts([pair]))
+          fn(request)
           times.append(time.perf_counter() - start)
         latency[name] = min(latency.get(name, float("inf")), statistics.median(times) * 1e3)
         start = time.perf_counter()
-        for batch in batches:
-          fn(*texts(batch))
+        for batch in bats:
+          fn(batch)
         rate = sum(len(b) for b in batches) / (time.perf_counter() - start)
         throughput[name] = max(throughput.get(name, 0.0), rate)
-  _report(peers, latency, throughput, parity, dict(
+  sizes = {name: fn.size_bytes for name, fn in id_peers if hasattr(fn, "size_bytes")}
+  _report([(name, None) for name, *_ in timed], latency, throughput, parity, dict(
+      int8_max_abs_probability_difference=int8_parity, tflite_bytes=sizes,
       num_layers=FLAGS.num_layers, hidden_size=hidden, max_seq_length=length,
       batch_size=batch_size, repeats=FLAGS.repeats, cpus=os.cpu_count()))
 
 
 def _report(peers, latency, throughput, parity, settings):
-  print(f"\nours SavedModel vs ours Python path: max |probability difference| {parity:.2e}")
+  print(f"\nours SavedModel vs ours Python path: max |probability difference| {parity:.2e}; "
+        f"TFLite int8 vs the Keras model: "
+        f"{settings['int8_max_abs_probability_difference']:.2e}")
+  print("TFLite files: " + ", ".join(f"{k} {v / 1e6:.1f} MB"
+                                      for k, v in settings["tflite_bytes"].items()))
   print(f"\n| peer | batch 1: median latency (ms) | batch {settings['batch_size']}: "
         "examples/s |")
   print("|---|---:|---:|")
@@ -194,6 +254,12 @@ def _report(peers, latency, throughput, parity, settings):
     print(f"| {name} | {latency[name]:.2f} | {throughput[name]:,.1f} |")
     figures["results"][name] = {"latency_ms_batch1": round(latency[name], 3),
                                 "examples_per_s": round(throughput[name], 2)}
+  saved_model = latency.get("ours: SavedModel (export_saved_model.py)")
+  int8 = latency.get("ours: Python FullTokenizer + TFLite int8 (dynamic)")
+  if saved_model and int8:
+    figures["int8_tflite_vs_saved_model_batch1_speedup"] = round(saved_model / int8, 3)
+    print(f"\nbatch-1 latency, TFLite int8 (from text) vs the float SavedModel: "
+          f"{saved_model / int8:.2f}x")
   print(json.dumps(figures))
 
 

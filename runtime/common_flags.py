@@ -149,3 +149,23 @@ def define_training_flags():
                        "Log a progress line (step, loss, learning rate, examples/s, ETA) "
                        "every this many training steps, as the original's TPUEstimator "
                        "logged the loss every 100 steps; 0: once per --iterations_per_loop.")
+
+
+def define_eval_during_training_flags():
+  """Flags beyond the original: evaluation during training and trimmed eval batches
+  (run_classifier, run_ner)."""
+  flags.DEFINE_integer(
+      "eval_every_steps", 0,
+      "Evaluate on the dev set every this many training steps and at the end (needs "
+      "--do_train and --do_eval): logged, written to TensorBoard (output_dir/eval) and to "
+      "output_dir/eval_history.jsonl; the best model by the task's metric is kept in "
+      "output_dir/best (a TF1 checkpoint and its eval_results.txt), which --do_eval and "
+      "--do_predict then use. 0: no evaluation during training (the original's behaviour).")
+  flags.DEFINE_integer(
+      "early_stopping_patience", 0,
+      "With --eval_every_steps: stop training when the task's metric has not improved for "
+      "this many evaluations. 0: never stop early.")
+  flags.DEFINE_bool(
+      "trim_eval_batches", True,
+      "Cut each eval/predict batch to its longest sequence (rounded up to a multiple of 8): "
+      "the same results, less work on the padding. Ignored on TPU.")

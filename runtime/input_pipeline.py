@@ -122,12 +122,13 @@ def training_dataset(files, decode_fn, per_replica_batch, input_context=None, se
   return ds.prefetch(tf.data.AUTOTUNE)
 
 
-SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+# The features [B, S] that trim_to_longest cuts (tag_ids: run_ner's per-piece tags).
+SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids", "tag_ids")
 
 
 def trim_to_longest(batch, multiple=8):
   """A batch (dict) whose input_mask is [B, S] (1 = real token, padding at the end) -> the
-  same dict with input_ids, input_mask and segment_ids cut to [B, L], L = trimmed_length
+  same dict with the SEQUENCE_FEATURES it has cut to [B, L], L = trimmed_length
   (the rule of inference.trim_batch too), in TensorFlow ops for tf.data. Other features are
   unchanged. BERT's outputs at the real tokens do not depend on the padding beyond them."""
   length = trimmed_length(batch["input_mask"], multiple)

@@ -674,3 +674,19 @@ def train_as_configured(trainer, dataset_fn, options, num_train_steps, **extra):
                                                                 options.init_checkpoint),
                 global_batch_size=options.train_batch_size,
                 log_every_steps=options.log_every_steps, **extra)
+
+
+def restore_best(options, trainer):
+  """--do_eval / --do_predict use output_dir/best (the best of the evaluations during
+  training) when it exists: its weights and step are loaded into trainer. Logs which."""
+  best = os.path.join(options.output_dir, EvalHook.BEST)
+  results = os.path.join(best, "eval_results.txt")
+  if not tf.io.gfile.exists(results):
+    if options.eval_every_steps:
+      logging.info("No %s: evaluating/predicting with the final weights", best)
+    return
+  checkpoints.load_checkpoint(trainer.model, best)
+  step = int(read_results(results)["global_step"])
+  trainer.global_step.assign(step)
+  logging.info("Evaluating/predicting with the best model of the evaluations during training: "
+               "%s (step %d)", best, step)

@@ -79,3 +79,22 @@ def worker_results(stdouts):
   import json
   return [json.loads(line.split("RESULT ", 1)[1]) for out in stdouts
           for line in out.splitlines() if line.startswith("RESULT ")]
+
+
+def randomize(model, seed=0):
+  """Every weight of `model` drawn from N(0, 0.3) (biases and LayerNorm too), so that a
+  comparison cannot pass on zeros and ones; returns the model."""
+  import numpy as np
+  rng = np.random.RandomState(seed)
+  for variable in model.weights:
+    variable.assign(rng.normal(0, 0.3, variable.shape).astype(np.float32))
+  return model
+
+
+def pair_features(seq=6):
+  """Two tiny padded examples (ids below 12) with masked-LM positions: [2, seq] int32 each."""
+  import numpy as np
+  ids = np.array([[2, 7, 9, 11, 3, 0][:seq], [2, 5, 3, 0, 0, 0][:seq]], np.int32)
+  return {"input_ids": ids, "input_mask": (ids != 0).astype(np.int32),
+          "segment_ids": np.array([[0, 0, 0, 1, 1, 0][:seq], [0] * seq], np.int32),
+          "masked_lm_positions": np.array([[1, 3], [2, 0]], np.int32)}

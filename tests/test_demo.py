@@ -6,6 +6,7 @@ data with a shorter schedule (fewer pretraining steps and one fine-tuning epoch)
 """
 
 import glob
+import json
 import os
 import re
 import subprocess
@@ -15,8 +16,8 @@ import pytest
 pytestmark = pytest.mark.slow  # it runs demo.sh (or reads a CI run's output)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = ("vocab", "pretraining_data", "pretraining", "classifier", "squad", "features", "export",
-         "query")
+STEPS = ("vocab", "pretraining_data", "pretraining", "classifier", "squad", "tagger", "features",
+         "export", "query", "huggingface", "tflite")
 # What each step's figure must show (a number after the name of the measure).
 FIGURES = {
     "vocab": r"\d+ tokens",
@@ -24,9 +25,13 @@ FIGURES = {
     "pretraining": r"MLM accuracy 0\.\d{3}, NSP accuracy [01]\.\d{3}",
     "classifier": r"dev accuracy [01]\.\d{3}",
     "squad": r"exact \d+\.\d, F1 \d+\.\d",
+    "tagger": r"dev entity F1 \d+\.\d, token accuracy \d+\.\d \(conlleval\)",
     "features": r"\d+ tokens x 2 layers x 64",
     "export": r"signatures preprocess, serving_default",
     "query": r"probabilities other_topic [01]\.\d{3}, same_topic [01]\.\d{3}",
+    "huggingface": r"model\.safetensors \d+\.\d\d MB, BertForSequenceClassification, "
+                   r"labels other_topic, same_topic",
+    "tflite": r"int8 model\.tflite \d+\.\d\d MB",
 }
 
 
@@ -70,9 +75,24 @@ def test_each_step_wrote_its_files_in_out(demo_out):
       "classifier_output/eval_results.txt", "classifier_output/test_results.tsv",
       "classifier_output/eval_history.jsonl", "classifier_output/best/eval_results.txt",
       "squad_output/predictions.json", "squad_output/nbest_predictions.json",
-      "squad_output/official_eval.json", "features.jsonl",
-      "saved_model/saved_model.pb", "query.json", "summary.md"]
+      "squad_output/official_eval.json", "ner_output/eval_results.txt",
+      "ner_output/dev_predictions.txt", "ner_output/test_predictions.txt",
+      "ner_output/dev_conlleval.txt", "ner_output/labels.txt", "features.jsonl",
+      "saved_model/saved_model.pb", "query.json", "classifier_hf/config.json",
+      "classifier_hf/model.safetensors", "classifier_hf/vocab.txt",
+      "classifier_tflite/model.tflite", "classifier_tflite/labels.txt", "summary.md"]
   missing = [p for p in expected if not os.path.exists(os.path.join(demo_out, p))]
   assert not missing
   with open(os.path.join(demo_out, "classifier_output/test_results.tsv")) as f:
     assert len(f.read().splitlines()) == 8  # sample_tasks/pairs/test.tsv's 8 pairs
+
+
+def test_tagger_eval_f1_is_conllevals(demo_out):
+  """run_ner's eval_f1 (a fraction) is evaluate_ner.py's FB1 of dev_predictions.txt."""
+  out = os.path.join(demo_out, "ner_output")
+  with open(os.path.join(out, "eval_results.txt")) as f:
+    results = dict(line.rstrip("\n").split(" = ") for line in f)
+  with open(os.path.join(out, "dev_conlleval.json")) as f:
+    scored = json.load(f)
+  assert float(results["eval_f1"]) * 100 == pytest.approx(scored["FB1"], abs=1e-9)
+  assert float(results["eval_accuracy"]) * 100 == pytest.approx(scored["accuracy"], abs=1e-9)

@@ -498,6 +498,50 @@ def _model_logits(tiny, out, num_labels, split, regression=False, records_dir=No
   return logits.astype(np.float64), labels
 
 
+def _check_labelled_predictions(out, labels, got, batch_size=4, metric=None):
+  """eval_predictions.tsv alone gives back every figure of eval_results.txt (scikit-learn's
+  on its columns), and test_predictions.tsv holds test_results.tsv's probabilities with the
+  guid and the argmax label."""
+  sk, _ = _sk()
+  rows = [line.split("\t") for line in (out / "eval_predictions.tsv").read_text().splitlines()]
+  assert rows[0] == ["guid", "prediction", "label"] + labels
+  body = rows[1:]
+  probabilities = np.array([[float(x) for x in r[3:]] for r in body])
+  gold = np.array([labels.index(r[2]) for r in body])
+  predicted = np.array([labels.index(r[1]) for r in body])
+  np.testing.assert_array_equal(predicted, probabilities.argmax(1))
+  assert float(got["eval_accuracy"]) == pytest.approx(sk.accuracy_score(gold, predicted))
+  per_example = -np.log(probabilities[np.arange(len(gold)), gold])
+  assert float(got["eval_loss"]) == pytest.approx(per_example.mean(), rel=1e-4)
+  batches = [per_example[i:i + batch_size].mean() for i in range(0, len(gold), batch_size)]
+  assert float(got["loss"]) == pytest.approx(np.mean(batches), rel=1e-4)
+  if metric == "eval_f1":
+    assert float(got["eval_f1"]) == pytest.approx(sk.f1_score(gold, predicted), abs=1e-6)
+  test = [line.split("\t") for line in (out / "test_predictions.tsv").read_text().splitlines()]
+  original = [line.split("\t") for line in (out / "test_results.tsv").read_text().splitlines()]
+  assert test[0] == ["guid", "prediction"] + labels
+  assert [r[2:] for r in test[1:]] == original
+  assert [r[1] for r in test[1:]] == [labels[int(np.argmax([float(x) for x in r]))]
+                                      for r in original]
+  assert len({r[0] for r in test[1:]}) == len(original)  # one guid per example
+
+
+def test_mrpc_labelled_predictions_recompute_eval_results(tiny, tmp_path):
+  rng = np.random.RandomState(3)
+  data = tmp_path / "MRPC"
+  header = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
+  for name, n in (("train.tsv", 16), ("dev.tsv", 11)):
+    _write(data, name, [header] + [[str(rng.randint(2)), str(i), str(i + 1), _sentence(rng),
+                                    _sentence(rng)] for i in range(n)])
+  _write(data, "test.tsv", [["index"] + header[1:]] + [
+      [str(i), str(i), str(i + 1), _sentence(rng), _sentence(rng)] for i in range(6)])
+  out = tmp_path / "out"
+  _run(tiny, "MRPC", data, out)
+  got = _results(out)
+  assert "eval_f1" in got
+  _check_labelled_predictions(out, ["0", "1"], got, metric="eval_f1")
+
+
 @pytest.mark.slow
 def test_rte_end_to_end(tiny, tmp_path):
   sk, _ = _sk()
@@ -529,6 +573,7 @@ def test_rte_end_to_end(tiny, tmp_path):
   np.testing.assert_allclose(np.array(rows, np.float64),
                              np.exp(test_logits) / np.exp(test_logits).sum(1, keepdims=True),
                              atol=1e-5)
+  _check_labelled_predictions(out, labels, got)
 
 
 @pytest.mark.slow
@@ -563,6 +608,15 @@ def test_stsb_end_to_end(tiny, tmp_path):
                                  for line in lines)
   test_logits, _ = _model_logits(tiny, out, 1, "predict", regression=True)
   np.testing.assert_allclose([float(x) for x in lines], test_logits[:, 0], atol=1e-5)
+  rows = [line.split("\t") for line in (out / "eval_predictions.tsv").read_text().splitlines()]
+  assert rows[0] == ["guid", "prediction", "label"]
+  predicted = np.array([float(r[1]) for r in rows[1:]])
+  np.testing.assert_allclose(predicted, predictions, atol=1e-5)
+  np.testing.assert_allclose([float(r[2]) for r in rows[1:]], scores, rtol=1e-6)
+  np.testing.assert_allclose(float(got["eval_pearson"]), stats.pearsonr(predicted, scores)[0],
+                             rtol=1e-4, atol=1e-6)
+  test = [line.split("\t") for line in (out / "test_predictions.tsv").read_text().splitlines()]
+  assert test[0] == ["guid", "prediction"] and [r[1] for r in test[1:]] == lines
   np.testing.assert_allclose(result["predict"], test_logits[:, 0], atol=1e-5)
   # A non-numeric score is a one-line error before training.
   _write(data, "dev.tsv", [STSB_HEADER, _stsb_row(0, "a", "b", "high")])

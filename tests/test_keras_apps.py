@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import oracle
+from conftest import randomize
 from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras.runtime import training_checkpoints
@@ -25,13 +26,6 @@ CONFIG = modeling.BertConfig(vocab_size=60, hidden_size=32, num_hidden_layers=2,
                              max_position_embeddings=16, type_vocab_size=2)
 QUIET = modeling.BertConfig.from_dict(dict(CONFIG.to_dict(), hidden_dropout_prob=0.0,
                                            attention_probs_dropout_prob=0.0))
-
-
-def _randomize(model, seed=0):
-  rng = np.random.RandomState(seed)
-  for v in model.weights:
-    v.assign(rng.normal(0, 0.3, v.shape).astype(np.float32))
-  return model
 
 
 def _features(batch=4, seq=8, seed=1):
@@ -53,7 +47,7 @@ def _vocab(path, words=("the", "film", "a", "and")):
 # --- composition -----------------------------------------------------------------------------
 
 def test_task_models_share_a_built_encoder():
-  encoder = _randomize(modeling.BertModel(CONFIG))
+  encoder = randomize(modeling.BertModel(CONFIG))
   f = _features()
   classifier = modeling.BertClassifier(encoder, 3)
   squad = modeling.BertSquad(encoder)
@@ -85,7 +79,7 @@ def test_task_models_share_a_built_encoder():
 
 def test_encoder_outputs_on_request():
   f = _features()
-  encoder = _randomize(modeling.BertModel(CONFIG))
+  encoder = randomize(modeling.BertModel(CONFIG))
   assert set(encoder(f)) == {"sequence_output", "pooled_output"}
   full = encoder(f, output_hidden_states=True)
   assert len(full["encoder_outputs"]) == 2 and full["embedding_output"].shape == (4, 8, 32)
@@ -102,7 +96,7 @@ def test_encoder_outputs_on_request():
                                   lambda e: modeling.BertSquad(e),
                                   lambda e: modeling.BertPretrainer(e)])
 def test_composed_model_config_and_keras_file_round_trip(tmp_path, make):
-  model = _randomize(make(modeling.BertModel(CONFIG, name="encoder")))
+  model = randomize(make(modeling.BertModel(CONFIG, name="encoder")))
   config = json.loads(json.dumps(model.get_config()))
   assert config["encoder"]["class_name"] == "BertModel"
   assert config["encoder"]["config"]["config"] == CONFIG.to_dict()
@@ -200,7 +194,7 @@ def test_squad_and_pretrainer_fit_with_dict_losses():
 # --- load_model / save_pretrained ------------------------------------------------------------
 
 def _pretrained_dir(tmp_path, model=None, name="tiny_bert"):
-  model = model or _randomize(modeling.BertModel(CONFIG))
+  model = model or randomize(modeling.BertModel(CONFIG))
   vocab = _vocab(tmp_path / "words.txt")
   return checkpoints.save_pretrained(model, str(tmp_path / name), vocab, True), model
 
@@ -231,12 +225,12 @@ def test_save_pretrained_writes_googles_layout_and_load_model_reads_it(tmp_path)
 
 
 def test_save_pretrained_round_trips_task_heads_and_replaces_only_its_own_files(tmp_path):
-  classifier = _randomize(modeling.BertClassifier(CONFIG, 3))
+  classifier = randomize(modeling.BertClassifier(CONFIG, 3))
   directory, _ = _pretrained_dir(tmp_path, classifier)
   loaded = checkpoints.load_model(directory, task="classifier")   # num_labels from the file
   assert loaded.num_labels == 3 and loaded.load_result.missing == []
   np.testing.assert_array_equal(loaded(_features()), classifier(_features()))
-  _randomize(classifier, seed=5)
+  randomize(classifier, seed=5)
   checkpoints.save_pretrained(classifier, directory, _vocab(tmp_path / "v.txt"), False)
   again = checkpoints.load_model(directory, task="classifier")
   np.testing.assert_array_equal(again(_features()), classifier(_features()))
@@ -279,7 +273,7 @@ def _original_outputs(directory, features, use_saver):
 @pytest.mark.slow
 @pytest.mark.parametrize("use_saver", [True, False])
 def test_the_original_code_reads_save_pretrained(tmp_path, use_saver):
-  classifier = _randomize(modeling.BertClassifier(CONFIG, 2))
+  classifier = randomize(modeling.BertClassifier(CONFIG, 2))
   directory, _ = _pretrained_dir(tmp_path, classifier)
   f = _features()
   theirs = _original_outputs(directory, f, use_saver)
@@ -291,7 +285,7 @@ def test_the_original_code_reads_save_pretrained(tmp_path, use_saver):
 
 def test_load_model_reads_a_huggingface_directory(tmp_path):
   safetensors_numpy = pytest.importorskip("safetensors.numpy")
-  source = _randomize(modeling.BertClassifier(CONFIG, 2))
+  source = randomize(modeling.BertClassifier(CONFIG, 2))
   state = {}
   for tf1_name, variable in checkpoints.tf1_variable_map(source).items():
     name, transpose = checkpoints.hf_name(tf1_name)
@@ -319,7 +313,7 @@ def test_load_model_reads_the_newest_training_checkpoint_of_an_output_dir(tmp_pa
       model, keras.optimizers.Adam(), step, checkpoints.tf1_variable_map(model))
   manager = training_checkpoints.make_checkpoint_manager(checkpoint, str(tmp_path / "out"))
   for seed in (1, 2):
-    _randomize(model, seed)
+    randomize(model, seed)
     step.assign(seed * 10)
     manager.save(checkpoint_number=seed * 10)
   (tmp_path / "bert_config.json").write_text(CONFIG.to_json_string())

@@ -9,26 +9,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import pair_features, randomize
 from bert_keras import modeling
 
 CONFIG = modeling.BertConfig(
     vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
     intermediate_size=20, max_position_embeddings=10, type_vocab_size=2,
     initializer_range=0.3)
-
-
-def _features(seq=6):
-  ids = np.array([[2, 7, 9, 11, 3, 0][:seq], [2, 5, 3, 0, 0, 0][:seq]], np.int32)
-  return {"input_ids": ids, "input_mask": (ids != 0).astype(np.int32),
-          "segment_ids": np.array([[0, 0, 0, 1, 1, 0][:seq], [0] * seq], np.int32),
-          "masked_lm_positions": np.array([[1, 3], [2, 0]], np.int32)}
-
-
-def _randomize(model, seed=0):
-  rng = np.random.RandomState(seed)
-  for variable in model.weights:
-    variable.assign(rng.normal(0, 0.3, variable.shape).astype(np.float32))
-  return model
 
 
 def _np_layer_norm(x, gamma, beta, eps=1e-12):
@@ -109,8 +96,8 @@ def test_layer_norm():
 
 
 def test_embeddings_and_sequence_too_long():
-  layer = _randomize(modeling.BertModel(CONFIG)).embeddings
-  f = _features()
+  layer = randomize(modeling.BertModel(CONFIG)).embeddings
+  f = pair_features()
   ours = layer(f["input_ids"], f["segment_ids"]).numpy()
   s = f["input_ids"].shape[1]
   total = (layer.word_embeddings.numpy()[f["input_ids"]]
@@ -133,7 +120,7 @@ def test_embeddings_and_sequence_too_long():
 
 
 def test_self_attention_against_numpy():
-  block = _randomize(modeling.BertModel(CONFIG)).encoder_layers[0]
+  block = randomize(modeling.BertModel(CONFIG)).encoder_layers[0]
   attention = block.attention
   rng = np.random.RandomState(2)
   x = rng.normal(size=(2, 5, 16)).astype(np.float32)
@@ -152,7 +139,7 @@ def test_self_attention_against_numpy():
 
 
 def test_feed_forward_and_block_against_numpy():
-  block = _randomize(modeling.BertModel(CONFIG)).encoder_layers[1]
+  block = randomize(modeling.BertModel(CONFIG)).encoder_layers[1]
   x = np.random.RandomState(3).normal(size=(2, 5, 16)).astype(np.float32)
   mask = np.ones((2, 5), np.int32)
   ff = block.feed_forward
@@ -166,11 +153,11 @@ def test_feed_forward_and_block_against_numpy():
 
 
 def test_pooler_and_outputs():
-  model = _randomize(modeling.BertModel(CONFIG))
-  assert set(model(_features())) == {"sequence_output", "pooled_output"}
-  out = model(_features(), output_hidden_states=True)
+  model = randomize(modeling.BertModel(CONFIG))
+  assert set(model(pair_features())) == {"sequence_output", "pooled_output"}
+  out = model(pair_features(), output_hidden_states=True)
   assert set(out) == {"sequence_output", "pooled_output", "encoder_outputs", "embedding_output"}
-  assert set(modeling.BertModel(CONFIG, output_hidden_states=True)(_features())) == set(out)
+  assert set(modeling.BertModel(CONFIG, output_hidden_states=True)(pair_features())) == set(out)
   assert out["sequence_output"].shape == (2, 6, 16) and out["pooled_output"].shape == (2, 16)
   assert len(out["encoder_outputs"]) == 2 and out["embedding_output"].shape == (2, 6, 16)
   np.testing.assert_array_equal(out["encoder_outputs"][-1], out["sequence_output"])
@@ -182,8 +169,8 @@ def test_pooler_and_outputs():
 
 
 def test_padding_is_masked_as_key_only():
-  model = _randomize(modeling.BertModel(CONFIG))
-  f = _features()
+  model = randomize(modeling.BertModel(CONFIG))
+  f = pair_features()
   changed = dict(f, input_ids=f["input_ids"].copy())
   changed["input_ids"][1, 4:] = [17, 23]            # padded positions of row 1
   a, b = model(f)["sequence_output"].numpy(), model(changed)["sequence_output"].numpy()
@@ -192,8 +179,8 @@ def test_padding_is_masked_as_key_only():
 
 
 def test_default_mask_and_segments_and_bare_ids():
-  model = _randomize(modeling.BertModel(CONFIG))
-  ids = _features()["input_ids"]
+  model = randomize(modeling.BertModel(CONFIG))
+  ids = pair_features()["input_ids"]
   full = model({"input_ids": ids, "input_mask": np.ones_like(ids),
                 "segment_ids": np.zeros_like(ids)})
   for inputs in ({"input_ids": ids}, ids, {"input_ids": ids.astype(np.int64)}):
@@ -211,8 +198,8 @@ def test_hidden_size_must_divide_into_heads():
 
 
 def test_dropout_only_when_training():
-  model = _randomize(modeling.BertPretrainer(CONFIG))
-  f = _features()
+  model = randomize(modeling.BertPretrainer(CONFIG))
+  f = pair_features()
   a = model.bert(f)["sequence_output"].numpy()
   np.testing.assert_array_equal(a, model.bert(f, training=False)["sequence_output"])
   b = model.bert(f, training=True)["sequence_output"].numpy()
@@ -243,8 +230,8 @@ def test_initialisation():
 # --- pretraining heads and losses ------------------------------------------------------------
 
 def test_pretraining_heads_against_numpy():
-  model = _randomize(modeling.BertPretrainer(CONFIG))
-  f = _features()
+  model = randomize(modeling.BertPretrainer(CONFIG))
+  f = pair_features()
   out = {**model(f), **model.bert(f)}
   assert set(model(f)) == {"masked_lm_logits", "next_sentence_logits"}
   assert out["masked_lm_logits"].shape == (2, 2, 40) and out["masked_lm_logits"].dtype == tf.float32
@@ -285,7 +272,7 @@ def test_losses():
 
 @pytest.mark.parametrize("cls", [modeling.BertModel, modeling.BertPretrainer])
 def test_get_config_and_keras_file_round_trip(tmp_path, cls):
-  model = _randomize(cls(CONFIG))
+  model = randomize(cls(CONFIG))
   clone = cls.from_config(model.get_config())
   assert type(clone) is cls and clone.config == CONFIG
   config = json.loads(json.dumps(model.get_config()))
@@ -296,7 +283,7 @@ def test_get_config_and_keras_file_round_trip(tmp_path, cls):
   model.save(path)
   loaded = keras.models.load_model(path)
   assert type(loaded) is cls and loaded.config == CONFIG
-  f = _features()
+  f = pair_features()
   a, b = model(f), loaded(f)
   for key in a:
     if key != "encoder_outputs":
@@ -353,11 +340,11 @@ def test_keras_file_loads_in_a_fresh_process(tmp_path):
   config = modeling.BertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2,
                                num_attention_heads=4, intermediate_size=64,
                                max_position_embeddings=10, type_vocab_size=2)
-  features = {k: v for k, v in _features().items() if k != "masked_lm_positions"}
+  features = {k: v for k, v in pair_features().items() if k != "masked_lm_positions"}
   np.savez(tmp_path / "features.npz", **features)
   for name, model, key in (("bert", modeling.BertModel(config), "sequence_output"),
                            ("classifier", modeling.BertClassifier(config, 3), None)):
-    _randomize(model)
+    randomize(model)
     model.save(str(tmp_path / ("%s.keras" % name)))
     out = model(features) if key is None else model(features)[key]
     np.save(tmp_path / ("%s.npy" % name), out.numpy())
@@ -381,12 +368,12 @@ def test_layers_are_registered_serializable():
 
 @pytest.mark.parametrize("policy,atol", [("mixed_bfloat16", 0.1), ("mixed_float16", 0.02)])
 def test_mixed_precision(policy, atol):
-  reference = _randomize(modeling.BertPretrainer(CONFIG))
+  reference = randomize(modeling.BertPretrainer(CONFIG))
   model = modeling.BertPretrainer(CONFIG, dtype=policy)
   for a, b in zip(model.weights, reference.weights):
     a.assign(b)
   assert {v.dtype for v in model.weights} == {"float32"}        # float32 master weights
-  f = dict(_features(), masked_lm_ids=np.array([[3, 4], [5, 0]]),
+  f = dict(pair_features(), masked_lm_ids=np.array([[3, 4], [5, 0]]),
            masked_lm_weights=np.array([[1, 1], [1, 0]], np.float32),
            next_sentence_labels=np.array([[0], [1]]))
   compute = policy.split("_")[1]
@@ -421,14 +408,14 @@ def test_global_mixed_policy():
   try:
     model = modeling.BertModel(CONFIG)
     assert model.encoder_layers[0].attention.query.compute_dtype == "bfloat16"
-    assert model(_features())["sequence_output"].dtype == "bfloat16"
+    assert model(pair_features())["sequence_output"].dtype == "bfloat16"
   finally:
     keras.mixed_precision.set_global_policy("float32")
 
 
 def test_xla_compiles_training_step():
-  model = _randomize(modeling.BertPretrainer(CONFIG))
-  f = dict(_features(), masked_lm_ids=np.array([[3, 4], [5, 0]]),
+  model = randomize(modeling.BertPretrainer(CONFIG))
+  f = dict(pair_features(), masked_lm_ids=np.array([[3, 4], [5, 0]]),
            masked_lm_weights=np.array([[1, 1], [1, 0]], np.float32),
            next_sentence_labels=np.array([[0], [1]]))
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import pair_features, randomize
 from bert_keras import checkpoints
 from bert_keras import modeling
 
@@ -21,20 +22,6 @@ CONFIG = modeling.BertConfig(
     vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
     intermediate_size=24, max_position_embeddings=12, type_vocab_size=2,
     initializer_range=0.3)
-
-
-def _features():
-  return {"input_ids": np.array([[2, 7, 9, 11, 3, 0], [2, 5, 3, 0, 0, 0]], np.int32),
-          "input_mask": np.array([[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]], np.int32),
-          "segment_ids": np.array([[0, 0, 0, 1, 1, 0], [0, 0, 0, 0, 0, 0]], np.int32),
-          "masked_lm_positions": np.array([[1, 3], [2, 0]], np.int32)}
-
-
-def _randomize(model, seed=0):
-  rng = np.random.RandomState(seed)
-  for variable in model.weights:
-    variable.assign(rng.normal(0, 0.3, variable.shape).astype(np.float32))
-  return model
 
 
 def _hf_state_dict(model, prefix="bert."):
@@ -75,7 +62,7 @@ def test_hf_names_follow_the_tf1_table():
 @pytest.mark.parametrize("prefix", ["bert.", ""])
 def test_hf_safetensors_directory(tmp_path, prefix):
   safetensors_numpy = pytest.importorskip("safetensors.numpy")
-  source = _randomize(modeling.BertPretrainer(CONFIG))
+  source = randomize(modeling.BertPretrainer(CONFIG))
   state = _hf_state_dict(source, prefix)
   if not prefix:   # a BertModel export has no heads
     state = {k: v for k, v in state.items() if not k.startswith("cls.")}
@@ -88,7 +75,7 @@ def test_hf_safetensors_directory(tmp_path, prefix):
   target = modeling.BertPretrainer(config)
   result = checkpoints.load_checkpoint(target, tmp_path)
   assert result.format == "huggingface"
-  features = _features()
+  features = pair_features()
   if prefix:
     assert result.missing == []
     assert sorted(result.unused) == ["bert.embeddings.position_ids",
@@ -101,7 +88,7 @@ def test_hf_safetensors_directory(tmp_path, prefix):
 
 def test_hf_old_gamma_beta_names(tmp_path):
   safetensors_numpy = pytest.importorskip("safetensors.numpy")
-  source = _randomize(modeling.BertModel(CONFIG))
+  source = randomize(modeling.BertModel(CONFIG))
   state = {k.replace("LayerNorm.weight", "LayerNorm.gamma")
            .replace("LayerNorm.bias", "LayerNorm.beta"): v
            for k, v in _hf_state_dict(source).items()}
@@ -109,7 +96,7 @@ def test_hf_old_gamma_beta_names(tmp_path):
   safetensors_numpy.save_file(state, str(path))
   target = modeling.BertModel(CONFIG)
   checkpoints.load_checkpoint(target, path)
-  _assert_same_outputs(source, target, _features())
+  _assert_same_outputs(source, target, pair_features())
 
 
 def test_safetensors_reader_dtypes(tmp_path):
@@ -125,7 +112,7 @@ def test_safetensors_reader_dtypes(tmp_path):
 
 def test_pytorch_bin_written_by_torch(tmp_path):
   torch = pytest.importorskip("torch")
-  source = _randomize(modeling.BertPretrainer(CONFIG))
+  source = randomize(modeling.BertPretrainer(CONFIG))
   state = collections.OrderedDict(
       (k, torch.from_numpy(np.array(v))) for k, v in _hf_state_dict(source).items())
   # A transposed (non-contiguous) view and a bfloat16 tensor exercise strides and dtypes.
@@ -141,7 +128,7 @@ def test_pytorch_bin_written_by_torch(tmp_path):
   target = modeling.BertPretrainer(CONFIG)
   result = checkpoints.load_checkpoint(target, tmp_path)
   assert result.missing == [] and "extra.bf16" in result.unused
-  _assert_same_outputs(source, target, _features())
+  _assert_same_outputs(source, target, pair_features())
 
 
 class _Evil:
@@ -171,11 +158,11 @@ def test_pytorch_bin_legacy_format_is_a_clear_error(tmp_path):
 
 @pytest.mark.parametrize("saved", ["pretrainer", "bert"])
 def test_tf2_object_checkpoint(tmp_path, saved):
-  source = _randomize(modeling.BertPretrainer(CONFIG))
+  source = randomize(modeling.BertPretrainer(CONFIG))
   root = source if saved == "pretrainer" else source.bert
   prefix = tf.train.Checkpoint(model=root, step=tf.Variable(7, dtype=tf.int64)).save(
       str(tmp_path / "ckpt"))
-  features = _features()
+  features = pair_features()
   encoder = modeling.BertModel(CONFIG)
   result = checkpoints.load_checkpoint(encoder, str(tmp_path))   # directory: latest checkpoint
   assert result.format == "tf2" and result.missing == []
@@ -195,7 +182,7 @@ def test_tf2_object_checkpoint(tmp_path, saved):
 def test_tf2_checkpoint_with_tf1_named_model_variables(tmp_path):
   """The layout training_checkpoints.make_checkpoint writes: a `model_variables` dict keyed by
   the TF1 names, next to the model and the optimizer."""
-  source = _randomize(modeling.BertPretrainer(CONFIG))
+  source = randomize(modeling.BertPretrainer(CONFIG))
   names = checkpoints.tf1_variable_map(source)
   prefix = tf.train.Checkpoint(model=source, step=tf.Variable(3, dtype=tf.int64),
                                model_variables=names).save(str(tmp_path / "model.ckpt"))
@@ -205,19 +192,19 @@ def test_tf2_checkpoint_with_tf1_named_model_variables(tmp_path):
     result = checkpoints.load_checkpoint(target, prefix)
     assert result.format == "tf2" and result.missing == []
     _assert_same_outputs(source if target.name == source.name else source.bert, target,
-                         _features())
+                         pair_features())
 
 
 def test_tf2_checkpoint_of_a_wrapper(tmp_path):
   """A pretrainer held by another object (e.g. a fit() wrapper) is found by its paths."""
-  source = _randomize(modeling.BertPretrainer(CONFIG))
+  source = randomize(modeling.BertPretrainer(CONFIG))
   wrapper = tf.Module()
   wrapper.pretrainer = source
   prefix = tf.train.Checkpoint(model=wrapper).save(str(tmp_path / "ckpt"))
   target = modeling.BertPretrainer(CONFIG)
   result = checkpoints.load_checkpoint(target, prefix)
   assert result.missing == [] and len(result.loaded) == len(source.weights)
-  _assert_same_outputs(source, target, _features())
+  _assert_same_outputs(source, target, pair_features())
 
 
 def test_tf2_checkpoint_covers_every_variable(tmp_path):
@@ -255,13 +242,13 @@ def test_missing_encoder_variable_is_an_error(tmp_path):
 
 def test_missing_heads_are_reported_not_fatal(tmp_path):
   prefix = str(tmp_path / "bert_model.ckpt")
-  source = _randomize(modeling.BertModel(CONFIG))
+  source = randomize(modeling.BertModel(CONFIG))
   checkpoints.save_tf1_checkpoint(source, prefix)
   target = modeling.BertPretrainer(CONFIG)
   result = checkpoints.load_checkpoint(target, prefix + ".index")
   assert sorted(result.missing) == sorted(
       n for n in checkpoints.tf1_variable_map(target) if n.startswith("cls/"))
-  _assert_same_outputs(source, target.bert, _features())
+  _assert_same_outputs(source, target.bert, pair_features())
 
 
 def test_not_a_checkpoint(tmp_path):
@@ -363,7 +350,7 @@ def test_hf_fine_tuned_heads(tmp_path, task):
   (classifier.*) weights load into BertSquad / BertClassifier; the head's logits equal
   sequence_output / pooled_output . W^T + b computed here from the HF arrays."""
   safetensors_numpy = pytest.importorskip("safetensors.numpy")
-  encoder = _randomize(modeling.BertModel(CONFIG))
+  encoder = randomize(modeling.BertModel(CONFIG))
   state = _hf_state_dict(encoder)
   rng = np.random.RandomState(5)
   num_out = 2 if task == "question_answering" else 3
@@ -376,7 +363,7 @@ def test_hf_fine_tuned_heads(tmp_path, task):
   safetensors_numpy.save_file(state, str(tmp_path / "model.safetensors"))
   (tmp_path / "config.json").write_text(json.dumps(dict(CONFIG.to_dict(), model_type="bert")))
 
-  features = _features()
+  features = pair_features()
   expected = encoder(features)
   if task == "question_answering":
     model = modeling.BertSquad(CONFIG)

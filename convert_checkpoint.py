@@ -1,0 +1,107 @@
+# coding=utf-8
+r"""Converts a BERT checkpoint between layouts: Google's TF1 layout and HuggingFace's.
+
+  python convert_checkpoint.py --init_checkpoint=$BERT_BASE_DIR --output_dir=/tmp/bert_hf \
+      --format=huggingface
+
+--init_checkpoint is anything checkpoints.load_model reads: Google's TF1 checkpoint prefix
+(with --bert_config_file and --vocab_file) or its unzipped directory, a directory this script
+or checkpoints.save_pretrained wrote, a HuggingFace directory, a run_* --output_dir (its newest
+model.ckpt-N) or its best/. The head travels with the model (--task, found from the
+checkpoint's names by default): the MLM and NSP heads (BertForPreTraining), a classifier
+(BertForSequenceClassification, with --labels as id2label), SQuAD's span head
+(BertForQuestionAnswering), or the encoder alone (BertModel).
+
+--format=huggingface writes config.json, model.safetensors (float32), vocab.txt and
+tokenizer_config.json, which transformers' from_pretrained reads; --format=tf1 writes
+bert_config.json, bert_model.ckpt (the original's variable names) and vocab.txt, which the
+original code reads. The activation keeps its function across the two: the original's "gelu"
+(tanh form) is HuggingFace's "gelu_new", HuggingFace's "gelu" (erf) our "gelu_exact". The
+directory is written under a temporary name and renamed when complete.
+"""
+
+from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+from bert_keras import checkpoints
+from bert_keras.runtime import common_flags
+from bert_keras.utils import errors
+
+FORMATS = ("huggingface", "tf1")
+TASKS = ("auto", "encoder", "pretrainer", "classifier", "squad")
+DEFAULTS = dict(init_checkpoint=None, output_dir=None, format="huggingface", task="auto",
+                bert_config_file=None, vocab_file=None, do_lower_case=None, labels=None)
+
+
+def options(**overrides):
+  """A namespace of all run() options: DEFAULTS updated with `overrides`."""
+  return common_flags.make_options(DEFAULTS, overrides)
+
+
+def define_flags():
+  flags.DEFINE_string("init_checkpoint", None,
+                      "The checkpoint to convert: a TF1 prefix, a checkpoint directory "
+                      "(Google's, HuggingFace's, ours) or a run_* output directory.")
+  flags.DEFINE_string("output_dir", None, "The directory to write (replaced only when it holds "
+                      "nothing but a previous conversion's files).")
+  flags.DEFINE_enum("format", "huggingface", FORMATS, "The layout to write.")
+  flags.DEFINE_enum("task", "auto", TASKS, "The head to convert with the encoder; auto: the "
+                    "one the checkpoint holds.")
+  flags.DEFINE_string("bert_config_file", None, "The config, when none lies beside the "
+                      "checkpoint (bert_config.json or config.json).")
+  flags.DEFINE_string("vocab_file", None, "The vocab, when no vocab.txt lies beside it.")
+  flags.DEFINE_bool("do_lower_case", None, "Written to tokenizer_config.json; default: the "
+                    "source's tokenizer_config.json, else what the vocab suggests.")
+  flags.DEFINE_string("labels", None, "A classifier's label names in order, comma-separated "
+                      "(config.json's id2label); default LABEL_0, LABEL_1, ...")
+  flags.mark_flag_as_required("init_checkpoint")
+  flags.mark_flag_as_required("output_dir")
+
+
+def run(options):
+  """Loads --init_checkpoint with its head and writes it in --format to --output_dir; returns
+  {file name: bytes} of what was written. A user's mistake is a ValueError naming the flag."""
+  if options.format not in FORMATS:
+    raise ValueError(f"--format={options.format}: one of {', '.join(FORMATS)}")
+  if options.task not in TASKS:
+    raise ValueError(f"--task={options.task}: one of {', '.join(TASKS)}")
+  for name in ("bert_config_file", "vocab_file"):
+    path = getattr(options, name)
+    if path and not tf.io.gfile.exists(path):
+      raise ValueError(f"--{name} {path}: no such file")
+  try:
+    task = (checkpoints.checkpoint_task(options.init_checkpoint) if options.task == "auto"
+            else options.task)
+  except checkpoints.CheckpointError as e:
+    raise ValueError(f"--init_checkpoint {e}") from None
+  labels = [x.strip() for x in options.labels.split(",")] if options.labels else None
+  if labels is not None and task != "classifier":
+    raise ValueError(f"--labels is for a classifier; --init_checkpoint holds a {task} model")
+  model = checkpoints.load_model(
+      options.init_checkpoint, task, num_labels=len(labels) if labels else None,
+      bert_config_file=options.bert_config_file, vocab_file=options.vocab_file,
+      do_lower_case=options.do_lower_case)
+  logging.info("Loaded a %s model from %s (%s)", task, options.init_checkpoint,
+               model.load_result)
+  if options.format == "huggingface":
+    checkpoints.save_huggingface(model, options.output_dir, label_names=labels)
+  else:
+    checkpoints.save_pretrained(model, options.output_dir)
+  written = {name: tf.io.gfile.stat(os.path.join(options.output_dir, name)).length
+             for name in sorted(tf.io.gfile.listdir(options.output_dir))}
+  for name, size in written.items():
+    logging.info("Wrote %s (%s bytes)", os.path.join(options.output_dir, name),
+                 format(size, ","))
+  return written
+
+
+main = errors.script_main(run)
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

@@ -1,0 +1,70 @@
+r"""The CoNLL chunk evaluation (conlleval, version 2004-01-26) in one drop-in script.
+
+  python evaluate_ner.py [FILE] [--delimiter=REGEX] [--output_json=F]
+
+FILE (or standard input without one, or "-") holds one token a line, `token ... gold
+predicted`: its last two fields are the gold and the predicted tag; an empty line or a first
+field "-X-" is a sentence boundary. Fields are split at each match of --delimiter, a regular
+expression (default: one space, as conlleval's -d; "\t" for tabs, "[ \t]+" for any run of
+blanks), and every non-empty line has as many fields as the first. It prints conlleval's
+report, figure for figure:
+
+  processed 8 tokens with 3 phrases; found: 3 phrases; correct: 2.
+  accuracy:  87.50%; precision:  66.67%; recall:  66.67%; FB1:  66.67
+                LOC: precision: 100.00%; recall: 100.00%; FB1: 100.00  1
+                PER: precision:  50.00%; recall:  50.00%; FB1:  50.00  2
+
+Chunks follow conlleval's rules (tasks/ner_scoring.py): IOB2 (BIO), IOB1 (an I- after O or
+after another type starts a chunk) and IOE; a type change ends a chunk. --output_json writes
+the same figures as JSON (percentages; per type also the counts). run_ner.py scores its
+dev_predictions.txt with the same code. Differences from conlleval.pl: a file argument as
+well as standard input, the input is UTF-8, a "\r" before a newline is dropped (conlleval
+keeps it in the predicted tag), and no -l (LaTeX) or -r (raw) option.
+"""
+
+import argparse
+import re
+import sys
+
+from bert_keras.tasks import ner_scoring
+from bert_keras.utils import errors
+from bert_keras.utils import file_io
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(
+      description="conlleval's chunk precision, recall and FB1 of a `token gold predicted` "
+                  "file (CoNLL shared tasks).")
+  parser.add_argument("file", nargs="?", default="-",
+                      help="the input (default or -: standard input)")
+  parser.add_argument("--delimiter", "-d", default=" ",
+                      help="regular expression between fields (default: one space)")
+  parser.add_argument("--output_json", default=None, help="also write the figures as JSON")
+  return parser.parse_args(argv)
+
+
+def evaluate(path, delimiter=" "):
+  """Finished ner_scoring.ConllCounts of a file ("-": standard input)."""
+  if path == "-":
+    return ner_scoring.score_lines(sys.stdin, delimiter, "<stdin>")
+  return ner_scoring.score_file(path, delimiter)
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  with errors.one_line_errors():
+    if not args.delimiter:
+      raise ValueError("--delimiter is empty")
+    try:
+      re.compile(args.delimiter)
+    except re.error as e:
+      raise ValueError("--delimiter %r is not a regular expression: %s" % (args.delimiter, e))
+    counts = evaluate(args.file, args.delimiter)
+    sys.stdout.write(ner_scoring.report(counts))
+    if args.output_json:
+      file_io.write_text_atomic(args.output_json, ner_scoring.metrics_json(counts))
+  return counts
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,353 @@
+# coding=utf-8
+r"""BERT fine-tuning on token classification: named entity recognition (NER) and any other
+tagging task in CoNLL files, the way run_classifier.py fine-tunes on sentences.
+
+  python run_ner.py --do_train=true --do_eval=true --do_predict=true \
+    --data_dir=$NER_DIR --vocab_file=$BERT_BASE_DIR/vocab.txt \
+    --bert_config_file=$BERT_BASE_DIR/bert_config.json \
+    --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt --do_lower_case=false \
+    --max_seq_length=128 --train_batch_size=32 --learning_rate=5e-5 \
+    --num_train_epochs=3.0 --output_dir=/tmp/ner_output/
+
+--data_dir holds train.txt, dev.txt and test.txt in CoNLL format: one token a line, its tag
+in the LAST column (tab- or space-separated), blank lines between sentences, -DOCSTART-
+lines skipped; tags in BIO (IOB2), IOB1 or IOE (tasks/ner.py). test.txt may be untagged
+(one column). The tag set is --labels, else the tags of train.txt (sorted, "O" first); it
+is saved in output_dir/labels.txt and reused by --do_eval / --do_predict (also with another
+output_dir and --init_checkpoint=<that output_dir>) and checkpoints.load_model(output_dir,
+task="tagger").
+
+A word's tag is learned and predicted on its first WordPiece (the BERT paper, section 4.3).
+A sentence longer than max_seq_length - 2 pieces is split into windows --doc_stride pieces
+apart, each word predicted from the window where it has the most context (run_squad's rule);
+every input token gets exactly one output line.
+
+Outputs in --output_dir: checkpoints (model.ckpt-N, resumable), labels.txt, bert_config.json,
+vocab.txt and tokenizer_config.json (load_model reads them), eval_results.txt (conlleval's
+entity precision, recall, F1 as fractions, its token accuracy, each type's F1, the loss),
+dev_predictions.txt and test_predictions.txt (`token gold predicted` lines, conlleval's
+input: evaluate_ner.py dev_predictions.txt prints the same F1). --eval_every_steps keeps the
+best model by entity F1 in output_dir/best.
+"""
+
+from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+import json
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+import keras
+import tensorflow as tf
+
+from bert_keras import checkpoints
+from bert_keras import modeling
+from bert_keras import tokenization
+from bert_keras.runtime import common_flags
+from bert_keras.runtime import distribution
+from bert_keras.runtime import outputs
+from bert_keras.runtime import run_checks
+from bert_keras.runtime import training
+from bert_keras.runtime import training_checkpoints
+from bert_keras.tasks import ner
+from bert_keras.tasks import ner_scoring
+from bert_keras.utils import errors
+from bert_keras.utils import file_io
+
+SPLITS = {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}
+
+# Programmatic defaults = the flags' defaults (see define_flags).
+DEFAULTS = dict(
+    data_dir=None, bert_config_file=None, vocab_file=None, output_dir=None,
+    init_checkpoint=None, do_lower_case=True, max_seq_length=128, doc_stride=64, labels=None,
+    do_train=False, do_eval=False, do_predict=False, train_batch_size=32, eval_batch_size=8,
+    predict_batch_size=8, learning_rate=5e-5, num_train_epochs=3.0, warmup_proportion=0.1,
+    save_checkpoints_steps=1000, iterations_per_loop=1000, eval_every_steps=0,
+    early_stopping_patience=0, trim_eval_batches=True, trim_train_batches=False,
+    **common_flags.TPU_DEFAULTS, **common_flags.TRAINING_DEFAULTS)
+
+
+def options(**overrides):
+  """A namespace of all run() options: DEFAULTS updated with `overrides`."""
+  return common_flags.make_options(DEFAULTS, overrides)
+
+
+def define_flags():
+  """run_classifier's flags (same names and defaults) plus --doc_stride and --labels."""
+  flags.DEFINE_string("data_dir", None,
+                      "The input data dir, with train.txt, dev.txt and test.txt (CoNLL).")
+  common_flags.define_model_flags(max_seq_length=128, max_seq_length_help=(
+      " Here: longer sentences are split into windows (--doc_stride); no word is dropped."))
+  flags.DEFINE_integer("doc_stride", 64,
+                       "When a sentence has more WordPieces than fit, how far apart (in "
+                       "pieces) its windows start.")
+  flags.DEFINE_string("labels", None,
+                      "Comma-separated tags in the order of the model's outputs (default: "
+                      "output_dir/labels.txt, else the tags of train.txt, sorted, O first).")
+  flags.DEFINE_bool("do_train", False, "Whether to run training.")
+  flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
+  flags.DEFINE_bool("do_predict", False,
+                    "Whether to run the model in inference mode on the test set.")
+  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
+  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
+  flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.")
+  common_flags.define_fine_tuning_flags()
+  common_flags.define_tpu_flags()
+  common_flags.define_training_flags()
+  common_flags.define_trim_train_batches_flag()
+  common_flags.define_eval_during_training_flags()
+  for name in ("data_dir", "vocab_file", "bert_config_file", "output_dir"):
+    flags.mark_flag_as_required(name)
+  flags.adopt_module_key_flags(common_flags)
+
+
+# ----------------------------------------------------------------------------
+# The data and the tag set.
+
+def read_data(options):
+  """{"train", "dev", "test": list of ner.Sentence, or None where the flags do not ask for
+  it}; test.txt may be untagged. Errors name the file and line."""
+  wanted = {"train": options.do_train, "dev": options.do_eval, "test": options.do_predict}
+  data = {}
+  for split, asked in wanted.items():
+    path = os.path.join(options.data_dir, SPLITS[split])
+    if asked and not tf.io.gfile.exists(path):
+      raise ValueError(f"--data_dir: no such file {path}")
+    data[split] = ner.read_conll(path, tags_required=split != "test") if asked else None
+  return data
+
+
+def resolve_labels(options, data):
+  """The tag set: --labels, else output_dir/labels.txt (a run's saved set), else the
+  labels.txt beside --init_checkpoint (a run_ner output_dir), else the tags of train.txt;
+  every tag of the data must be in it (a ValueError naming file and line)."""
+  saved = checkpoints.read_labels(options.output_dir)
+  given = ner.parse_labels(options.labels) if options.labels else None
+  saved_file = os.path.join(options.output_dir, checkpoints.LABELS_FILE)
+  if saved is None and options.init_checkpoint:
+    path = options.init_checkpoint.rstrip("/")
+    directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+    saved = checkpoints.read_labels(directory)
+    saved_file = os.path.join(directory, checkpoints.LABELS_FILE)
+  if given and saved and given != saved:
+    raise ValueError(f"--labels={options.labels} differs from the tag set the model was "
+                     f"trained with ({saved_file}: {','.join(saved)})")
+  if given or saved:
+    labels, source = given or saved, "--labels" if given else saved_file
+  elif data["train"]:
+    labels, source = ner.tag_list(data["train"]), "train.txt"
+  else:
+    raise ValueError(f"no tag set: give --labels, or --do_train (train.txt's tags), or an "
+                     f"--output_dir or --init_checkpoint with a {checkpoints.LABELS_FILE}")
+  for sentences in data.values():
+    ner.check_tags(sentences or (), labels, source)
+  return labels
+
+
+def write_model_files(directory, options, config, labels):
+  """What checkpoints.load_model(directory, task="tagger") reads beside the checkpoint:
+  labels.txt, bert_config.json, vocab.txt and tokenizer_config.json."""
+  file_io.write_text_atomic(os.path.join(directory, checkpoints.LABELS_FILE),
+                            "".join(label + "\n" for label in labels))
+  file_io.write_text_atomic(os.path.join(directory, "bert_config.json"),
+                            config.to_json_string())
+  file_io.write_text_atomic(os.path.join(directory, "tokenizer_config.json"),
+                            json.dumps({"do_lower_case": bool(options.do_lower_case)}) + "\n")
+  vocab = os.path.join(directory, "vocab.txt")
+  if os.path.abspath(options.vocab_file) != os.path.abspath(vocab):
+    tmp = file_io.temp_name(vocab)
+    tf.io.gfile.copy(options.vocab_file, tmp, overwrite=True)
+    tf.io.gfile.rename(tmp, vocab, overwrite=True)
+
+
+# ----------------------------------------------------------------------------
+# The model.
+
+def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, tag_ids,
+                 num_labels, model=None):
+  """run_classifier's create_model for tagging: (loss [], per_token_loss [B, S], logits
+  [B, S, num_labels], predictions int32 [B, S]). The model is a
+  modeling.BertTokenClassifier(bert_config, num_labels) (`model` when given, else a new one,
+  freshly initialised). input_ids, input_mask, segment_ids int [B, S]; tag_ids int [B, S],
+  -1 where no tag is learned; loss = the mean of per_token_loss over the tagged pieces."""
+  if model is None:
+    model = modeling.BertTokenClassifier(bert_config, num_labels)
+  logits = model({"input_ids": input_ids, "input_mask": input_mask,
+                  "segment_ids": segment_ids}, training=is_training)
+  per_token_loss = modeling.token_classifier_loss(logits, tag_ids)
+  tagged = tf.reduce_sum(tf.cast(tf.cast(tag_ids, tf.int32) >= 0, tf.float32))
+  loss = tf.reduce_sum(per_token_loss) / tf.maximum(tagged, 1.0)
+  return loss, per_token_loss, logits, tf.argmax(logits, axis=-1, output_type=tf.int32)
+
+
+# ----------------------------------------------------------------------------
+
+def _validate(options):
+  for name in ("data_dir", "vocab_file", "bert_config_file", "output_dir"):
+    if not getattr(options, name):
+      raise ValueError(f"--{name} is required")
+  tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
+  if not options.do_train and not options.do_eval and not options.do_predict:
+    raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
+  for name in ("bert_config_file", "vocab_file"):
+    if not tf.io.gfile.exists(getattr(options, name)):
+      raise ValueError(f"--{name} {getattr(options, name)}: no such file")
+  for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
+               "iterations_per_loop", "gradient_accumulation_steps", "doc_stride"):
+    if getattr(options, name) < 1:
+      raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
+  if options.max_seq_length < 3:
+    raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3 ([CLS] a "
+                     "piece [SEP])")
+  if options.eval_every_steps and not (options.do_train and options.do_eval):
+    raise ValueError(f"--eval_every_steps={options.eval_every_steps} needs --do_train and "
+                     "--do_eval (it evaluates on the dev set during training)")
+  training.check_training_numbers(options)
+
+
+def run(options, strategy=None):
+  """Trains, evaluates and/or predicts as the flags say; returns {"eval": the eval results
+  (a dict) or None, "predict": the predicted tags of test.txt (per sentence a list) or
+  None}. options: a namespace from options(...), or the parsed FLAGS; strategy: a
+  tf.distribute strategy (built from the options when None)."""
+  _validate(options)
+  config = run_checks.load_and_check_config(options)
+  if options.max_seq_length > config.max_position_embeddings:
+    raise ValueError(
+        "Cannot use sequence length %d because the BERT model was only trained up to "
+        "sequence length %d" % (options.max_seq_length, config.max_position_embeddings))
+  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
+                                         do_lower_case=options.do_lower_case)
+  tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
+                           required=("[UNK]", "[CLS]", "[SEP]"))
+  data = read_data(options)
+  labels = resolve_labels(options, data)
+  windows = {split: None if sentences is None else ner.convert_sentences(
+      sentences, tokenizer, labels, options.max_seq_length, options.doc_stride)
+      for split, sentences in data.items()}
+  train_steps(options, len(windows["train"] or ()))   # (0 steps: an error before any output)
+  keras.utils.set_random_seed(options.seed)
+  strategy = distribution.strategy_for(options, strategy)
+  with outputs.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
+    chief = distribution.is_chief(strategy)
+    if chief:
+      write_model_files(options.output_dir, options, config, labels)
+    return _train_eval_predict(options, strategy, config, data, windows, labels, chief,
+                               record_dir)
+
+
+def train_steps(options, num_windows):
+  """(num_train_steps, num_warmup_steps) of --do_train over num_windows training windows
+  ((None, None) without it); 0 steps is a ValueError naming the flags."""
+  if not options.do_train:
+    return None, None
+  num_train_steps = int(num_windows / options.train_batch_size * options.num_train_epochs)
+  if num_train_steps < 1:
+    raise ValueError(
+        f"--num_train_epochs={options.num_train_epochs}: {num_windows} training windows / "
+        f"--train_batch_size={options.train_batch_size} x epochs gives 0 training steps")
+  return num_train_steps, int(num_train_steps * options.warmup_proportion)
+
+
+def _train_eval_predict(options, strategy, config, data, windows, labels, chief, record_dir):
+  """run() after the checks: train, eval and predict as the flags ask."""
+  num_train_steps, num_warmup_steps = train_steps(options, len(windows["train"] or ()))
+  trainer = training.build_trainer(
+      options, strategy, lambda: modeling.BertTokenClassifier(config, len(labels)),
+      ner.TaggerTask(), num_train_steps or 1, num_warmup_steps or 0)
+  infer = ner.tagger_inference_fn(trainer.model, trainer.strategy, trainer.use_xla)
+  trim = options.trim_eval_batches and not isinstance(strategy, tf.distribute.TPUStrategy)
+
+  def tag(split, batch_size):
+    """The predicted tags of a split's sentences, and (loss sum, tagged pieces)."""
+    arrays = ner.window_arrays(windows[split], options.max_seq_length)
+    predictions, loss_sum, tagged, _ = ner.predict(infer, arrays, batch_size, trim)
+    return ner.assemble_tags(data[split], windows[split], predictions, labels), loss_sum, tagged
+
+  def evaluate(step):
+    """(The eval results of the dev set at `step`, its predicted tags)."""
+    predicted, loss_sum, tagged = tag("dev", options.eval_batch_size)
+    return ner.eval_results(data["dev"], predicted, loss_sum, tagged, step), predicted
+
+  if options.do_train:
+    _train(options, trainer, data, windows, num_train_steps, record_dir,
+           lambda step: evaluate(step)[0], chief,
+           lambda d: _save_best(d, trainer.model, options, config, labels))
+  else:
+    training_checkpoints.restore_for_inference(trainer, options.output_dir,
+                                               options.init_checkpoint)
+  if options.do_eval or options.do_predict:
+    training.restore_best(options, trainer)
+  results = {"eval": None, "predict": None}
+  if options.do_eval:
+    logging.info("***** Running evaluation *****")
+    logging.info("  Num sentences = %d (%d windows)", len(data["dev"]), len(windows["dev"]))
+    results["eval"], predicted = evaluate(int(trainer.global_step.numpy()))
+    _write_eval(options, data["dev"], predicted, results["eval"], chief)
+  if options.do_predict:
+    logging.info("***** Running prediction*****")
+    logging.info("  Num sentences = %d (%d windows)", len(data["test"]), len(windows["test"]))
+    results["predict"] = tag("test", options.predict_batch_size)[0]
+    _write_predictions(options, data["test"], results["predict"], chief)
+  return results
+
+
+def _train(options, trainer, data, windows, num_train_steps, record_dir, evaluate, chief,
+           save_best):
+  """--do_train: the windows of train.txt through train.tf_record; with --eval_every_steps,
+  evaluate(step) on the dev set, the best model by eval_f1 saved by save_best(directory) in
+  output_dir/best (training.EvalHook)."""
+  train_file = os.path.join(record_dir, "train.tf_record")
+  ner.write_records(ner.window_arrays(windows["train"], options.max_seq_length), train_file)
+  logging.info("***** Running training *****")
+  logging.info("  Num sentences = %d (%d windows)", len(data["train"]), len(windows["train"]))
+  logging.info("  Batch size = %d", options.train_batch_size)
+  logging.info("  Num steps = %d", num_train_steps)
+  extra = {}
+  if options.eval_every_steps:
+    extra = {"eval_every_steps": options.eval_every_steps, "eval_fn": training.EvalHook(
+        evaluate, options.output_dir, metric_name="eval_f1",
+        patience=options.early_stopping_patience, chief=chief, save_best=save_best)}
+  training.fine_tune(trainer, options, train_file, ner.decode_fn(options.max_seq_length),
+                     num_train_steps, **extra)
+
+
+def _save_best(directory, model, options, config, labels):
+  checkpoints.save_tf1_checkpoint(model, os.path.join(directory, "model.ckpt"))
+  write_model_files(directory, options, config, labels)
+
+
+def _write_eval(options, sentences, predicted, results, chief):
+  """Logs the eval results and conlleval's report; writes eval_results.txt and
+  dev_predictions.txt (chief)."""
+  logging.info("***** Eval results *****")
+  for key in sorted(results):
+    logging.info("  %s = %s", key, str(results[key]))
+  counts = ner_scoring.score_sentences([s.tags for s in sentences], predicted)
+  for line in ner_scoring.report(counts).splitlines():
+    logging.info("%s", line)
+  if chief:
+    file_io.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
+                              outputs.format_results(results))
+    file_io.write_text_atomic(os.path.join(options.output_dir, "dev_predictions.txt"),
+                              ner.prediction_text(sentences, predicted))
+
+
+def _write_predictions(options, sentences, predicted, chief):
+  """Writes test_predictions.txt (chief); logs conlleval's report when test.txt is tagged."""
+  logging.info("***** Predict results *****")
+  if sentences[0].tags is not None:
+    counts = ner_scoring.score_sentences([s.tags for s in sentences], predicted)
+    for line in ner_scoring.report(counts).splitlines():
+      logging.info("test: %s", line)
+  if chief:
+    file_io.write_text_atomic(os.path.join(options.output_dir, "test_predictions.txt"),
+                              ner.prediction_text(sentences, predicted))
+
+
+main = errors.script_main(run)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

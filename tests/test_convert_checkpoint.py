@@ -1,0 +1,178 @@
+"""convert_checkpoint.py: Google's TF1 layout to HuggingFace's and back, each head with it.
+
+The written model.safetensors is read with the safetensors library and run by an independent
+NumPy forward pass (tests/numpy_bert.py, no torch); its outputs must equal the source Keras
+model's within 1e-5."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from bert_keras import checkpoints
+from bert_keras import convert_checkpoint
+from bert_keras import modeling
+from conftest import randomize
+
+import numpy_bert
+
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(27)]
+
+
+def _config(hidden_act="gelu"):
+  return modeling.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
+                             num_attention_heads=4, intermediate_size=48,
+                             max_position_embeddings=16, type_vocab_size=2,
+                             hidden_act=hidden_act)
+
+
+def _model(task, config):
+  encoder = modeling.BertModel(config)
+  model = {"encoder": lambda: encoder,
+           "pretrainer": lambda: modeling.BertPretrainer(encoder),
+           "classifier": lambda: modeling.BertClassifier(encoder, 3),
+           "squad": lambda: modeling.BertSquad(encoder)}[task]()
+  model(dict(_features(), masked_lm_positions=np.zeros((2, 2), np.int32)))  # builds it
+  return randomize(model, seed=7)
+
+
+def _features():
+  ids = np.array([[2, 7, 9, 11, 3, 20, 3, 0], [2, 5, 30, 3, 0, 0, 0, 0]], np.int32)
+  return {"input_ids": ids, "input_mask": (ids != 0).astype(np.int32),
+          "segment_ids": np.array([[0, 0, 0, 0, 0, 1, 1, 0], [0] * 8], np.int32)}
+
+
+def _keras_outputs(task, model):
+  f = _features()
+  positions = np.array([[1, 3, 5], [2, 1, 0]], np.int32)
+  out = model(dict(f, masked_lm_positions=positions))
+  if task == "encoder":
+    return {"sequence_output": out["sequence_output"], "pooled_output": out["pooled_output"]}
+  if task == "pretrainer":
+    return {"mlm_at_positions": out["masked_lm_logits"], "nsp": out["next_sentence_logits"],
+            "positions": positions}
+  if task == "classifier":
+    return {"classifier": out}
+  return {"start": out["start_logits"], "end": out["end_logits"]}
+
+
+def _numpy_outputs(directory):
+  with open(os.path.join(directory, "config.json")) as f:
+    config = json.load(f)
+  state = safetensors_numpy.load_file(os.path.join(directory, "model.safetensors"))
+  f = _features()
+  return numpy_bert.forward(state, config, f["input_ids"], f["input_mask"],
+                            f["segment_ids"]), config, state
+
+
+def _assert_same(task, keras_out, numpy_out):
+  mask = _features()["input_mask"].astype(bool)
+  for name, value in keras_out.items():
+    if name == "positions":
+      continue
+    value = np.asarray(value)
+    if name == "mlm_at_positions":
+      positions = keras_out["positions"]
+      want = np.take_along_axis(numpy_out["mlm"], positions[..., None], axis=1)
+    else:
+      want = numpy_out[name]
+    if name in ("start", "end"):  # padding positions are masked by the head: compare the rest
+      value, want = value[mask], want[mask]
+    np.testing.assert_allclose(value, want, atol=1e-5, rtol=1e-5, err_msg=f"{task} {name}")
+
+
+def _google_dir(tmp_path, model, name="google"):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(VOCAB) + "\n")
+  return checkpoints.save_pretrained(model, str(tmp_path / name), vocab_file=str(vocab),
+                                     do_lower_case=True)
+
+
+@pytest.mark.parametrize("task", ["encoder", "pretrainer", "classifier", "squad"])
+@pytest.mark.parametrize("hidden_act", ["gelu", "gelu_exact"])
+def test_google_tf1_to_huggingface_gives_the_same_outputs(tmp_path, task, hidden_act):
+  model = _model(task, _config(hidden_act))
+  source = _google_dir(tmp_path, model)
+  out = str(tmp_path / "hf")
+  labels = "neg,neutral,pos" if task == "classifier" else None
+  written = convert_checkpoint.run(convert_checkpoint.options(
+      init_checkpoint=source, output_dir=out, labels=labels))
+  assert sorted(written) == ["config.json", "model.safetensors", "tokenizer_config.json",
+                             "vocab.txt"]
+  numpy_out, config, state = _numpy_outputs(out)
+  _assert_same(task, _keras_outputs(task, model), numpy_out)
+  architecture = {"encoder": "BertModel", "pretrainer": "BertForPreTraining",
+                  "classifier": "BertForSequenceClassification",
+                  "squad": "BertForQuestionAnswering"}[task]
+  assert config["architectures"] == [architecture] and config["model_type"] == "bert"
+  assert config["hidden_act"] == {"gelu": "gelu_new", "gelu_exact": "gelu"}[hidden_act]
+  assert config["layer_norm_eps"] == 1e-12
+  assert all(v.dtype == np.float32 for v in state.values())
+  assert any(k.startswith("bert.") for k in state) == (task != "encoder")
+  if task == "classifier":
+    assert config["id2label"] == {"0": "neg", "1": "neutral", "2": "pos"}
+    assert config["label2id"] == {"neg": 0, "neutral": 1, "pos": 2}
+  with open(os.path.join(out, "tokenizer_config.json")) as f:
+    assert json.load(f)["do_lower_case"] is True
+  with open(os.path.join(out, "vocab.txt")) as f:
+    assert f.read().split("\n")[:len(VOCAB)] == VOCAB
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["pretrainer", "classifier", "squad"])
+def test_huggingface_to_tf1_to_huggingface_keeps_every_tensor(tmp_path, task):
+  model = _model(task, _config())
+  first = str(tmp_path / "hf1")
+  convert_checkpoint.run(convert_checkpoint.options(
+      init_checkpoint=_google_dir(tmp_path, model), output_dir=first))
+  tf1 = str(tmp_path / "tf1")
+  convert_checkpoint.run(convert_checkpoint.options(init_checkpoint=first, output_dir=tf1,
+                                                    format="tf1"))
+  assert checkpoints.checkpoint_task(tf1) == task
+  second = str(tmp_path / "hf2")
+  convert_checkpoint.run(convert_checkpoint.options(init_checkpoint=tf1, output_dir=second))
+  a = safetensors_numpy.load_file(os.path.join(first, "model.safetensors"))
+  b = safetensors_numpy.load_file(os.path.join(second, "model.safetensors"))
+  assert sorted(a) == sorted(b)
+  for name in a:
+    np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+  _assert_same(task, _keras_outputs(task, model), _numpy_outputs(second)[0])
+
+
+def test_write_safetensors_is_read_by_the_safetensors_library(tmp_path):
+  tensors = {"b": np.arange(6, dtype=np.float32).reshape(2, 3), "a": np.array([7], np.int32),
+             "scalar": np.float32(2.5) * np.ones((), np.float32)}
+  path = str(tmp_path / "x.safetensors")
+  checkpoints.write_safetensors(path, tensors)
+  back = safetensors_numpy.load_file(path)
+  assert sorted(back) == sorted(tensors)
+  for name, value in tensors.items():
+    assert back[name].dtype == value.dtype
+    np.testing.assert_array_equal(back[name], value)
+  assert checkpoints.read_safetensors(path).keys() == tensors.keys()
+
+
+def test_bad_input_is_a_one_line_error(tmp_path):
+  model = _model("encoder", _config())
+  source = _google_dir(tmp_path, model)
+  with pytest.raises(ValueError, match="--init_checkpoint .*no checkpoint found"):
+    convert_checkpoint.run(convert_checkpoint.options(init_checkpoint=str(tmp_path),
+                                                      output_dir=str(tmp_path / "o")))
+  with pytest.raises(ValueError, match="--labels is for a classifier"):
+    convert_checkpoint.run(convert_checkpoint.options(init_checkpoint=source, labels="a,b",
+                                                      output_dir=str(tmp_path / "o")))
+  with pytest.raises(ValueError, match="--vocab_file .*no such file"):
+    convert_checkpoint.run(convert_checkpoint.options(init_checkpoint=source,
+                                                      vocab_file=str(tmp_path / "none.txt"),
+                                                      output_dir=str(tmp_path / "o")))
+  busy = tmp_path / "busy"
+  busy.mkdir()
+  (busy / "notes.txt").write_text("mine")
+  with pytest.raises(ValueError, match="holds other files"):
+    convert_checkpoint.run(convert_checkpoint.options(init_checkpoint=source,
+                                                      output_dir=str(busy)))
+  assert sorted(os.listdir(busy)) == ["notes.txt"]
+  assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n]
