@@ -139,8 +139,13 @@ def resolve_labels(options, data):
   else:
     raise ValueError(f"no tag set: give --labels, or --do_train (train.txt's tags), or an "
                      f"--output_dir or --init_checkpoint with a {checkpoints.LABELS_FILE}")
+  if len(labels) < 2:  # a one-class softmax: loss 0 at every step, a useless model
+    raise ValueError(f"{source}: the tag set has {len(labels)} tag"
+                     f"{'' if len(labels) == 1 else 's'} ({', '.join(labels)}); a tagger "
+                     "needs at least two (give --labels to name the others)")
   for sentences in data.values():
     ner.check_tags(sentences or (), labels, source)
+  logging.info("Tags (%d): %s", len(labels), errors.error_line(", ".join(labels)))
   return labels
 
 
@@ -220,6 +225,7 @@ def run(options, strategy=None):
                                          do_lower_case=options.do_lower_case)
   tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
                            required=("[UNK]", "[CLS]", "[SEP]"))
+  run_checks.check_vocab_fits(config, tokenizer.vocab, options)
   data = read_data(options)
   labels = resolve_labels(options, data)
   windows = {split: None if sentences is None else ner.convert_sentences(

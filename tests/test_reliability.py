@@ -1207,3 +1207,24 @@ def test_command_line_evaluate_squad_bad_prediction(tmp_path):
   assert proc.returncode == 1
   assert proc.stderr.strip() == (f"error: predictions file {predictions}: the prediction of "
                                  "question q1 is list, not a string")
+
+
+def test_tagger_needs_two_tags(tmp_path):
+  """Item 1 for the tagging reader (run_ner): a tag set of one tag trains a one-class softmax
+  whose loss is 0: refused, naming where the tags come from."""
+  from bert_keras import run_ner
+  data_dir = tmp_path / "data"
+  data_dir.mkdir()
+  (data_dir / "train.txt").write_text("the O\ndog O\n\nruns O\n")
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "dog",
+                                              "runs"]))
+  config = _config_file(tmp_path, "config.json")
+  for labels, source in ((None, "train.txt"), ("O", "--labels")):
+    with pytest.raises(ValueError) as info:
+      run_ner.run(run_ner.options(data_dir=str(data_dir), vocab_file=str(vocab),
+                                  bert_config_file=str(config), output_dir=str(tmp_path / "o"),
+                                  do_train=True, labels=labels, max_seq_length=16))
+    assert str(info.value) == (f"{source}: the tag set has 1 tag (O); a tagger needs at least "
+                               "two (give --labels to name the others)")
+  assert not (tmp_path / "o").exists()
