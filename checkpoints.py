@@ -1006,7 +1006,7 @@ def save_pretrained(model, directory, vocab_file=None, do_lower_case=None):
   _check_replaceable(directory, _PRETRAINED_FILES)
   config = {k: v for k, v in _encoder_of(model).config.to_dict().items()
             if k not in ("model_type", "architectures")}   # read back as our format
-  tmp = "%s.tmp-%d" % (directory, os.getpid())
+  tmp = file_io.temp_name(directory.rstrip("/") or directory)  # (.<name>.tmp-<pid>)
   try:
     gfile.makedirs(tmp)
     with gfile.GFile(os.path.join(tmp, "bert_config.json"), "w") as f:
@@ -1039,7 +1039,7 @@ def _replace_directory(new, directory):
       gfile.makedirs(parent)
     gfile.rename(new, directory)
     return
-  old = "%s.old-%d" % (directory, os.getpid())
+  old = file_io.temp_name((directory.rstrip("/") or directory) + ".old")
   gfile.rename(directory, old)
   try:
     gfile.rename(new, directory)
@@ -1154,7 +1154,7 @@ def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, labe
     raise ValueError("save_huggingface: a vocab file is needed (%s)" % (vocab_file or "none"))
   _check_replaceable(directory, _HF_FILES)
   config = hf_config(model, label_names)
-  tmp = "%s.tmp-%d" % (directory, os.getpid())
+  tmp = file_io.temp_name(directory.rstrip("/") or directory)  # (.<name>.tmp-<pid>)
   gfile = tf.io.gfile
   try:
     gfile.makedirs(tmp)

@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from bert_keras import checkpoints
 from bert_keras.runtime import common_flags
+from bert_keras.runtime import outputs
 from bert_keras.utils import errors
 
 FORMATS = ("huggingface", "tf1")
@@ -82,16 +83,19 @@ def run(options):
   labels = [x.strip() for x in options.labels.split(",")] if options.labels else None
   if labels is not None and task != "classifier":
     raise ValueError(f"--labels is for a classifier; --init_checkpoint holds a {task} model")
-  model = checkpoints.load_model(
-      options.init_checkpoint, task, num_labels=len(labels) if labels else None,
-      bert_config_file=options.bert_config_file, vocab_file=options.vocab_file,
-      do_lower_case=options.do_lower_case)
-  logging.info("Loaded a %s model from %s (%s)", task, options.init_checkpoint,
-               model.load_result)
-  if options.format == "huggingface":
-    checkpoints.save_huggingface(model, options.output_dir, label_names=labels)
-  else:
-    checkpoints.save_pretrained(model, options.output_dir)
+  # One conversion at a time into --output_dir (a lock beside it), a killed one's temporary
+  # (.<name>.tmp-<pid>) removed.
+  with outputs.locked_output(options.output_dir, "--output_dir"):
+    model = checkpoints.load_model(
+        options.init_checkpoint, task, num_labels=len(labels) if labels else None,
+        bert_config_file=options.bert_config_file, vocab_file=options.vocab_file,
+        do_lower_case=options.do_lower_case)
+    logging.info("Loaded a %s model from %s (%s)", task, options.init_checkpoint,
+                 model.load_result)
+    if options.format == "huggingface":
+      checkpoints.save_huggingface(model, options.output_dir, label_names=labels)
+    else:
+      checkpoints.save_pretrained(model, options.output_dir)
   written = {name: tf.io.gfile.stat(os.path.join(options.output_dir, name)).length
              for name in sorted(tf.io.gfile.listdir(options.output_dir))}
   for name, size in written.items():

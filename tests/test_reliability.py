@@ -1228,3 +1228,29 @@ def test_tagger_needs_two_tags(tmp_path):
     assert str(info.value) == (f"{source}: the tag set has 1 tag (O); a tagger needs at least "
                                "two (give --labels to name the others)")
   assert not (tmp_path / "o").exists()
+
+
+def test_convert_checkpoint_lock_and_dead_temporaries(data, tmp_path, caplog):  # noqa: F811
+  """The export treatment (item 7) for convert_checkpoint's --output_dir."""
+  from bert_keras import convert_checkpoint
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                           + [f"w{i}" for i in range(5, 100)]))
+  out = tmp_path / "converted"
+  dead = _dead_pid()
+  (tmp_path / f".converted.tmp-{dead}").mkdir()
+  (tmp_path / f".converted.tmp-{dead}" / "bert_model.ckpt.index").write_text("x")
+
+  def convert():
+    return convert_checkpoint.run(convert_checkpoint.options(
+        init_checkpoint=str(data / "init" / "bert_model.ckpt"),
+        bert_config_file=str(data / "config.json"), vocab_file=str(vocab),
+        output_dir=str(out), format="tf1"))
+  with outputs.locked_output(str(out), "--output_dir"):
+    with pytest.raises(ValueError, match=f"^--output_dir {out}: another run \\(pid "):
+      convert()
+  assert not out.exists()
+  assert "bert_model.ckpt.index" in convert()
+  assert sorted(os.listdir(tmp_path)) == ["converted", "vocab.txt"]
+  assert any(f".converted.tmp-{dead}, a temporary left by" in r.getMessage()
+             for r in caplog.records)
