@@ -297,11 +297,28 @@ def _normal_name(key):
 
 
 def checkpoint_task(path):
-  """The task model whose head a checkpoint holds, from its names alone: "squad" (run_squad's
+  """The task model whose head a checkpoint holds, from its names: "squad" (run_squad's
   cls/squad, HuggingFace's qa_outputs), "classifier" (run_classifier's root-scope
-  output_weights, HuggingFace's classifier), "pretrainer" (the MLM head cls/predictions) or
-  "encoder" (none of these)."""
-  names = [_normal_name(key) for key in checkpoint_shapes(path)]
+  output_weights, HuggingFace's classifier), "tagger" (the same head names, in a directory
+  with run_ner's labels.txt, or a HuggingFace config.json of BertForTokenClassification),
+  "pretrainer" (the MLM head cls/predictions) or "encoder" (none of these)."""
+  task = _task_of_names([_normal_name(key) for key in checkpoint_shapes(path)])
+  if task == "classifier":
+    directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+    architectures = []
+    if tf.io.gfile.exists(os.path.join(directory, "config.json")):
+      with tf.io.gfile.GFile(os.path.join(directory, "config.json")) as f:
+        try:
+          architectures = json.loads(f.read()).get("architectures") or []
+        except (ValueError, AttributeError):
+          architectures = []
+    if "BertForTokenClassification" in architectures or read_labels(directory) is not None:
+      return "tagger"
+  return task
+
+
+def _task_of_names(names):
+  """The task whose head the normalized checkpoint names hold (checkpoint_task's rules)."""
 
   def has(pattern):
     return any(re.search(pattern, name) for name in names)
@@ -1059,7 +1076,8 @@ def _replace_directory(new, directory):
 _HF_ACTIVATION_NAMES = {"gelu": "gelu_new", "gelu_exact": "gelu", "gelu_erf": "gelu",
                         "relu": "relu", "tanh": "tanh", "silu": "silu", "swish": "silu"}
 # The transformers class each of our models is, and its state dict's encoder prefix.
-_HF_ARCHITECTURES = ((modeling.BertPretrainer, "BertForPreTraining"),
+_HF_ARCHITECTURES = ((modeling.BertTokenClassifier, "BertForTokenClassification"),
+                     (modeling.BertPretrainer, "BertForPreTraining"),
                      (modeling.BertClassifier, "BertForSequenceClassification"),
                      (modeling.BertSquad, "BertForQuestionAnswering"),
                      (modeling.BertSentenceEncoder, "BertModel"),
@@ -1108,6 +1126,8 @@ def hf_config(model, label_names=None):
   head = getattr(model, "classifier", None)
   if head is not None:
     count = int(head.output_weights.shape[0])
+    if label_names is None:
+      label_names = getattr(model, "labels", None)  # a tagger's tags, from load_model
     names = list(label_names) if label_names is not None else ["LABEL_%d" % i
                                                                for i in range(count)]
     if len(names) != count:

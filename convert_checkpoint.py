@@ -9,7 +9,8 @@ r"""Converts a BERT checkpoint between layouts: Google's TF1 layout and HuggingF
 or checkpoints.save_pretrained wrote, a HuggingFace directory, a run_* --output_dir (its newest
 model.ckpt-N) or its best/. The head travels with the model (--task, found from the
 checkpoint's names by default): the MLM and NSP heads (BertForPreTraining), a classifier
-(BertForSequenceClassification, with --labels as id2label), SQuAD's span head
+(BertForSequenceClassification, with --labels as id2label), run_ner's tagger
+(BertForTokenClassification, its labels.txt as id2label), SQuAD's span head
 (BertForQuestionAnswering), or the encoder alone (BertModel).
 
 --format=huggingface writes config.json, model.safetensors (float32), vocab.txt and
@@ -34,7 +35,7 @@ from bert_keras.runtime import outputs
 from bert_keras.utils import errors
 
 FORMATS = ("huggingface", "tf1")
-TASKS = ("auto", "encoder", "pretrainer", "classifier", "squad")
+TASKS = ("auto", "encoder", "pretrainer", "classifier", "tagger", "squad")
 DEFAULTS = dict(init_checkpoint=None, output_dir=None, format="huggingface", task="auto",
                 bert_config_file=None, vocab_file=None, do_lower_case=None, labels=None)
 
@@ -81,8 +82,9 @@ def run(options):
   except checkpoints.CheckpointError as e:
     raise ValueError(f"--init_checkpoint {e}") from None
   labels = [x.strip() for x in options.labels.split(",")] if options.labels else None
-  if labels is not None and task != "classifier":
-    raise ValueError(f"--labels is for a classifier; --init_checkpoint holds a {task} model")
+  if labels is not None and task not in ("classifier", "tagger"):
+    raise ValueError(f"--labels is for a classifier or a tagger; --init_checkpoint holds a "
+                     f"{task} model")
   # One conversion at a time into --output_dir (a lock beside it), a killed one's temporary
   # (.<name>.tmp-<pid>) removed.
   with outputs.locked_output(options.output_dir, "--output_dir"):

@@ -31,7 +31,8 @@ def _activation(name):
 
 def forward(state, config, input_ids, input_mask, segment_ids):
   """{"sequence_output" [B, S, H], "pooled_output" [B, H], and the logits of every head the
-  state holds: "mlm" [B, S, V], "nsp" [B, 2], "classifier" [B, N], "start"/"end" [B, S]}."""
+  state holds: "mlm" [B, S, V], "nsp" [B, 2], "classifier" [B, N] (or, for
+  BertForTokenClassification, "tagger" [B, S, N]), "start"/"end" [B, S]}."""
   state = {k: np.asarray(v, np.float64) for k, v in state.items()}
   prefix = "bert." if any(k.startswith("bert.") for k in state) else ""
   enc = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
@@ -71,7 +72,10 @@ def forward(state, config, input_ids, input_mask, segment_ids):
   if "cls.seq_relationship.weight" in state:
     out["nsp"] = _linear(pooled, state, "cls.seq_relationship")
   if "classifier.weight" in state:
-    out["classifier"] = _linear(pooled, state, "classifier")
+    if config.get("architectures") == ["BertForTokenClassification"]:
+      out["tagger"] = _linear(x, state, "classifier")   # [B, S, N]: a label per token
+    else:
+      out["classifier"] = _linear(pooled, state, "classifier")
   if "qa_outputs.weight" in state:
     logits = _linear(x, state, "qa_outputs")
     out["start"], out["end"] = logits[..., 0], logits[..., 1]

@@ -34,6 +34,7 @@ def _model(task, config):
   model = {"encoder": lambda: encoder,
            "pretrainer": lambda: modeling.BertPretrainer(encoder),
            "classifier": lambda: modeling.BertClassifier(encoder, 3),
+           "tagger": lambda: modeling.BertTokenClassifier(encoder, 5),
            "squad": lambda: modeling.BertSquad(encoder)}[task]()
   model(dict(_features(), masked_lm_positions=np.zeros((2, 2), np.int32)))  # builds it
   return randomize(model, seed=7)
@@ -56,6 +57,8 @@ def _keras_outputs(task, model):
             "positions": positions}
   if task == "classifier":
     return {"classifier": out}
+  if task == "tagger":
+    return {"tagger": out}
   return {"start": out["start_logits"], "end": out["end_logits"]}
 
 
@@ -79,7 +82,7 @@ def _assert_same(task, keras_out, numpy_out):
       want = np.take_along_axis(numpy_out["mlm"], positions[..., None], axis=1)
     else:
       want = numpy_out[name]
-    if name in ("start", "end"):  # padding positions are masked by the head: compare the rest
+    if name in ("start", "end", "tagger"):  # compare the real tokens (the heads mask padding)
       value, want = value[mask], want[mask]
     np.testing.assert_allclose(value, want, atol=1e-5, rtol=1e-5, err_msg=f"{task} {name}")
 
@@ -176,3 +179,18 @@ def test_bad_input_is_a_one_line_error(tmp_path):
                                                       output_dir=str(busy)))
   assert sorted(os.listdir(busy)) == ["notes.txt"]
   assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n]
+
+
+def test_a_run_ner_tagger_becomes_bert_for_token_classification(tmp_path):
+  model = _model("tagger", _config())
+  source = _google_dir(tmp_path, model)
+  tags = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+  with open(os.path.join(source, checkpoints.LABELS_FILE), "w") as f:
+    f.write("\n".join(tags) + "\n")
+  assert checkpoints.checkpoint_task(source) == "tagger"
+  out = str(tmp_path / "hf")
+  convert_checkpoint.run(convert_checkpoint.options(init_checkpoint=source, output_dir=out))
+  numpy_out, config, _ = _numpy_outputs(out)
+  assert config["architectures"] == ["BertForTokenClassification"]
+  assert config["id2label"] == {str(i): tag for i, tag in enumerate(tags)}
+  _assert_same("tagger", _keras_outputs("tagger", model), numpy_out)

