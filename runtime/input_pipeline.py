@@ -35,9 +35,19 @@ class IdCheck(collections.namedtuple("IdCheck", "vocab_size features source flag
   config.json"), flag the files' flag."""
 
 
-def _records_with_source(path):
-  """(path, record index in its file, serialized record) of each record of the file `path`."""
-  return tf.data.TFRecordDataset(path).enumerate().map(lambda index, raw: (path, index, raw))
+def _records_with_source(file_index, path):
+  """(file_index, record index in its file, serialized record) of each record of the file
+  `path`."""
+  return tf.data.Dataset.zip((tf.data.Dataset.from_tensors(file_index).repeat(),
+                              tf.data.Dataset.counter(), tf.data.TFRecordDataset(path)))
+
+
+def _file_list(files, id_check):
+  """The dataset of the file names, or with id_check of (index in files, name) pairs."""
+  if id_check is None:
+    return tf.data.Dataset.from_tensor_slices(tf.constant(files))
+  return tf.data.Dataset.from_tensor_slices((tf.range(len(files), dtype=tf.int32),
+                                             tf.constant(files)))
 
 
 def check_batch_ids(check, batch, paths, indexes):
@@ -46,8 +56,10 @@ def check_batch_ids(check, batch, paths, indexes):
   stops the pipeline with an InvalidArgumentError whose marked text (utils.errors
   data_error_text, which script_main shows as the one line) names the file and record:
   on every device (tf.data runs on the host), where a GPU's tf.gather would read zeros.
-  paths, indexes: [B] the file and record index of each row."""
-  deps = []
+  paths: the files' names (string [F]); indexes: (file int32 [B], record int64 [B]) of each
+  row."""
+  file_indexes, indexes = indexes
+  checks = []
   for name in check.features:
     ids = tf.cast(batch[name], tf.int64)
     rows = tf.reshape(ids, [tf.shape(ids)[0], -1])
@@ -55,31 +67,37 @@ def check_batch_ids(check, batch, paths, indexes):
     largest = tf.reduce_max(tf.concat([rows, empty], 1), axis=1)
     smallest = tf.reduce_min(tf.concat([rows, empty], 1), axis=1)
     bad = (largest >= check.vocab_size) | (smallest < 0)
-    row = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
-    value = tf.where(largest[row] >= check.vocab_size, largest[row], smallest[row])
-    message = tf.strings.join([
-        errors.DATA_ERROR_START, check.flag, " ", paths[row], ": record ",
-        tf.strings.as_string(indexes[row]), " has token id ", tf.strings.as_string(value),
-        f" in {name}, outside the vocab_size {check.vocab_size} of {check.source} (records "
-        "made with another vocab than the config's, or damaged)", errors.DATA_ERROR_END])
-    assertion = tf.debugging.Assert(tf.logical_not(tf.reduce_any(bad)), [message],
-                                    summarize=1)
-    if assertion is not None:
-      deps.append(assertion)
-  with tf.control_dependencies(deps):
+
+    def fail(name=name, bad=bad, largest=largest, smallest=smallest):
+      # (the message is made only for a bad batch)
+      row = tf.argmax(tf.cast(bad, tf.int32), output_type=tf.int32)
+      value = tf.where(largest[row] >= check.vocab_size, largest[row], smallest[row])
+      message = tf.strings.join([
+          errors.DATA_ERROR_START, check.flag, " ", tf.gather(paths, file_indexes[row]),
+          ": record ", tf.strings.as_string(indexes[row]), " has token id ",
+          tf.strings.as_string(value), f" in {name}, outside the vocab_size "
+          f"{check.vocab_size} of {check.source} (records made with another vocab than the "
+          "config's, or damaged)", errors.DATA_ERROR_END])
+      with tf.control_dependencies([tf.debugging.Assert(False, [message], summarize=1)]):
+        return tf.constant(False)
+    checks.append(tf.cond(tf.reduce_any(bad), fail, lambda: tf.constant(True)))
+  with tf.control_dependencies(checks):
     return {key: tf.identity(value) for key, value in batch.items()}
 
 
-def _decode_and_batch(ds, decode_fn, per_replica_batch, id_check):
-  """records (or (path, index, record) with id_check) -> decoded batches, checked."""
+def _decode_and_batch(ds, files, decode_fn, per_replica_batch, id_check):
+  """records (or (file index, record index, record) with id_check) -> decoded batches,
+  checked."""
   if id_check is None:
     ds = ds.map(decode_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.batch(per_replica_batch, drop_remainder=True)
-  ds = ds.map(lambda path, index, raw: (decode_fn(raw), path, index),
+  ds = ds.map(lambda file_index, index, raw: (decode_fn(raw), file_index, index),
               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   ds = ds.batch(per_replica_batch, drop_remainder=True)
-  return ds.map(lambda batch, paths, indexes: check_batch_ids(id_check, batch, paths, indexes),
-                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+  names = tf.constant(files)
+  return ds.map(lambda batch, file_indexes, indexes: check_batch_ids(
+      id_check, batch, names, (file_indexes, indexes)),
+      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
 def training_dataset(files, decode_fn, per_replica_batch, input_context=None, seed=12345,
@@ -101,7 +119,7 @@ def training_dataset(files, decode_fn, per_replica_batch, input_context=None, se
   and index through the pipeline, in the same order).
   """
   num_pipelines, pipeline_id = _context_values(input_context)
-  ds = tf.data.Dataset.from_tensor_slices(tf.constant(files))
+  ds = _file_list(files, id_check)
   shard_files = num_pipelines > 1 and len(files) >= num_pipelines
   if shard_files:
     ds = ds.shard(num_pipelines, pipeline_id)
@@ -116,7 +134,7 @@ def training_dataset(files, decode_fn, per_replica_batch, input_context=None, se
   ds = ds.shuffle(shuffle_buffer, seed=seed + 1, reshuffle_each_iteration=True)
   if skip_records:
     ds = ds.skip(skip_records)
-  ds = _decode_and_batch(ds, decode_fn, per_replica_batch, id_check)
+  ds = _decode_and_batch(ds, files, decode_fn, per_replica_batch, id_check)
   if trim:
     ds = ds.map(trim_to_longest, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return ds.prefetch(tf.data.AUTOTUNE)
@@ -159,11 +177,11 @@ def evaluation_dataset(files, decode_fn, per_replica_batch, input_context=None, 
   if id_check is None:
     ds = tf.data.TFRecordDataset(tf.constant(files))
   else:
-    ds = tf.data.Dataset.from_tensor_slices(tf.constant(files)).flat_map(_records_with_source)
+    ds = _file_list(files, id_check).flat_map(_records_with_source)
   ds = ds.repeat()
   if num_pipelines > 1:
     ds = ds.shard(num_pipelines, pipeline_id)
-  ds = _decode_and_batch(ds, decode_fn, per_replica_batch, id_check)
+  ds = _decode_and_batch(ds, files, decode_fn, per_replica_batch, id_check)
   return ds.prefetch(tf.data.AUTOTUNE)
 
 
