@@ -162,7 +162,8 @@ def test_eval_every_steps_zero_leaves_the_output_as_before(glue, vocab, tmp_path
     events = {p for p in files if p.startswith("events.out.tfevents.")}
     assert events and files - events == {
         "checkpoint", "eval.tf_record", "eval_results.txt", "model.ckpt-2.data-00000-of-00001",
-        "model.ckpt-2.index", "predict.tf_record", "test_results.tsv", "train.tf_record"}
+        "model.ckpt-2.index", "predict.tf_record", "test_results.tsv", "train.tf_record",
+        "eval_predictions.tsv", "test_predictions.tsv"}
   a, b = (_results(outputs[t] / "eval_results.txt") for t in (True, False))
   assert a.keys() == b.keys()
   for key in a:
