@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up .venv (from nothing but Python 3.11) and runs the test suite.
-#   bash test.sh [pytest args]       (all tests, about 11-13 minutes on 2 cores)
-#   bash test.sh -m "not slow"       (the inner loop: under 5 minutes)
+#   bash test.sh [pytest args]       (all tests, about 21 minutes on 2 cores)
+#   bash test.sh -m "not slow"       (the inner loop: about 4 minutes)
 set -euo pipefail
 cd "$(dirname "$0")"
 unset TF_USE_LEGACY_KERAS  # Keras 3 only
