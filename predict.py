@@ -109,6 +109,10 @@ def _check_options(options):
     raise ValueError(f"--pooling={options.pooling}: one of {', '.join(modeling.POOLINGS)}")
   if options.threshold is not None and not 0 < options.threshold < 1:
     raise ValueError(f"--threshold={options.threshold}: must be between 0 and 1")
+  if ((options.pooling is not None or options.normalize) and options.task != "embeddings"
+      and not predictors.is_saved_model(options.model_dir)):
+    raise ValueError("--pooling / --normalize are for --task=embeddings (or an embeddings "
+                     "SavedModel)")
   output = options.output_file
   if output and output != "-":
     if options.input_file != "-" and os.path.abspath(output) == os.path.abspath(

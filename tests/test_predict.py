@@ -301,7 +301,7 @@ def test_flag_errors(dirs, tmp_path):
     run(input_file=str(tmp_path / "none.tsv"))
   with pytest.raises(ValueError, match="no task.json .* --task=embeddings"):
     run(model_dir=dirs["paths"]["embeddings"])
-  with pytest.raises(ValueError, match="--pooling / --normalize are for embeddings"):
+  with pytest.raises(ValueError, match="--pooling / --normalize are for --task=embeddings"):
     run(pooling="max")
   with pytest.raises(ValueError, match="--output_file .* is the --input_file"):
     run(output_file=str(path))
@@ -344,11 +344,14 @@ print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 
 @pytest.mark.slow
 def test_memory_does_not_grow_with_the_input(dirs, tmp_path):
-  """Peak RSS of predict.py (a subprocess each) on an input of 1 MB and one of 30 MB: the
-  same within 15 MB (holding the rows or the outputs would add more than 60 MB)."""
-  row = json.dumps({"sentence1": "the dog is hairy . " * 25, "sentence2": "hello world " * 40})
+  """Peak RSS of predict.py (a subprocess each) on an input of 0.5 MB and one of 20 times
+  that, 10 MB: the same within 6 MB (holding the rows as dicts and their output lines would
+  add more than 20 MB). The bytes are in a field that is not a text (carried to the output,
+  not tokenized), so that the test's time goes to neither."""
+  row = json.dumps({"sentence1": "the dog is hairy .", "sentence2": "hello world",
+                    "payload": "x" * 1000})
   peaks = {}
-  for name, count in (("small", 1000), ("large", 30000)):
+  for name, count in (("small", 500), ("large", 10000)):
     path = tmp_path / f"{name}.jsonl"
     with open(path, "w") as f:
       for i in range(count):
@@ -364,5 +367,6 @@ def test_memory_does_not_grow_with_the_input(dirs, tmp_path):
     peaks[name] = int(result.stdout.split()[-1]) / 1024  # MB
     with open(out) as f:
       assert sum(1 for _ in f) == count
-  assert os.path.getsize(tmp_path / "large.jsonl") > 25e6
-  assert peaks["large"] - peaks["small"] < 15, peaks
+  assert os.path.getsize(tmp_path / "large.jsonl") > 1e7
+  print("peak RSS (MB):", peaks)
+  assert peaks["large"] - peaks["small"] < 6, peaks
