@@ -370,3 +370,39 @@ def test_memory_does_not_grow_with_the_input(dirs, tmp_path):
   assert os.path.getsize(tmp_path / "large.jsonl") > 1e7
   print("peak RSS (MB):", peaks)
   assert peaks["large"] - peaks["small"] < 6, peaks
+
+
+def test_outputs_of_each_task_without_a_model():
+  """GraphPredictor's reading of each task's outputs, on made-up outputs: multi-label
+  thresholds, regression, a SavedModel's label_names and its squad answer placed in the
+  context, a tagger's byte offsets turned into characters."""
+  import tensorflow as tf
+  from bert_keras.tasks import predictors
+  logits = np.array([[2.0, -1.0, 0.1], [-3.0, 0.0, 3.0]], np.float32)
+  fake = lambda outputs: lambda a, b: {k: tf.constant(v) for k, v in outputs.items()}  # noqa
+  multi = predictors.GraphPredictor(fake({"probabilities": logits, "logits": logits}),
+                                    "classifier", labels=CLASSES, multi_label=True,
+                                    thresholds=[0.5, 0.5, 0.6])
+  rows = multi.predict(["x", "y"], None)
+  sigmoid = 1 / (1 + np.exp(-logits.astype(np.float64)))
+  np.testing.assert_allclose([list(r["probabilities"].values()) for r in rows], sigmoid)
+  assert [r["labels"] for r in rows] == [["neg"], ["neu", "pos"]]  # 0.525 < 0.6, 0.5 >= 0.5
+  regression = predictors.GraphPredictor(fake({"predictions": [0.25, 4.5]}), "regression")
+  assert regression.predict(["x", "y"], None) == [{"score": 0.25}, {"score": 4.5}]
+  softmax = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+  named = predictors.GraphPredictor(fake({"probabilities": softmax, "logits": logits,
+                                          "label_names": [[b"a", b"b", b"c"]] * 2}),
+                                    "classifier")
+  assert [r["label"] for r in named.predict(["x", "y"], None)] == ["a", "c"]
+  squad = predictors.GraphPredictor(fake({"answer": [b"jim henson", b""],
+                                          "start_index": [3, -1]}), "squad")
+  context = "Who? Jim Henson's dog"
+  assert squad.predict(["q", "q"], [context, "x"]) == [
+      {"answer": {"text": "Jim Henson", "start": 5, "end": 15}},
+      {"answer": {"text": "", "start": None, "end": None}}]
+  text = "café Jim"   # "Jim" is bytes 6-9, characters 5-8
+  tagger = predictors.GraphPredictor(fake({
+      "entity_types": [[b"PER", b""]], "entity_starts": [[6, -1]], "entity_ends": [[9, -1]],
+      "entity_scores": [[0.75, 0.0]]}), "tagger")
+  assert tagger.predict([text], None) == [
+      {"entities": [{"type": "PER", "text": "Jim", "start": 5, "end": 8, "score": 0.75}]}]
