@@ -12,10 +12,12 @@ Both read MRPC dev (../shared, 408 pairs, "#1 String" and "#2 String"), predict 
     trimmed per batch);
   * KerasHub: BertTextClassifierPreprocessor + BertTextClassifier.predict((a, b),
     batch_size), csv and json around it.
-"cold": the model built and loaded, then the file predicted (tracing included); "warm": the
-file predicted again with the loaded model. Rounds interleave the two sides (--repeats; each
-keeps its best). The table also gives the largest difference of the probabilities and how
-many labels agree (KerasHub's tokenizer does not strip accents; ours, as the original, does).
+Each side runs in a fresh process per round (imports not timed): "cold" is the model built
+and loaded, then the file predicted (tracing included); "warm" the file predicted again with
+the loaded model. Rounds alternate the two sides (--repeats; each keeps its best). The table
+also gives the largest and the median difference of the probabilities and how many labels
+agree (KerasHub's tokenizer does not strip accents and truncates pairs round-robin; ours, as
+the original, strips them and truncates the longer text first).
 
   python bench/bench_predict.py --peer_python=/tmp/khvenv/bin/python
 Prints a table; the last line is a JSON object of the figures.
@@ -27,7 +29,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import types
 
 import numpy as np
@@ -141,10 +142,35 @@ def _build_model_dir(directory, vocab, args):
   return dict(config.to_dict(), num_labels=2)
 
 
-def _ours(predict, predictor, options):
+OURS = r"""
+import json, sys, time
+from bert_keras.utils import quiet_tensorflow
+from absl import logging
+from bert_keras import predict
+logging.set_verbosity(logging.WARNING)
+model_dir, tsv, out, batch, rounds = sys.argv[1:6]
+options = predict.options(model_dir=model_dir, input_file=tsv, output_file=out,
+                          batch_size=int(batch))
+start = time.perf_counter()
+predictor = predict.load_predictor(options)
+counts = predict.predict_file(predictor, options)
+cold = time.perf_counter() - start
+warm = []
+for _ in range(int(rounds)):
   start = time.perf_counter()
-  counts = predict.predict_file(predictor, options)
-  return time.perf_counter() - start, counts["written"]
+  predict.predict_file(predictor, options)
+  warm.append(time.perf_counter() - start)
+print(json.dumps({"rows": counts["written"], "cold_s": cold, "warm_s": min(warm)}))
+"""
+
+
+def _side(command):
+  """Runs one side's script (a fresh process); its last stdout line as JSON."""
+  done = subprocess.run(command, capture_output=True, text=True,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""))
+  if done.returncode != 0:
+    sys.exit(f"{command[0]} failed:\n" + done.stderr[-3000:])
+  return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main():
@@ -159,36 +185,23 @@ def main():
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--seed", type=int, default=0)
   args = parser.parse_args()
-  sys.path.insert(0, os.path.join(HERE, "..", ".."))
-  from bert_keras.utils import quiet_tensorflow  # noqa: F401
-  from absl import logging
-  from bert_keras import predict
-  logging.set_verbosity(logging.WARNING)
   tsv = os.path.join(SHARED, "glue", "MRPC", "dev.tsv")
   vocab = os.path.join(SHARED, "vocab", "bert-base-uncased-vocab.txt")
   with tempfile.TemporaryDirectory() as scratch:
     config = _build_model_dir(scratch, vocab, args)
     ours_out, peer_out = os.path.join(scratch, "ours.jsonl"), os.path.join(scratch, "peer.jsonl")
-    options = predict.options(model_dir=scratch, input_file=tsv, output_file=ours_out,
-                              batch_size=args.batch_size)
-    start = time.perf_counter()
-    predictor = predict.load_predictor(options)
-    seconds, rows = _ours(predict, predictor, options)
-    best = {"ours_cold": time.perf_counter() - start, "ours_warm": float("inf"),
-            "peer_cold": float("inf"), "peer_warm": float("inf")}
+    best = {key: float("inf") for key in ("ours_cold", "ours_warm", "peer_cold", "peer_warm")}
     info = {}
-    for _ in range(args.repeats):
-      best["ours_warm"] = min(best["ours_warm"], _ours(predict, predictor, options)[0])
-      done = subprocess.run(
-          [args.peer_python, "-c", PEER, os.path.join(scratch, "weights.npz"), vocab, tsv,
-           peer_out, json.dumps(config), str(args.batch_size), str(args.max_seq_length), "1"],
-          capture_output=True, text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-                                                   CUDA_VISIBLE_DEVICES=""))
-      if done.returncode != 0:
-        sys.exit("the peer failed:\n" + done.stderr[-3000:])
-      info = json.loads(done.stdout.strip().splitlines()[-1])
-      best["peer_cold"] = min(best["peer_cold"], info["cold_s"])
-      best["peer_warm"] = min(best["peer_warm"], info["warm_s"])
+    for _ in range(args.repeats):  # the two sides in turn, each in a fresh process
+      ours = _side([sys.executable, "-c", OURS, scratch, tsv, ours_out, str(args.batch_size),
+                    "1"])
+      info = _side([args.peer_python, "-c", PEER, os.path.join(scratch, "weights.npz"), vocab,
+                    tsv, peer_out, json.dumps(config), str(args.batch_size),
+                    str(args.max_seq_length), "1"])
+      for key, side in (("ours", ours), ("peer", info)):
+        best[key + "_cold"] = min(best[key + "_cold"], side["cold_s"])
+        best[key + "_warm"] = min(best[key + "_warm"], side["warm_s"])
+    rows = ours["rows"]
     with open(ours_out, encoding="utf-8") as f:
       ours = [json.loads(line) for line in f]
     with open(peer_out, encoding="utf-8") as f:
