@@ -123,15 +123,32 @@ def write_thresholds(output_dir, label_list, thresholds, tuned):
   return record
 
 
+def read_record(directory):
+  """The dict of directory/thresholds.json (labels, thresholds, label_separator, tuned), or
+  of the output_dir above a best/ without one; None without the file. A file that is not
+  such a record is a ValueError naming it."""
+  for where in (directory, os.path.dirname(directory.rstrip("/"))
+                if os.path.basename(directory.rstrip("/")) == "best" else None):
+    path = where and os.path.join(where, THRESHOLDS_FILE)
+    if path and tf.io.gfile.exists(path):
+      with tf.io.gfile.GFile(path) as f:
+        try:
+          record = json.loads(f.read())
+          if len(record["labels"]) != len(record["thresholds"]):
+            raise ValueError("as many labels as thresholds")
+        except (ValueError, KeyError, TypeError) as e:
+          raise ValueError(f"{path}: not a thresholds file ({e})") from None
+      return record
+  return None
+
+
 def read_thresholds(directory, label_list=None):
-  """The thresholds (float32 [C]) of directory/thresholds.json, or None without the file;
-  a ValueError naming the file when its labels are not label_list's."""
-  path = os.path.join(directory, THRESHOLDS_FILE)
-  if not tf.io.gfile.exists(path):
+  """The thresholds (float32 [C]) of directory/thresholds.json (read_record), or None
+  without the file; a ValueError naming the file when its labels are not label_list's."""
+  record = read_record(directory)
+  if record is None:
     return None
-  with tf.io.gfile.GFile(path) as f:
-    record = json.loads(f.read())
   if label_list is not None and list(record["labels"]) != list(label_list):
-    raise ValueError(f"{path}: its labels {record['labels']} are not the task's "
-                     f"{list(label_list)}")
+    raise ValueError(f"{os.path.join(directory, THRESHOLDS_FILE)}: its labels "
+                     f"{record['labels']} are not the task's {list(label_list)}")
   return np.asarray(record["thresholds"], np.float32)

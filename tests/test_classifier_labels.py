@@ -213,22 +213,29 @@ def _model_logits(tiny, directory, record_file, seq_length, multi=0):
   return model(inputs, training=False).numpy(), records
 
 
-def test_multi_label_end_to_end(tiny, tmp_path):
-  """Training with balanced class weights and evaluations during training (best/ by micro
-  F1), tuned thresholds, the prediction files: every metric recomputed by scikit-learn from
-  eval_predictions.tsv, whose probabilities are the sigmoid of the saved model's logits."""
-  sk = _sk()
+@pytest.fixture(scope="module")
+def multi_label_run(tiny, tmp_path_factory):
   rng = np.random.RandomState(3)
-  data = tmp_path / "data"
+  root = tmp_path_factory.mktemp("multi_label")
+  data = root / "data"
   _write(data, "train.tsv", _multi_label_rows(rng, 48))
   dev = _multi_label_rows(rng, 12)
   dev[1][1] = ""  # an example without labels
   _write(data, "dev.tsv", dev)
   _write(data, "test.tsv", [["sentence"]] + [[r[0]] for r in _multi_label_rows(rng, 5)[1:]])
-  out = tmp_path / "out"
+  out = root / "out"
   results = run_classifier.run(_options(tiny, data, out, multi_label=True, tune_threshold=True,
                                         class_weights="balanced", eval_every_steps=3,
                                         num_train_epochs=1.0))
+  return data, out, results, dev
+
+
+def test_multi_label_end_to_end(tiny, multi_label_run):
+  """Training with balanced class weights and evaluations during training (best/ by micro
+  F1), tuned thresholds, the prediction files: every metric recomputed by scikit-learn from
+  eval_predictions.tsv, whose probabilities are the sigmoid of the saved model's logits."""
+  sk = _sk()
+  data, out, results, dev = multi_label_run
   got = dict(line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines())
   assert sorted(got) == ["eval_hamming_loss", "eval_loss", "eval_macro_f1", "eval_micro_f1",
                          "eval_subset_accuracy", "global_step", "loss"]
@@ -349,3 +356,43 @@ def test_bad_input_is_one_line_before_anything_is_built(tiny, tmp_path):
       "--tune_threshold is for --multi_label (per-label thresholds)")
   assert error(class_weights="balanced", task_name="sts-b").startswith(
       "--class_weights: not for a regression task")
+
+
+def test_multi_label_export(tiny, multi_label_run, tmp_path):
+  """export_saved_model --multi_label on the run's best/: the thresholds of thresholds.json,
+  sigmoid probabilities and the predicted labels as eval_predictions.tsv has them."""
+  from bert_keras import export_saved_model
+  data, out, _, dev = multi_label_run
+  root, _ = tiny
+  export_dir = tmp_path / "export"
+  export_saved_model.run(export_saved_model.options(
+      bert_config_file=str(root / "bert_config.json"), vocab_file=str(root / "vocab.txt"),
+      init_checkpoint=str(out / "best"), max_seq_length=16, export_dir=str(export_dir),
+      multi_label=True))
+  loaded = tf.saved_model.load(str(export_dir))
+  texts = [r[0] for r in dev[1:]]
+  got = loaded.signatures["serving_default"](text_a=tf.constant(texts),
+                                             text_b=tf.constant([""] * len(texts)))
+  _, rows = _read_tsv(out / "eval_predictions.tsv")
+  np.testing.assert_allclose(got["probabilities"].numpy(),
+                             [[float(x) for x in r[3:]] for r in rows], atol=1e-5)
+  assert [x.decode() for x in got["labels"].numpy()] == [r[1] for r in rows]
+  with pytest.raises(ValueError, match="--multi_label / --threshold are for --task=classifier"):
+    export_saved_model.run(export_saved_model.options(
+        bert_config_file=str(root / "bert_config.json"), vocab_file=str(root / "vocab.txt"),
+        init_checkpoint=str(out), export_dir=str(tmp_path / "x"), task="squad",
+        multi_label=True))
+
+
+def test_text_b_without_room_for_windows(tiny, tmp_path):
+  pair = tmp_path / "pair"
+  _write(pair, "train.tsv", [["sentence1", "sentence2", "label"], ["b", "c", "1"],
+                             ["a", "the cat sat on the mat the dog ran fast slow good bad", "0"]])
+  out = tmp_path / "out"
+  with pytest.raises(ValueError) as info:
+    run_classifier.run(_options(tiny, pair, out, do_eval=False, do_predict=False,
+                                doc_stride=4))
+  assert str(info.value) == (
+      "--doc_stride: train example train-2 has a text_b of 13 word pieces, which leaves no "
+      "room for text_a in --max_seq_length=16")
+  assert not out.exists()
