@@ -496,11 +496,10 @@ class CustomProcessor(DataProcessor):
 
   def get_labels(self):
     if self._labels is None and self.multi_label:
-      labels = sorted({name for e in self.get_train_examples(self.data_dir) for name in e.label})
-      if not labels:
-        raise ValueError(f"--data_dir: {os.path.join(self.data_dir, 'train.tsv')}: its "
-                         f"{self.label_column} column names no label (give --labels)")
-      self._labels = multi_label_lib.MultiLabelList(labels, self.separator)
+      self._labels = multi_label_lib.label_set(
+          self.get_train_examples(self.data_dir), self.separator,
+          f"--data_dir: {os.path.join(self.data_dir, 'train.tsv')}: its {self.label_column} "
+          "column")
     if self._labels is None:
       path = os.path.join(self.data_dir, "train.tsv")
       if not tf.io.gfile.exists(path):
@@ -567,12 +566,8 @@ class CustomProcessor(DataProcessor):
   def _cell_labels(self, value, line):
     """A multi-label cell (None: no label column) -> tuple of names, each checked against the
     labels when they are known (--labels, or train.tsv's once read)."""
-    names = multi_label_lib.parse_cell(value or "", self.separator)
-    for name in names if self._labels is not None else ():
-      if name not in self._labels:
-        raise ValueError(f"--data_dir: {line.path}, line {line.line_number}: label {name!r} "
-                         f"is not one of the labels ({', '.join(self._labels)})")
-    return names
+    return multi_label_lib.parse_cell(value or "", self.separator, self._labels,
+                                      f"--data_dir: {line.path}, line {line.line_number}")
 
   def _columns(self, header, test):
     """The header row -> positions (text_a, text_b or None, label or None)."""
@@ -732,18 +727,11 @@ def write_records(examples, label_list, options, tokenizer, output_file):
                                             tokenizer, output_file)
     return np.arange(len(examples))
   documents = []
-
-  def features():
-    for (index, example) in enumerate(examples):
-      tokens_a = tokenizer.tokenize(example.text_a)
-      tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
-      for window in doc_windows.windows(tokens_a, tokens_b, options.max_seq_length,
-                                        options.doc_stride, f"example {example.guid}"):
-        documents.append(index)
-        yield features_of_tokens(len(documents) - 1, example, list(window), tokens_b,
-                                 label_list, options.max_seq_length, tokenizer)
-
-  write_feature_records(features(), label_list, output_file)
+  features = doc_windows.window_features(
+      examples, tokenizer, options.max_seq_length, options.doc_stride, documents,
+      lambda i, example, a, b: features_of_tokens(i, example, a, b, label_list,
+                                                  options.max_seq_length, tokenizer))
+  write_feature_records(features, label_list, output_file)
   logging.info("--doc_stride=%d: %d examples -> %d windows", options.doc_stride, len(examples),
                len(documents))
   return np.array(documents, np.int64)

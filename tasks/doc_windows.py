@@ -46,6 +46,20 @@ def windows(tokens_a, tokens_b, max_seq_length, doc_stride, name="an example"):
           for start, length in ner.spans(len(tokens_a), room, doc_stride)]
 
 
+def window_features(examples, tokenizer, max_seq_length, doc_stride, documents,
+                    make_features):
+  """Yields make_features(record index, example, window of text_a's pieces, text_b's pieces
+  or None) for every window (windows above) of every example in order, appending the
+  example's index to `documents` (a list) for each."""
+  for index, example in enumerate(examples):
+    tokens_a = tokenizer.tokenize(example.text_a)
+    tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
+    for window in windows(tokens_a, tokens_b, max_seq_length, doc_stride,
+                          f"example {example.guid}"):
+      documents.append(index)
+      yield make_features(len(documents) - 1, example, list(window), tokens_b)
+
+
 def pool(logits, documents, num_documents, how="mean"):
   """The windows' logits float [W, C] and their documents int [W] (each in [0,
   num_documents), every document at least one window) -> float32 [num_documents, C]: the

@@ -39,11 +39,26 @@ class MultiLabelList(list):
     return self.separator.join(labels)
 
 
-def parse_cell(cell, separator):
+def parse_cell(cell, separator, labels=None, where="a label cell"):
   """A label cell -> a tuple of label names (each stripped; empty parts dropped, so "" is no
-  label and "a,,b" is (a, b)); a label named twice counts once, in its first place."""
-  names = [part.strip() for part in cell.split(separator)]
-  return tuple(dict.fromkeys(name for name in names if name))
+  label and "a,,b" is (a, b)); a label named twice counts once, in its first place. labels:
+  None, or the known labels: a name outside them is a ValueError starting with `where` (e.g.
+  "--data_dir: dev.tsv, line 7")."""
+  names = tuple(dict.fromkeys(n for n in (part.strip() for part in cell.split(separator)) if n))
+  for name in names if labels is not None else ():
+    if name not in labels:
+      raise ValueError(f"{where}: label {name!r} is not one of the labels "
+                       f"({', '.join(map(str, labels))})")
+  return names
+
+
+def label_set(examples, separator, where):
+  """The sorted union of the examples' labels (tuples) -> a MultiLabelList; none at all is a
+  ValueError starting with `where`."""
+  labels = sorted({name for example in examples for name in example.label})
+  if not labels:
+    raise ValueError(f"{where} names no label (give --labels)")
+  return MultiLabelList(labels, separator)
 
 
 def multi_hot(examples_labels, label_list):
