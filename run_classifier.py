@@ -1011,6 +1011,7 @@ def run(options, strategy=None):
   task = ClassifierTask(
       processor.is_regression, "eval_micro_f1" if multi else processor.metric_name, multi,
       classifier_options.weights_of(options, label_list, examples["train"]))
+  classifier_options.thresholds(options, label_list)  # (a stale thresholds.json: now)
   if options.doc_stride:
     classifier_options.check_text_b_fits(options, examples, tokenizer)
   keras.utils.set_random_seed(options.seed)

@@ -2,20 +2,22 @@
 """Data sets of issue 25's real results, built from ../shared (run_classifier --task_name=custom
 TSVs), and the figures of a run's eval_predictions.tsv.
 
-  python bench/issue25_data.py wnut  OUT   # multi-label: WNUT-17 sentences -> their entity types
-  python bench/issue25_data.py sst2  OUT   # SST-2 train subset, 10 positives to 1 negative
-  python bench/issue25_data.py books OUT   # Gutenberg passages of 300-2,000 words -> their book
+  python bench/issue25_data.py wnut  OUT [TRAIN DEV]  # WNUT-17 sentences -> their entity types
+  python bench/issue25_data.py sst2  OUT [POS NEG]    # SST-2 train subset, 10 positives to 1
+  python bench/issue25_data.py books OUT [BOOKS TRAIN DEV]  # Gutenberg passages -> their book
   python bench/issue25_data.py report OUTPUT_DIR   # accuracy, macro F1, per-label recall
 
-wnut: each sentence of ../shared/data/ner/wnut17/{train,dev}.conll (tokens joined by spaces),
+wnut: each sentence of ../shared/data/ner/wnut17/{train,dev}.conll (tokens joined by spaces;
+the first TRAIN and DEV sentences, default all),
 labelled with the set of entity types its BIO tags name (person, location, group,
 creative-work, corporation, product; none for most sentences), separator ",".
-sst2: the first 2,000 positive and the first 200 negative sentences of SST-2's train.tsv
+sst2: the first POS (2,000) positive and the first NEG (200) negative sentences of SST-2's
+train.tsv
 (shuffled, seed 0), and the whole dev.tsv (444 positive, 428 negative).
-books: six books (three by Austen, three by Chesterton), each cut into consecutive passages of
-whole sentences, a passage's length drawn uniformly from 300-2,000 words (seed 0); of each book's
-passages, every fourth goes to dev, 24 of the rest to train and 8 to dev (the label: the file
-name).
+books: the first BOOKS (6) of three by Austen and three by Chesterton (emma, brown,
+persuasion, thursday, sense, ball), each cut into consecutive passages of whole sentences, a
+passage's length drawn uniformly from 300-2,000 words (seed 0); of each book's passages, DEV
+(8) of every fourth go to dev and TRAIN (24) of the rest to train (the label: the file name).
 """
 
 import csv
@@ -24,8 +26,8 @@ import random
 import sys
 
 SHARED = os.environ.get("SHARED", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
-BOOKS = ("austen-emma", "austen-persuasion", "austen-sense", "chesterton-ball",
-         "chesterton-brown", "chesterton-thursday")
+BOOKS = ("austen-emma", "chesterton-brown", "austen-persuasion", "chesterton-thursday",
+         "austen-sense", "chesterton-ball")
 
 
 def _write(path, header, rows):
@@ -55,10 +57,11 @@ def _conll(path):
   return sentences
 
 
-def wnut(out):
-  for split, name in (("train", "train.tsv"), ("dev", "dev.tsv")):
+def wnut(out, train=None, dev=None):
+  for split, name, n in (("train", "train.tsv", train), ("dev", "dev.tsv", dev)):
     rows = []
-    for tokens, tags in _conll(os.path.join(SHARED, "data", "ner", "wnut17", f"{split}.conll")):
+    path = os.path.join(SHARED, "data", "ner", "wnut17", f"{split}.conll")
+    for tokens, tags in _conll(path)[:n]:
       types = sorted({tag[2:] for tag in tags if tag != "O"})
       rows.append((" ".join(tokens), ",".join(types)))
     _write(os.path.join(out, name), ["sentence", "label"], rows)
@@ -81,10 +84,10 @@ def sst2(out, positives=2000, negatives=200):
   print(f"train: {positives} positive, {negatives} negative; dev: {len(dev)}")
 
 
-def books(out, train_per_book=24, dev_per_book=8):
+def books(out, num_books=6, train_per_book=24, dev_per_book=8):
   rng = random.Random(0)
   train, dev = [], []
-  for book in BOOKS:
+  for book in BOOKS[:num_books]:
     path = os.path.join(SHARED, "data", "text", "gutenberg_sentence_per_line", book + ".txt")
     with open(path, encoding="utf-8") as f:
       sentences = [line.strip() for line in f if line.strip()]
@@ -124,4 +127,5 @@ def report(output_dir):
 
 if __name__ == "__main__":
   command, target = sys.argv[1], sys.argv[2]
-  {"wnut": wnut, "sst2": sst2, "books": books, "report": report}[command](target)
+  {"wnut": wnut, "sst2": sst2, "books": books, "report": report}[command](
+      target, *map(int, sys.argv[3:]))
