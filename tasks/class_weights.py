@@ -73,7 +73,9 @@ def class_weights(spec, label_list, train_label_occurrences=None):
 
 
 def write_weights(output_dir, label_list, weights):
-  """output_dir/class_weights.json: {label: weight} in label order (atomically)."""
+  """output_dir/class_weights.json: {label: weight} in label order (atomically), each weight
+  to 7 significant digits (the loss uses them as float32)."""
   file_io.write_text_atomic(
       os.path.join(output_dir, WEIGHTS_FILE),
-      json.dumps({str(k): float(w) for k, w in zip(label_list, weights)}, indent=2) + "\n")
+      json.dumps({str(k): float("%.7g" % w) for k, w in zip(label_list, weights)},
+                 indent=2) + "\n")
