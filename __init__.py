@@ -30,13 +30,17 @@ def register_keras_objects():
 
 class _AfterKerasImport:
   """A meta path finder for the top-level `keras` module only: it finds keras's spec with the
-  other finders and makes its loader call register_keras_objects once keras has executed."""
+  other finders and makes its loader call register_keras_objects once keras has executed.
+  Hooks are told apart by BERT_KERAS_HOOK, not by class: pytest imports this file a second time (as
+  "__init__"), a second class."""
+
+  BERT_KERAS_HOOK = True
 
   def find_spec(self, fullname, path=None, target=None):
     if fullname != "keras":
       return None
     for finder in sys.meta_path:   # the spec the other finders give (a probe gets one too)
-      spec = (None if finder is self or not hasattr(finder, "find_spec")
+      spec = (None if _is_hook(finder) or not hasattr(finder, "find_spec")
               else finder.find_spec(fullname, path, target))
       if spec is not None:
         break
@@ -55,11 +59,15 @@ class _AfterKerasImport:
     return spec
 
 
+def _is_hook(finder):
+  return getattr(finder, "BERT_KERAS_HOOK", False) is True
+
+
 def _remove_hook():
-  sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _AfterKerasImport)]
+  sys.meta_path[:] = [f for f in sys.meta_path if not _is_hook(f)]
 
 
 if "keras" in sys.modules:
   register_keras_objects()
-elif not any(isinstance(f, _AfterKerasImport) for f in sys.meta_path):
+elif not any(_is_hook(f) for f in sys.meta_path):
   sys.meta_path.insert(0, _AfterKerasImport())

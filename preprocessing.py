@@ -997,6 +997,10 @@ def text_model(model, task, vocab_file, do_lower_case, max_seq_length=128,
   `learning_rate` and the task's loss (classifier: cross-entropy and accuracy; tagger:
   cross-entropy without labels -1; squad: the mean of the start and end cross-entropies).
   Compile again to change them."""
+  positions = model.config.max_position_embeddings
+  if max_seq_length > positions:
+    raise ValueError(f"max_seq_length={max_seq_length} is longer than the model's "
+                     f"max_position_embeddings ({positions})")
   text = TextModel(BertPreprocessor(vocab_file, do_lower_case, max_seq_length), model, task)
   text.compile(optimizer=optimization.create_optimizer(learning_rate, 0, 0),
                **_task_compile_options(task))

@@ -60,9 +60,9 @@ def _original_features(directory, texts):
     a, b = (text, None) if isinstance(text, str) else text
     tokens = ["[CLS]"] + tokenizer.tokenize(a) + ["[SEP]"]
     types = [0] * len(tokens)
-    if b is not None:
-      more = tokenizer.tokenize(b) + ["[SEP]"]
-      tokens, types = tokens + more, types + [1] * len(more)
+    more = tokenizer.tokenize(b) if b else []   # as convert_single_example: no b, no [SEP]
+    if more:
+      tokens, types = tokens + more + ["[SEP]"], types + [1] * (len(more) + 1)
     rows.append(tokenizer.convert_tokens_to_ids(tokens))
     segments.append(types)
   return _ids(rows, segments)
@@ -101,12 +101,12 @@ def test_text_classifier_predict_pairs_fit_and_file_size(tiny_dir, tmp_path):
                                  max_seq_length=SEQ)
   assert isinstance(model.preprocessor, preprocessing.BertPreprocessor) and model.compiled
   assert model.preprocessor.do_lower_case and model.vocab_file.endswith("vocab.txt")
-  texts = ["a b", "C d film", "w12 good w7 a"]
+  texts = ["a b", "C d film", "w12 good w7 a", "d"]   # batches of 4 here: one trace
   expected = _softmax(model.task_model(_original_features(tiny_dir, texts)).numpy())
   assert np.abs(expected[:, 0] - 0.5).max() > 1e-3   # the head is not near-uniform
   np.testing.assert_allclose(model.predict(texts, verbose=0), expected, atol=1e-6)
   np.testing.assert_allclose(model.predict(np.array(texts), verbose=0), expected, atol=1e-6)
-  pairs = [("a b", "c"), ("film", "good w1 w2")]
+  pairs = [("a b", "c"), ("film", "good w1 w2"), ("d", ""), ("a", "a")]
   expected = _softmax(model.task_model(_original_features(tiny_dir, pairs)).numpy())
   np.testing.assert_allclose(model.predict(pairs, verbose=0), expected, atol=1e-6)
   np.testing.assert_allclose(model.predict(np.array(pairs), verbose=0), expected, atol=1e-6)
@@ -114,6 +114,9 @@ def test_text_classifier_predict_pairs_fit_and_file_size(tiny_dir, tmp_path):
     model.predict([[("a", "b", "c")]], verbose=0)
   with pytest.raises(ValueError, match="text_input=True takes task"):
     checkpoints.load_model(tiny_dir, task="pretrainer", text_input=True)
+  with pytest.raises(ValueError, match="max_seq_length=128 is longer than the model's "
+                                       "max_position_embeddings \\(16\\)"):
+    checkpoints.load_model(tiny_dir, task="classifier", text_input=True)
 
   before = [v.numpy().copy() for v in model.task_model.trainable_weights]
   train = ["a b", "c d", "film", "good", "a film", "d d", "good film", "c"]
@@ -162,18 +165,22 @@ def test_text_tasks(tiny_dir):
 
 _FRESH_LOAD = """
 import json, sys
-import numpy as np
-import keras
 import bert_keras
+import bert_keras.create_pretraining_data  # the pure-Python job: no TensorFlow, no Keras yet
+assert not [m for m in sys.modules if m.split(".")[0] in ("tensorflow", "keras")]
+import numpy as np
+import keras   # registers our classes (bert_keras's hook) once Keras is imported
 loaded = keras.saving.load_model(sys.argv[1])
-print("RESULT", json.dumps(loaded.predict(np.array(json.loads(sys.argv[2]), object), verbose=0).tolist()))
+texts = np.array(json.loads(sys.argv[2]), object)
+print("RESULT", json.dumps(loaded.predict(texts, verbose=0).tolist()))
 """
 
 
 @pytest.mark.slow
 def test_a_keras_file_reloads_after_import_bert_keras_only(tiny_dir, tmp_path):
   """A functional model of a BertPreprocessor and a BertClassifier, as built by hand, saved
-  here and loaded in a new process that imports keras and bert_keras only."""
+  here and loaded in a new process that imports bert_keras (then Keras) only; there,
+  `import bert_keras` and create_pretraining_data leave TensorFlow and Keras unimported."""
   encoder = checkpoints.load_model(tiny_dir)
   classifier = modeling.BertClassifier(encoder, num_labels=2)
   preprocess = preprocessing.BertPreprocessor(encoder.vocab_file, True, max_seq_length=SEQ)
