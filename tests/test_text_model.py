@@ -21,14 +21,14 @@ from bert_keras import preprocessing
 from bert_keras import tokenization
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-WORDS = ["a", "b", "c", "d", "film", "good"] + [f"w{i}" for i in range(3000)]
+WORDS = ["a", "b", "c", "d", "film", "good"] + [f"w{i}" for i in range(6000)]
 SEQ = 16
 
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
   """Google's layout (save_pretrained) of a 2-layer, hidden-32 encoder under a 2-label head;
-  a vocab of 3,011 tokens, so that the weights (not the file format) make most of a file."""
+  a vocab of 6,011 tokens, so that the weights (not the file format) make most of a file."""
   root = tmp_path_factory.mktemp("text_model")
   vocab = root / "words.txt"
   vocab.write_text("".join(t + "\n" for t in SPECIAL + WORDS))
