@@ -249,7 +249,7 @@ def test_multi_label_end_to_end(tiny, multi_label_run):
   saved = json.loads((out / "class_weights.json").read_text())
   np.testing.assert_allclose([saved[k] for k in LABELS],
                              compute_class_weight("balanced", classes=np.array(LABELS),
-                                                  y=np.array(y)))
+                                                  y=np.array(y)), rtol=1e-6)
   # Thresholds tuned on dev, saved, used.
   thresholds = json.loads((out / "thresholds.json").read_text())
   assert thresholds["labels"] == LABELS and thresholds["tuned"]
