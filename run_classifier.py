@@ -818,7 +818,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, l
     is_regression = num_labels == 1
   outputs = model({"input_ids": input_ids, "input_mask": input_mask,
                    "segment_ids": segment_ids}, training=is_training)
-  return classifier_outputs(outputs, labels, is_regression, model.multi_label)
+  return classifier_outputs(outputs, labels, is_regression, getattr(model, "multi_label", False))
 
 
 class ClassifierTask(training.ExampleMeanTask):
