@@ -85,6 +85,17 @@ class Predictor(object):
     return [{"label": names[b], "probabilities": dict(zip(names, map(float, row)))}
             for b, row in zip(best, probabilities)]
 
+  def multi_label_fields(self, probabilities, predicted):
+    """A multi-label SavedModel's probabilities float [B, N] (sigmoid) and predicted int
+    [B, N] (1: reaches its threshold) -> the rows' fields; with --threshold (thresholds
+    given) the probabilities are compared with it instead."""
+    names = self._label_names(np.shape(probabilities)[1])
+    if self.thresholds is not None:
+      predicted = np.asarray(probabilities) >= np.asarray(self.thresholds, np.float32)
+    return [{"labels": [n for n, chosen in zip(names, row) if chosen],
+             "probabilities": dict(zip(names, map(float, p)))}
+            for row, p in zip(np.asarray(predicted), probabilities)]
+
   @staticmethod
   def entity_fields(texts, outputs):
     """The tagger's entity_* outputs ([B, E]; byte offsets into the UTF-8 texts, -1
@@ -127,6 +138,8 @@ class GraphPredictor(Predictor):
       if "label_names" in outputs:  # a SavedModel's own names come first
         names = np.asarray(outputs["label_names"])
         self.labels = _decode(names[0] if names.ndim == 2 else names)
+      if "predicted" in outputs:  # a multi-label SavedModel: sigmoid outputs, its thresholds
+        return self.multi_label_fields(outputs["probabilities"], outputs["predicted"])
       return self.classifier_fields(outputs["probabilities"], outputs["logits"])
     if self.task == "embeddings":
       vectors = outputs["embeddings"]

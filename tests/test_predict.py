@@ -387,6 +387,12 @@ def test_outputs_of_each_task_without_a_model():
   sigmoid = 1 / (1 + np.exp(-logits.astype(np.float64)))
   np.testing.assert_allclose([list(r["probabilities"].values()) for r in rows], sigmoid)
   assert [r["labels"] for r in rows] == [["neg"], ["neu", "pos"]]  # 0.525 < 0.6, 0.5 >= 0.5
+  saved = predictors.GraphPredictor(fake({"probabilities": sigmoid, "logits": logits,
+                                          "predicted": [[0, 1, 1], [0, 0, 0]]}),
+                                    "classifier", labels=CLASSES)
+  assert [r["labels"] for r in saved.predict(["x", "y"], None)] == [["neu", "pos"], []]
+  saved.thresholds = [0.5, 0.5, 0.6]  # --threshold (or task.json's) instead of the model's
+  assert [r["labels"] for r in saved.predict(["x", "y"], None)] == [["neg"], ["neu", "pos"]]
   regression = predictors.GraphPredictor(fake({"predictions": [0.25, 4.5]}), "regression")
   assert regression.predict(["x", "y"], None) == [{"score": 0.25}, {"score": 4.5}]
   softmax = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
