@@ -1003,13 +1003,15 @@ def run(options, strategy=None):
   tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
                            required=("[UNK]", "[CLS]", "[SEP]"))
   run_checks.check_vocab_fits(config, tokenizer.vocab, options)
+  task_processor = processor  # its is_regression and metric_name, also under --tfds_name
   if options.tfds_name:
     processor = tfds_input.GlueReader(options.tfds_name, options.tfds_data_dir, processor,
                                       task_name)
   examples = read_examples(options, processor, label_list)
   multi = isinstance(label_list, multi_label_lib.MultiLabelList)
   task = ClassifierTask(
-      processor.is_regression, "eval_micro_f1" if multi else processor.metric_name, multi,
+      task_processor.is_regression, "eval_micro_f1" if multi else task_processor.metric_name,
+      multi,
       classifier_options.weights_of(options, label_list, examples["train"]))
   classifier_options.thresholds(options, label_list)  # (a stale thresholds.json: now)
   if options.doc_stride:

@@ -1042,7 +1042,7 @@ def test_export_lock_and_dead_exports_temporaries(data, tmp_path, monkeypatch,  
         export_dir=str(out), **overrides)
   seen = []
 
-  def fake_export(options, config, labels, tags, preprocessor):
+  def fake_export(options, config, labels, tags, preprocessor, *unused):
     seen.append(sorted(os.listdir(out.parent)))
     with pytest.raises(ValueError) as info:                # a second export meanwhile
       export_saved_model.run(export_options(overwrite=True))
