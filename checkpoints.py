@@ -901,8 +901,12 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
     model.do_lower_case   do_lower_case, else tokenizer_config.json's "do_lower_case", else
                           True unless the vocabulary has upper-case words; None without one
     model.load_result     load_checkpoint's LoadResult
-    model.labels          (task "tagger") the tag of each output, from labels.txt in the
-                          directory (or, for a run_ner output_dir/best, its parent); else None
+    model.labels          (tasks "classifier", "tagger") the label of each output, from
+                          labels.txt in the directory (or, for an output_dir/best, its
+                          parent); else None (e.g. a regression)
+  Given a model directory (a run_* output_dir or its best/, with task.json), a
+  bert_config_file, vocab_file or do_lower_case that disagrees with its own files is a
+  ValueError naming both.
   Problems (no checkpoint or config, unknown task, a config that does not fit the
   checkpoint's shapes: check_config_matches) are ValueErrors naming the file, raised before
   the model is built (a wrong config must not first allocate gigabytes).
@@ -920,10 +924,11 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   except CheckpointError as e:
     raise CheckpointError("%s does not fit the checkpoint %s: %s"
                           % (config_file, resolved, e)) from None
-  labels = read_labels(directory) if task == "tagger" else None
+  _check_model_dir(directory, bert_config_file, config, vocab_file, do_lower_case)
+  labels = read_labels(directory) if task in _HEADED else None
   if labels is not None:
     if num_labels is not None and num_labels != len(labels):
-      raise ValueError("num_labels=%d, but %s lists %d tags" % (
+      raise ValueError("num_labels=%d, but %s lists %d labels" % (
           num_labels, os.path.join(directory, LABELS_FILE), len(labels)))
     num_labels = len(labels)
   if task in _HEADED and num_labels is None:
@@ -931,7 +936,7 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   model = (_TASKS[task](config, num_labels, **model_kwargs) if task in _HEADED
            else _TASKS[task](config, **model_kwargs))
   result = load_checkpoint(model, resolved)
-  if task == "tagger":
+  if task in _HEADED:
     model.labels = labels
   if vocab_file is None and tf.io.gfile.exists(os.path.join(directory, "vocab.txt")):
     vocab_file = os.path.join(directory, "vocab.txt")
@@ -939,6 +944,28 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
     do_lower_case = _do_lower_case_of(directory, vocab_file)
   model.vocab_file, model.do_lower_case, model.load_result = vocab_file, do_lower_case, result
   return model
+
+
+def _check_model_dir(directory, bert_config_file, config, vocab_file, do_lower_case):
+  """load_model's arguments against a model directory's own files (only where `directory`
+  holds a run_* script's task.json): a ValueError naming the argument and the file."""
+  if not tf.io.gfile.exists(os.path.join(directory, "task.json")):
+    return
+  own = os.path.join(directory, "bert_config.json")
+  if bert_config_file and tf.io.gfile.exists(own) and (
+      modeling.BertConfig.from_json_file(own).to_dict() != config.to_dict()):
+    raise ValueError("bert_config_file=%s conflicts with the model directory's %s"
+                     % (bert_config_file, own))
+  own = os.path.join(directory, "vocab.txt")
+  if vocab_file and tf.io.gfile.exists(own):
+    with tf.io.gfile.GFile(own) as a, tf.io.gfile.GFile(vocab_file) as b:
+      if a.read().split() != b.read().split():
+        raise ValueError("vocab_file=%s conflicts with the model directory's %s"
+                         % (vocab_file, own))
+  lower = _do_lower_case_of(directory, None)
+  if do_lower_case is not None and lower is not None and bool(do_lower_case) != lower:
+    raise ValueError("do_lower_case=%s conflicts with the model directory %s (trained with "
+                     "do_lower_case=%s)" % (do_lower_case, directory, lower))
 
 
 def read_labels(directory):
