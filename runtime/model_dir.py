@@ -233,6 +233,8 @@ def conflicts(values, description):
 
 def conflict_error(flag, value, description, why):
   """The one-line ValueError of a flag given in conflict with a model directory."""
+  if isinstance(value, (list, tuple)):
+    value = ",".join(map(str, value))
   return ValueError(f"--{flag}={value} conflicts with the model directory "
                     f"{description['directory']}: {why} (leave --{flag} out to use the "
                     "directory's)")

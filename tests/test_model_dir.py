@@ -182,7 +182,7 @@ def test_same_options_resume_and_overwrite_moves_the_old_run_aside(trained, tmp_
   before = (out / "run_options.json").read_bytes()
   # The same options (and a neutral change): resumed at its last step, nothing trained.
   run_classifier.run(_train_options(trained["root"], trained["vocab"], out,
-                                    eval_batch_size=4, do_eval=False, eval_every_steps=0))
+                                    eval_batch_size=4, save_checkpoints_steps=2))
   assert tf.train.latest_checkpoint(str(out)).endswith("model.ckpt-8")
   assert (out / "run_options.json").read_bytes() == before
   run_classifier.run(_train_options(trained["root"], trained["vocab"], out, learning_rate=2e-3,
