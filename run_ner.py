@@ -204,7 +204,7 @@ def run(options, strategy=None):
   None}. options: a namespace from options(...), or the parsed FLAGS; strategy: a
   tf.distribute strategy (built from the options when None). With a model directory as
   --output_dir or --init_checkpoint (runtime/model_dir.py), the model flags may be left out."""
-  options, model = model_dir.resolve_options(options, DEFAULTS, fill=("doc_stride",))
+  options, _ = model_dir.resolve_options(options, DEFAULTS, fill=("doc_stride",))
   _validate(options)
   config = run_checks.load_and_check_config(options)
   if options.max_seq_length > config.max_position_embeddings:

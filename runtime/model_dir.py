@@ -164,7 +164,7 @@ def _is_flag_values(options):
   return hasattr(options, "flag_values_dict") and hasattr(options, "__getitem__")
 
 
-def _namespace(options, defaults):
+def options_namespace(options, defaults):
   """(a SimpleNamespace copy of `options` (parsed absl FLAGS or a namespace) over the keys of
   `defaults` and its own, the set of names given explicitly: a flag present on the command
   line; in a namespace, a value other than the default)."""
@@ -250,10 +250,25 @@ def _has_checkpoint(directory):
   return bool(tf.io.gfile.glob(os.path.join(directory, "model.ckpt*.index")))
 
 
+def _readable(function, *args):
+  """function(*args), or None where the file system cannot be reached (an unknown scheme, an
+  unreachable bucket): the scripts report those where they open the path, in their words."""
+  try:
+    return function(*args)
+  except tf.errors.OpError:
+    return None
+
+
 def source_model_dir(options):
-  """The model directory a run's model files come from (read_model_dir's dict), or None: its
-  --output_dir when it holds a model (task.json and a checkpoint; for --do_train, a training
-  run's run_options.json too), else the directory of --init_checkpoint when that is one."""
+  """The model directory a run's model files come from (read_model_dir's dict with
+  "source": "output_dir" or "init_checkpoint"), or None (also where a path cannot be
+  reached): its --output_dir when it holds a model (task.json and a checkpoint; for
+  --do_train, a training run's run_options.json too), else the directory of
+  --init_checkpoint when that is one."""
+  return _readable(_source_model_dir, options)
+
+
+def _source_model_dir(options):
   output_dir = getattr(options, "output_dir", None)
   if output_dir and tf.io.gfile.isdir(output_dir):
     description = read_model_dir(output_dir)
@@ -279,13 +294,13 @@ def resolve_options(options, defaults, fill=()):
   ValueError naming the flag and the directory (conflicts). Without a model directory the
   options are the script's defaults, as before.
   """
-  namespace, given = _namespace(options, defaults)
-  check_rerun(namespace, given)
+  namespace, given = options_namespace(options, defaults)
+  _readable(check_rerun, namespace, given)
   description = None
   if not getattr(namespace, "_move_aside", False):
     description = source_model_dir(namespace)
   elif getattr(namespace, "init_checkpoint", None):
-    description = read_model_dir(namespace.init_checkpoint)
+    description = _readable(read_model_dir, namespace.init_checkpoint)
     description = description and dict(description, source="init_checkpoint")
   if description is None:
     return namespace, None
@@ -345,7 +360,8 @@ def _changed_options(old, new, given, output_dir):
 
 
 def check_rerun(options, given):
-  """A --do_train run into an --output_dir that holds a training run (its run_options.json):
+  """A --do_train run into an --output_dir that holds a training run (its run_options.json
+  and a checkpoint):
   with the same result-changing options (all but RESULT_NEUTRAL_OPTIONS; options not given
   that the directory supplies are not compared) it resumes; with others it is a one-line
   ValueError listing each change (old -> new), unless options.overwrite_output_dir, which
@@ -360,8 +376,8 @@ def check_rerun(options, given):
         name for name in tf.io.gfile.listdir(output_dir) if not name.startswith(".")]:
       options._move_aside = True
     return
-  if not tf.io.gfile.exists(path):
-    return
+  if not tf.io.gfile.exists(path) or not _has_checkpoint(output_dir):
+    return  # (a run that failed before its first checkpoint trained nothing to resume)
   old = _read_json(path)
   changes = _changed_options(old, options_dict(options), given, output_dir)
   if changes:
@@ -402,8 +418,9 @@ def prepare(options, chief, config, task, labels=None, **task_options):
   if not chief:
     return
   move_aside(options)
-  write_options = (bool(getattr(options, "do_train", False)) and not tf.io.gfile.exists(
-      os.path.join(options.output_dir, OPTIONS_FILE)))
+  write_options = bool(getattr(options, "do_train", False)) and not (
+      tf.io.gfile.exists(os.path.join(options.output_dir, OPTIONS_FILE))
+      and _has_checkpoint(options.output_dir))
   if not write_options and tf.io.gfile.exists(os.path.join(options.output_dir, TASK_FILE)):
     return  # a finished model directory: its files stay as training wrote them
   write_model_dir(options.output_dir, options, config, task, labels,

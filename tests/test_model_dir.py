@@ -185,9 +185,12 @@ def test_same_options_resume_and_overwrite_moves_the_old_run_aside(trained, tmp_
                                     eval_batch_size=4, save_checkpoints_steps=2))
   assert tf.train.latest_checkpoint(str(out)).endswith("model.ckpt-8")
   assert (out / "run_options.json").read_bytes() == before
+  # Another model (its checkpoints would not fit the old ones) and schedule, started over.
+  config = tmp_path / "one_layer.json"
+  config.write_text(modeling.BertConfig(**{**TINY, "num_hidden_layers": 1}).to_json_string())
   run_classifier.run(_train_options(trained["root"], trained["vocab"], out, learning_rate=2e-3,
                                     num_train_epochs=1.0, do_eval=False, eval_every_steps=0,
-                                    overwrite_output_dir=True))
+                                    bert_config_file=str(config), overwrite_output_dir=True))
   aside = [p for p in tmp_path.iterdir() if p.name.startswith("out.old-")]
   assert len(aside) == 1
   assert (aside[0] / "model.ckpt-8.index").exists() and (aside[0] / "best").is_dir()
@@ -195,9 +198,11 @@ def test_same_options_resume_and_overwrite_moves_the_old_run_aside(trained, tmp_
   assert tf.train.latest_checkpoint(str(out)).endswith("model.ckpt-4")
   assert not (out / "best").exists() and not (out / "model.ckpt-8.index").exists()
   assert json.loads((out / "run_options.json").read_text())["learning_rate"] == 2e-3
+  assert json.loads((out / "bert_config.json").read_text())["num_hidden_layers"] == 1
 
 
 def test_neutral_options_and_absent_model_flags_are_not_changes(tmp_path):
+  (tmp_path / "model.ckpt-1.index").write_bytes(b"")  # (a run that trained something)
   (tmp_path / "run_options.json").write_text(json.dumps(
       {"learning_rate": 1e-3, "do_lower_case": False, "iterations_per_loop": 1000,
        "use_tpu": False, "predict_batch_size": 8}))
@@ -208,6 +213,26 @@ def test_neutral_options_and_absent_model_flags_are_not_changes(tmp_path):
   model_dir.check_rerun(options, given={"output_dir", "do_train"})  # do_lower_case not given
   with pytest.raises(ValueError, match=r"do_lower_case: False -> True"):
     model_dir.check_rerun(options, given={"do_lower_case"})
-  options.do_train = False  # an eval- or predict-only run is never a rerun
   options.learning_rate = 5.0
+  with pytest.raises(ValueError, match=r"learning_rate: 0.001 -> 5.0\)"):
+    model_dir.check_rerun(options, given={"learning_rate"})
+  options.do_train = False  # an eval- or predict-only run is never a rerun
   model_dir.check_rerun(options, given={"learning_rate"})
+  options.do_train = True  # nor a run into a directory whose run saved no checkpoint
+  (tmp_path / "model.ckpt-1.index").unlink()
+  model_dir.check_rerun(options, given={"learning_rate"})
+
+
+def test_flags_given_on_the_command_line_are_told_from_defaults():
+  """absl flags: `given` is what the command line set, even a value equal to the default."""
+  from absl import flags
+  values = flags.FlagValues()
+  flags.DEFINE_bool("do_lower_case", True, "", flag_values=values)
+  flags.DEFINE_integer("max_seq_length", 128, "", flag_values=values)
+  flags.DEFINE_string("vocab_file", None, "", flag_values=values)
+  values(["prog", "--do_lower_case=true", "--vocab_file=v.txt"])
+  namespace, given = model_dir.options_namespace(
+      values, dict(do_lower_case=True, max_seq_length=128, vocab_file=None, output_dir=None))
+  assert given == {"do_lower_case", "vocab_file"}
+  assert vars(namespace) == dict(do_lower_case=True, max_seq_length=128, vocab_file="v.txt",
+                                 output_dir=None)
