@@ -339,8 +339,8 @@ def _changed_options(old, new, given, output_dir):
   """["name: old -> new"] for the result-changing options that differ."""
   changes = []
   for name in sorted(set(old) & set(new)):
-    if name in RESULT_NEUTRAL_OPTIONS or name.startswith("_"):
-      continue
+    if name in RESULT_NEUTRAL_OPTIONS or name.startswith("_") or name == "labels":
+      continue  # (labels: checked against the directory's labels.txt by the scripts)
     if name in ("bert_config_file", "vocab_file"):
       if name not in given:
         continue  # the directory's own copy is used
@@ -351,7 +351,7 @@ def _changed_options(old, new, given, output_dir):
           and not same(own, new[name])):
         changes.append(f"{name}: {old[name]} -> {new[name]} (another content)")
       continue
-    if name in MODEL_OPTIONS + ("labels", "init_checkpoint", "doc_stride",
+    if name in MODEL_OPTIONS + ("init_checkpoint", "doc_stride",
                                 "max_query_length") and name not in given:
       continue  # not given: the directory's (or the earlier run's) is used
     if old[name] != new[name]:
