@@ -236,3 +236,22 @@ def test_flags_given_on_the_command_line_are_told_from_defaults():
   assert given == {"do_lower_case", "vocab_file"}
   assert vars(namespace) == dict(do_lower_case=True, max_seq_length=128, vocab_file="v.txt",
                                  output_dir=None)
+
+
+def test_extract_features_from_the_directory(trained, tmp_path):
+  """--init_checkpoint=<model directory> alone: its config, vocabulary, casing and
+  max_seq_length (32: the positions past it would be cut)."""
+  from bert_keras import extract_features
+  text = tmp_path / "input.txt"
+  text.write_text("The cat sat on the mat. ||| A dog barked.\n" + "word " * 60 + "\n")
+  output = tmp_path / "features.jsonl"
+  run = lambda **extra: extract_features.run(extract_features.options(  # noqa: E731
+      input_file=str(text), output_file=str(output), init_checkpoint=str(trained["out"]),
+      layers="-1", **extra))
+  assert run() == 2
+  lines = [json.loads(line) for line in output.read_text().splitlines()]
+  assert lines[0]["features"][0]["token"] == "[CLS]"
+  assert len(lines[1]["features"]) == 32
+  assert len(lines[0]["features"][0]["layers"][0]["values"]) == TINY["hidden_size"]
+  _one_line_error(lambda: run(do_lower_case=False),
+                  "--do_lower_case=False conflicts with the model directory")
