@@ -22,6 +22,7 @@ import types
 from absl import logging
 import tensorflow as tf
 
+from bert_keras import modeling
 from bert_keras.utils import file_io
 
 LABELS_FILE = "labels.txt"
@@ -179,9 +180,11 @@ def options_namespace(options, defaults):
 
 
 def _same_config(path_a, path_b):
+  """Whether two config files describe the same model (as modeling.BertConfig reads them:
+  Google's file and the one written from it compare equal whatever keys they spell out)."""
   try:
-    with tf.io.gfile.GFile(path_a) as a, tf.io.gfile.GFile(path_b) as b:
-      return json.loads(a.read()) == json.loads(b.read())
+    return (modeling.BertConfig.from_json_file(path_a).to_dict()
+            == modeling.BertConfig.from_json_file(path_b).to_dict())
   except (ValueError, tf.errors.OpError):
     return False
 
