@@ -40,6 +40,7 @@ import tensorflow as tf
 from absl import logging
 
 from bert_keras import modeling
+from bert_keras import preprocessing
 from bert_keras.utils import file_io
 
 
@@ -881,7 +882,7 @@ _PRETRAINED_FILES = ("bert_config.json", "bert_model.ckpt.index",
 
 
 def load_model(path, task="encoder", num_labels=None, bert_config_file=None, vocab_file=None,
-               do_lower_case=None, **model_kwargs):
+               do_lower_case=None, text_input=False, max_seq_length=128, **model_kwargs):
   """One call from a checkpoint directory to a ready model, its weights loaded.
 
   path: Google's TF1 directory (bert_config.json, bert_model.ckpt.*, vocab.txt), a
@@ -907,6 +908,10 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   Given a model directory (a run_* output_dir or its best/, with task.json), a
   bert_config_file, vocab_file or do_lower_case that disagrees with its own files is a
   ValueError naming both.
+  text_input=True: a compiled preprocessing.TextModel over text instead (BertPreprocessor of
+  the vocab and do_lower_case above with max_seq_length; the original's optimizer at 2e-5 and
+  the task's loss: preprocessing.text_model), the same attributes set on it; not for
+  "pretrainer".
   Problems (no checkpoint or config, unknown task, a config that does not fit the
   checkpoint's shapes: check_config_matches) are ValueErrors naming the file, raised before
   the model is built (a wrong config must not first allocate gigabytes).
@@ -914,6 +919,9 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   path = os.fspath(path)
   if task not in _TASKS:
     raise ValueError("task must be one of %s, got %r" % (", ".join(_TASKS), task))
+  if text_input and task not in preprocessing.TEXT_TASKS:
+    raise ValueError("text_input=True takes task %s, not %r" % (
+        ", ".join(preprocessing.TEXT_TASKS), task))
   kind, resolved = _resolve_checkpoint(path)
   directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
   config_file = bert_config_file or _config_file_in(directory, path)
@@ -943,6 +951,14 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   if do_lower_case is None:
     do_lower_case = _do_lower_case_of(directory, vocab_file)
   model.vocab_file, model.do_lower_case, model.load_result = vocab_file, do_lower_case, result
+  if text_input:
+    if vocab_file is None or do_lower_case is None:
+      raise ValueError("%s: text_input=True needs a vocab.txt there (or vocab_file) and "
+                       "do_lower_case" % path)
+    text = preprocessing.text_model(model, task, vocab_file, do_lower_case, max_seq_length)
+    text.vocab_file, text.do_lower_case, text.load_result = vocab_file, do_lower_case, result
+    text.labels = labels
+    return text
   return model
 
 

@@ -41,6 +41,8 @@ loop in TF ops (lookups after a binary search over 63-bit fingerprints), only fo
 """
 
 import functools
+import json
+import os
 import unicodedata
 
 import keras
@@ -48,6 +50,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
+from bert_keras import optimization
 from bert_keras import tokenization
 from bert_keras.utils import errors
 
@@ -651,6 +654,11 @@ def _pack(ids, splits, count_a, pairs, max_seq_length, cls_id, sep_id):
 # The Keras layer
 # --------------------------------------------------------------------------
 
+# The asset of a BertPreprocessor in a .keras file: the token of each id, as a JSON list.
+VOCABULARY_ASSET = "vocabulary.json"
+_FROM_ASSETS = object()   # from_config's stand-in vocabulary: load_assets gives the real one
+
+
 def _same_batch(text_a, text_b):
   """text_a, after checking that text_b has as many rows: an InvalidArgumentError saying so
   (tf.debugging, in the graph of a SavedModel signature too) instead of text_b broadcast or
@@ -673,8 +681,9 @@ class BertPreprocessor(keras.layers.Layer):
     do_lower_case: lower-case and strip accents (uncased models).
     max_seq_length: the length of every output row (at least 3).
     vocabulary: instead of vocab_file, the token of each id in order (a list of str; None
-      for an id that no token maps to). get_config stores the vocab this way, so a saved
-      model needs no vocab file.
+      for an id that no token maps to). A .keras file holds it as an asset of the layer
+      (save_assets: assets/.../vocabulary.json), not in the config, so a saved model needs
+      no vocab file and its config stays small.
     core_ops_only: use TensorFlow's own ops only (no tensorflow-text op), so that a graph or
       SavedModel with this layer runs where tensorflow_text cannot be imported (TensorFlow
       Serving builds without it, saved_model_cli); the same outputs, several times slower.
@@ -690,25 +699,34 @@ class BertPreprocessor(keras.layers.Layer):
   def __init__(self, vocab_file=None, do_lower_case=True, max_seq_length=128,
                vocabulary=None, core_ops_only=False, **kwargs):
     super().__init__(**kwargs)
+    if int(max_seq_length) < 3:
+      raise ValueError(f"BertPreprocessor: max_seq_length {max_seq_length} is below 3 "
+                       "([CLS] a [SEP] b [SEP] needs 3)")
+    self.do_lower_case = bool(do_lower_case)
+    self.max_seq_length = int(max_seq_length)
+    self.core_ops_only = bool(core_ops_only)
+    self._vocabulary = self._models = None
+    self._convert_input_args = False
+    self._allow_non_tensor_positional_args = True
+    self.built = True
+    if vocabulary is _FROM_ASSETS:   # from_config: load_assets gives the vocabulary
+      return
     if (vocab_file is None) == (vocabulary is None):
       raise ValueError("BertPreprocessor: give vocab_file or vocabulary (one of the two)")
     if vocab_file is not None:
       vocab = tokenization.load_vocab(vocab_file)
     else:
       vocab = {token: index for index, token in enumerate(vocabulary) if token is not None}
-    tokenization.check_vocab(vocab, vocab_file or "(vocabulary)",
-                             required=("[UNK]", "[CLS]", "[SEP]"))
-    if int(max_seq_length) < 3:
-      raise ValueError(f"BertPreprocessor: max_seq_length {max_seq_length} is below 3 "
-                       "([CLS] a [SEP] b [SEP] needs 3)")
+    self._set_vocabulary(vocab, vocab_file or "(vocabulary)")
+
+  def _set_vocabulary(self, vocab, source):
+    """vocab {token: id} -> the layer's id tables (checked first: a ValueError naming source)."""
+    tokenization.check_vocab(vocab, source, required=("[UNK]", "[CLS]", "[SEP]"))
     by_id = [None] * (max(vocab.values()) + 1)
     for token, index in vocab.items():
       by_id[index] = token
     self._vocabulary = tuple(by_id)
-    self.do_lower_case = bool(do_lower_case)
-    self.max_seq_length = int(max_seq_length)
     self._cls_id, self._sep_id = vocab["[CLS]"], vocab["[SEP]"]
-    self.core_ops_only = bool(core_ops_only)
     models = dict(tables=_character_tables(self.do_lower_case))
     if self.core_ops_only:
       models["long_words"] = _long_words_vocab(self._vocabulary)
@@ -724,20 +742,48 @@ class BertPreprocessor(keras.layers.Layer):
     with tf.init_scope():
       self._models = tf.nest.map_structure(
           lambda x: tf.constant(x) if isinstance(x, np.ndarray) else x, models)
-    self._convert_input_args = False
-    self._allow_non_tensor_positional_args = True
-    self.built = True
 
   @property
   def vocabulary(self):
     """The token of each id (None where no token maps to the id): a list of str."""
-    return list(self._vocabulary)
+    return list(self._checked_vocabulary())
+
+  def _checked_vocabulary(self):
+    if self._vocabulary is None:
+      raise ValueError("BertPreprocessor: no vocabulary yet (from_config without the "
+                       "vocabulary: keras.saving.load_model reads it from the file's assets)")
+    return self._vocabulary
 
   def get_config(self):
+    """The settings only: the vocabulary is an asset of the .keras file (save_assets)."""
     config = super().get_config()
-    config.update(vocabulary=list(self._vocabulary), do_lower_case=self.do_lower_case,
-                  max_seq_length=self.max_seq_length, core_ops_only=self.core_ops_only)
+    config.update(do_lower_case=self.do_lower_case, max_seq_length=self.max_seq_length,
+                  core_ops_only=self.core_ops_only)
     return config
+
+  @classmethod
+  def from_config(cls, config):
+    """A config with "vocabulary" (as older files hold) is complete; without it, the layer
+    waits for load_assets."""
+    if "vocabulary" in config or "vocab_file" in config:
+      return cls(**config)
+    return cls(vocabulary=_FROM_ASSETS, **config)
+
+  def save_assets(self, dir_path):
+    """Writes the vocabulary (a JSON list: the token of each id, null where none) to
+    dir_path/VOCABULARY_ASSET, as keras.saving.save_model does for each layer."""
+    with open(os.path.join(dir_path, VOCABULARY_ASSET), "w", encoding="utf-8") as f:
+      json.dump(list(self._checked_vocabulary()), f, ensure_ascii=False)
+
+  def load_assets(self, dir_path):
+    path = os.path.join(dir_path, VOCABULARY_ASSET)
+    if not os.path.exists(path):
+      if self._vocabulary is not None:   # (a file whose config held the vocabulary)
+        return
+      raise ValueError(f"BertPreprocessor: no {VOCABULARY_ASSET} among the file's assets")
+    with open(path, encoding="utf-8") as f:
+      by_id = json.load(f)
+    self._set_vocabulary({t: i for i, t in enumerate(by_id) if t is not None}, path)
 
   @staticmethod
   def _texts(inputs):
@@ -782,6 +828,7 @@ class BertPreprocessor(keras.layers.Layer):
   def _word_piece_ids(self, texts):
     """texts [B] string -> (ids int32 [P], splits int64 [B + 1]): the word-piece ids of all
     texts in order, those of text i being ids[splits[i]:splits[i + 1]]."""
+    self._checked_vocabulary()
     return _wordpiece_ids(texts, self._models, self.do_lower_case)
 
   def compute_output_spec(self, inputs):
@@ -790,3 +837,171 @@ class BertPreprocessor(keras.layers.Layer):
     shape = tuple(text_a.shape)[:1] + (self.max_seq_length,)
     return {name: keras.KerasTensor(shape, dtype="int32")
             for name in ("input_ids", "input_mask", "segment_ids")}
+
+
+# --------------------------------------------------------------------------
+# A task model over text: BertPreprocessor + the model, compiled as the original trains
+# --------------------------------------------------------------------------
+
+TEXT_TASKS = ("classifier", "tagger", "squad", "embeddings", "encoder")
+
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class TextModel(keras.Model):
+  """A task model of modeling (BertClassifier, BertTokenClassifier, BertSquad,
+  BertSentenceEncoder, BertModel) behind a BertPreprocessor: a functional keras.Model over
+  text. Build one with checkpoints.load_model(..., text_input=True) or text_model().
+
+  Inputs: {"text_a": string [B], "text_b": string [B]} (text_b "" for single texts); fit,
+  evaluate and predict also take a list or 1-D array of B strings, a list of B (text_a,
+  text_b) pairs or a [B, 2] array of strings (text_inputs()). Outputs by task:
+    classifier   probabilities float32 [B, num_labels] (softmax of the logits)
+    tagger       probabilities float32 [B, max_seq_length, num_labels]
+    squad        {"start_logits", "end_logits"}: float32 [B, max_seq_length]
+    embeddings   float32 [B, hidden]
+    encoder      {"sequence_output" [B, max_seq_length, hidden], "pooled_output" [B, hidden]}
+  """
+
+  def __init__(self, preprocessor, model, task, **kwargs):
+    if task not in TEXT_TASKS:
+      raise ValueError(f"TextModel: task must be one of {', '.join(TEXT_TASKS)}, got {task!r}")
+    inputs = {name: keras.Input(shape=(), dtype="string", name=name)
+              for name in ("text_a", "text_b")}
+    outputs = model(preprocessor(inputs))
+    if task in ("classifier", "tagger"):
+      outputs = keras.layers.Softmax(dtype="float32", name="probabilities")(outputs)
+    super().__init__(inputs=inputs, outputs=outputs, **kwargs)
+    self.preprocessor, self.task_model, self.task = preprocessor, model, task
+
+  def get_config(self):
+    return {"name": self.name, "task": self.task,
+            "preprocessor": keras.saving.serialize_keras_object(self.preprocessor),
+            "model": keras.saving.serialize_keras_object(self.task_model)}
+
+  @classmethod
+  def from_config(cls, config):
+    config = dict(config)
+    parts = [keras.saving.deserialize_keras_object(config.pop(k))
+             for k in ("preprocessor", "model")]
+    return cls(*parts, **config)
+
+  def fit(self, x=None, y=None, batch_size=None, epochs=1, *args, validation_data=None,
+          **kwargs):
+    """keras.Model.fit, x as text_inputs() takes it. The first fit of a model compiled by
+    text_model() sets its learning-rate schedule's length (warm-up over the first 10%, then
+    linear decay to 0 at the end of this fit's epochs, as run_classifier); a later fit
+    continues that schedule (compile again to train with a new one)."""
+    x, y = text_inputs(x), np.asarray(y) if isinstance(y, list) else y
+    if isinstance(validation_data, (tuple, list)):
+      validation_data = (text_inputs(validation_data[0]),) + tuple(validation_data[1:])
+    _set_schedule_length(self.optimizer, x, batch_size, epochs, kwargs.get("steps_per_epoch"))
+    return super().fit(x, y, batch_size, epochs, *args, validation_data=validation_data,
+                       **kwargs)
+
+  def evaluate(self, x=None, *args, **kwargs):
+    return super().evaluate(text_inputs(x), *args, **kwargs)
+
+  def predict(self, x, *args, **kwargs):
+    return super().predict(text_inputs(x), *args, **kwargs)
+
+  def save(self, filepath, overwrite=True, zipped=None, include_optimizer=True, **kwargs):
+    """keras.Model.save; include_optimizer=False leaves out the optimizer (its state, about
+    twice the weights' bytes after fit, and the compile settings): a file of about the
+    weights' size, which loads uncompiled."""
+    if include_optimizer:
+      return super().save(filepath, overwrite=overwrite, zipped=zipped, **kwargs)
+    TextModel(self.preprocessor, self.task_model, self.task, name=self.name).save(
+        filepath, overwrite=overwrite, zipped=zipped, **kwargs)   # the same layers, uncompiled
+
+
+def _strings(values, what):
+  """values (list, array or tensor of strings) -> a 1-D numpy object array of str or bytes
+  (Keras's data adapters take object arrays of strings, not numpy's fixed-width ones)."""
+  values = values.numpy() if isinstance(values, tf.Tensor) else values
+  array = np.asarray(values)
+  if array.ndim != 1 or array.dtype.kind not in "USO":
+    raise ValueError(f"TextModel: {what} must be B strings, got an array of shape "
+                     f"{array.shape} and dtype {array.dtype}")
+  return array.astype(object)
+
+
+def text_inputs(x):
+  """x -> the TextModel's inputs {"text_a": [B], "text_b": [B]} (numpy arrays of strings).
+
+  x: a list, tuple or 1-D array of B strings (single texts: text_b ""), a list of B (text_a,
+  text_b) pairs or a [B, 2] array, or a dict with text_a (and text_b). Anything else (a
+  tf.data.Dataset, a generator, None) is returned unchanged: its elements must already be
+  such dicts."""
+  if isinstance(x, dict):
+    unknown = set(x) - {"text_a", "text_b"}
+    if unknown or "text_a" not in x:
+      raise ValueError(f"TextModel: a dict input takes keys text_a and (optional) text_b, "
+                       f"not {sorted(x)}")
+    text_a = _strings(x["text_a"], "text_a")
+    text_b = (_strings(x["text_b"], "text_b") if x.get("text_b") is not None
+              else np.full(text_a.shape, "", object))
+    return {"text_a": text_a, "text_b": text_b}
+  if not isinstance(x, (list, tuple, np.ndarray, tf.Tensor)):
+    return x
+  values = x.numpy() if isinstance(x, tf.Tensor) else x
+  try:
+    array = np.asarray(values)
+  except ValueError:
+    array = np.asarray(values, dtype=object)
+  if array.ndim == 2 and array.shape[1] == 2:
+    return text_inputs({"text_a": array[:, 0], "text_b": array[:, 1]})
+  if array.ndim != 1 or array.dtype.kind not in "USO":
+    raise ValueError("TextModel: expected a list of strings or of (text_a, text_b) pairs, "
+                     f"got an array of shape {array.shape} and dtype {array.dtype}")
+  return text_inputs({"text_a": array})
+
+
+def _set_schedule_length(optimizer, x, batch_size, epochs, steps_per_epoch):
+  """The first fit of text_model()'s optimizer: its WarmupLinearDecay's length (0 until then)
+  set to this fit's steps, 10% of them warm-up; a ValueError when they cannot be counted."""
+  schedule = getattr(optimizer, "_learning_rate", None)
+  if not isinstance(schedule, optimization.WarmupLinearDecay) or schedule.num_train_steps:
+    return
+  if steps_per_epoch is None and isinstance(x, dict):
+    steps_per_epoch = -(-len(x["text_a"]) // (batch_size or 32))
+  elif steps_per_epoch is None and isinstance(x, tf.data.Dataset):
+    steps_per_epoch = int(x.cardinality())
+  if steps_per_epoch is None or steps_per_epoch <= 0:
+    raise ValueError("TextModel.fit: the learning-rate schedule (warm-up, then linear decay, "
+                     "as run_classifier) needs the number of steps: pass steps_per_epoch, or "
+                     "compile with an optimizer of your own")
+  schedule.num_train_steps = int(steps_per_epoch * epochs)
+  schedule.num_warmup_steps = int(schedule.num_train_steps * 0.1)
+
+
+def _task_compile_options(task):
+  """keras.Model.compile's loss, loss_weights and metrics of each task (none for embeddings
+  and encoder: compile again with a loss of your own to train those)."""
+  if task == "classifier":
+    return dict(loss=keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"])
+  if task == "tagger":   # label -1: pieces after a word's first, [CLS], [SEP], padding
+    return dict(loss=keras.losses.SparseCategoricalCrossentropy(ignore_class=-1))
+  if task == "squad":   # the original's loss: the mean of both cross-entropies
+    xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    return dict(loss={"start_logits": xent, "end_logits": xent},
+                loss_weights={"start_logits": 0.5, "end_logits": 0.5})
+  return {}
+
+
+def text_model(model, task, vocab_file, do_lower_case, max_seq_length=128,
+               learning_rate=2e-5):
+  """A compiled TextModel: `model` (modeling's model of `task`, one of TEXT_TASKS) behind a
+  BertPreprocessor(vocab_file, do_lower_case, max_seq_length), compiled with the original's
+  optimizer (optimization.create_optimizer: AdamWeightDecay, weight decay 0.01, gradients
+  clipped to norm 1, warm-up then linear decay over the first fit's steps) at
+  `learning_rate` and the task's loss (classifier: cross-entropy and accuracy; tagger:
+  cross-entropy without labels -1; squad: the mean of the start and end cross-entropies).
+  Compile again to change them."""
+  positions = model.config.max_position_embeddings
+  if max_seq_length > positions:
+    raise ValueError(f"max_seq_length={max_seq_length} is longer than the model's "
+                     f"max_position_embeddings ({positions})")
+  text = TextModel(BertPreprocessor(vocab_file, do_lower_case, max_seq_length), model, task)
+  text.compile(optimizer=optimization.create_optimizer(learning_rate, 0, 0),
+               **_task_compile_options(task))
+  return text

@@ -355,13 +355,23 @@ def test_load_model_on_real_all_minilm_l6_v2(tmp_path):
 
 _README_CHECKS = """
 # --- appended by tests/test_keras_apps.py ---
+import zipfile
 import numpy as np
-strings = tf.constant(["what a film", "the film and a joy"])
+from bert_keras import tokenization
+strings = ["what a film", "the film and a joy"]
+np.testing.assert_allclose(reloaded.predict(strings), model.predict(strings), atol=1e-6)
 again = checkpoints.load_model("sentiment_bert", task="classifier")
 assert again.num_labels == 2 and again.vocab_file.endswith("vocab.txt")
-np.testing.assert_allclose(reloaded.predict(strings), again(preprocess(strings)), atol=1e-5)
-np.testing.assert_allclose(model(strings), reloaded(strings), atol=1e-6)
-assert classifier.bert is encoder
+tokenizer = tokenization.FullTokenizer(again.vocab_file, again.do_lower_case)
+ids = np.zeros((2, 128), np.int32)
+for row, text in enumerate(strings):
+  tokens = ["[CLS]"] + tokenizer.tokenize(text) + ["[SEP]"]
+  ids[row, :len(tokens)] = tokenizer.convert_tokens_to_ids(tokens)
+logits = again({"input_ids": ids, "input_mask": (ids > 0).astype(np.int32)}).numpy()
+probabilities = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+np.testing.assert_allclose(reloaded.predict(strings), probabilities, atol=1e-5)
+names = zipfile.ZipFile("sentiment.keras").namelist()
+assert "assets/layers/bert_preprocessor/vocabulary.json" in names, names
 print("README OK")
 """
 
