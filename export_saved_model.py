@@ -233,11 +233,14 @@ def resolve_options(options):
     raise model_dir.conflict_error("num_labels", options.num_labels, model,
                                    "the model is a regression (one output)")
   model_dir.raise_conflicts(values, model)
-  if options.task == "classifier" and not (options.labels or options.num_labels
-                                           or options.task_name):
+  count = len(labels) if labels else 1
+  if options.task_name and NUM_LABELS.get(options.task_name.lower(), count) != count:
+    raise model_dir.conflict_error("task_name", options.task_name, model,
+                                   f"the model has {count} output(s)")
+  if options.task == "classifier" and not options.labels:
     if labels:
       options.labels = ",".join(labels)
-    else:
+    elif not (options.num_labels or options.task_name):
       options.num_labels = 1
   return options
 

@@ -159,6 +159,8 @@ def test_flags_in_conflict_with_the_directory_are_refused(trained, tmp_path):
       num_labels=3, **export)), "--num_labels=3 conflicts with the model directory")
   _one_line_error(lambda: export_saved_model.run(export_saved_model.options(
       labels="a,b", **export)), "--labels=a,b conflicts with the model directory")
+  _one_line_error(lambda: export_saved_model.run(export_saved_model.options(
+      task_name="MNLI", **export)), "--task_name=MNLI conflicts with the model directory")
   _one_line_error(lambda: checkpoints.load_model(out, task="classifier", do_lower_case=False),
                   "do_lower_case=False conflicts with the model directory")
   _one_line_error(lambda: checkpoints.load_model(out, task="classifier", num_labels=3),
