@@ -301,7 +301,8 @@ def checkpoint_task(path):
   """The task model whose head a checkpoint holds, from its names: "squad" (run_squad's
   cls/squad, HuggingFace's qa_outputs), "classifier" (run_classifier's root-scope
   output_weights, HuggingFace's classifier), "tagger" (the same head names, in a directory
-  with run_ner's labels.txt, or a HuggingFace config.json of BertForTokenClassification),
+  with run_ner's labels.txt, or a HuggingFace config.json of BertForTokenClassification; a
+  run_* output_dir's task.json decides first),
   "pretrainer" (the MLM head cls/predictions) or "encoder" (none of these)."""
   task = _task_of_names([_normal_name(key) for key in checkpoint_shapes(path)])
   if task == "classifier":
@@ -313,9 +314,25 @@ def checkpoint_task(path):
           architectures = json.loads(f.read()).get("architectures") or []
         except (ValueError, AttributeError):
           architectures = []
+    described = _model_dir_task(directory)  # a run_* output_dir's task.json says which
+    if described is not None:
+      return "tagger" if described == "tagger" else "classifier"
     if "BertForTokenClassification" in architectures or read_labels(directory) is not None:
       return "tagger"
   return task
+
+
+def _model_dir_task(directory):
+  """The "task" of a run_* script's task.json in `directory` (runtime/model_dir.py), or None
+  (none there, or unreadable)."""
+  path = os.path.join(directory, "task.json")
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path) as f:
+    try:
+      return json.loads(f.read()).get("task")
+    except (ValueError, AttributeError):
+      return None
 
 
 def _task_of_names(names):

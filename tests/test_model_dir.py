@@ -74,6 +74,9 @@ def test_output_dir_and_best_hold_the_model_files(trained):
         "do_lower_case": True}
     options = json.loads((directory / "run_options.json").read_text())
     assert options["learning_rate"] == 1e-3 and options["do_train"] is True
+  # A classifier's labels.txt does not make it a tagger (convert_checkpoint's --task=auto).
+  assert checkpoints.checkpoint_task(str(out)) == "classifier"
+  assert checkpoints.checkpoint_task(str(out / "best")) == "classifier"
   described = model_dir.read_model_dir(out / "best")
   assert described["directory"] == str(out / "best") and described["labels"] == labels
 
