@@ -44,6 +44,7 @@ from bert_keras.runtime import model_dir
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training_checkpoints
+from bert_keras.tasks import multi_label as multi_label_lib
 from bert_keras.tasks import ner
 from bert_keras.tasks import ner_serving
 from bert_keras.utils import errors
@@ -57,7 +58,8 @@ DEFAULTS = dict(bert_config_file=None, init_checkpoint=None, vocab_file=None,
                 do_lower_case=True, max_seq_length=128, task="classifier", num_labels=None,
                 task_name=None, max_answer_length=30, export_dir=None, overwrite=False,
                 tensorflow_text_ops=False, pooling="mean", normalize=False,
-                format="saved_model", quantize="none", labels=None)
+                format="saved_model", quantize="none", labels=None, multi_label=False,
+                threshold=None)
 FORMATS = ("saved_model", "tflite", "onnx")
 TASKS = serving.TASKS + ("tagger",)
 
@@ -94,6 +96,12 @@ def define_flags():
   flags.DEFINE_string("labels", None, "--task=classifier: the label names in order, "
                       "comma-separated (labels.txt of --format=tflite). --task=tagger: its "
                       "tags in order (default: labels.txt beside --init_checkpoint).")
+  flags.DEFINE_bool("multi_label", False,
+                    "--task=classifier: a run_classifier --multi_label model: sigmoid "
+                    "probabilities, and the labels reaching their thresholds (thresholds.json "
+                    "beside --init_checkpoint, else --threshold).")
+  flags.DEFINE_float("threshold", None, "--multi_label: one threshold for every label "
+                     "(default: the tuned ones of thresholds.json, else 0.5).")
   flags.DEFINE_string("export_dir", None, "The SavedModel directory to write (it must not "
                       "exist, or be empty).")
   flags.DEFINE_bool("overwrite", False, "Replace an existing non-empty --export_dir.")
@@ -188,6 +196,32 @@ def tagger_labels(options):
   return labels
 
 
+def multi_label_head(options):
+  """--multi_label: (label names, thresholds float32 [N], separator). Names: --labels, else
+  thresholds.json's or labels.txt beside --init_checkpoint; thresholds: --threshold for
+  every label, else thresholds.json's, else 0.5. A ValueError naming the flags when no names
+  are found."""
+  path = options.init_checkpoint.rstrip("/")
+  directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+  record = multi_label_lib.read_record(directory) or {}
+  names = ([x.strip() for x in options.labels.split(",")] if options.labels else
+           record.get("labels") or checkpoints.read_labels(directory))
+  if not names:
+    raise ValueError("--multi_label needs --labels, or a thresholds.json (run_classifier "
+                     f"--multi_label) or labels.txt in {directory}")
+  if options.threshold is not None:
+    if not 0 < options.threshold < 1:
+      raise ValueError(f"--threshold={options.threshold}: must be between 0 and 1")
+    thresholds = [options.threshold] * len(names)
+  elif record and list(record["labels"]) == list(names):
+    thresholds = record["thresholds"]
+  else:
+    thresholds = [0.5] * len(names)
+  logging.info("Multi-label: %s", ", ".join(f"{n} >= {t:.6g}" for n, t in zip(names,
+                                                                              thresholds)))
+  return names, np.asarray(thresholds, np.float32), record.get("label_separator", ",")
+
+
 def build_model(task, config, labels=None):
   """The Keras model of `task`: BertClassifier or BertTokenClassifier (`labels` outputs),
   BertSquad or BertModel."""
@@ -237,6 +271,9 @@ def resolve_options(options):
   if options.task_name and NUM_LABELS.get(options.task_name.lower(), count) != count:
     raise model_dir.conflict_error("task_name", options.task_name, model,
                                    f"the model has {count} output(s)")
+  if (options.task == "classifier" and "multi_label" not in given and model.get("multi_label")
+      and hasattr(options, "multi_label")):
+    options.multi_label = True  # (a run_classifier --multi_label directory)
   if options.task == "classifier" and not options.labels:
     if labels:
       options.labels = ",".join(labels)
@@ -258,7 +295,17 @@ def run(options):
   if options.task not in TASKS:
     raise ValueError(f"--task {options.task}: not one of {', '.join(TASKS)}")
   config = run_checks.load_and_check_config(options)
-  labels = num_labels(options) if options.task == "classifier" else None
+  if (options.multi_label or options.threshold is not None) and options.task != "classifier":
+    raise ValueError(f"--multi_label / --threshold are for --task=classifier, not "
+                     f"--task={options.task}")
+  head = multi_label_head(options) if options.multi_label else None
+  if head and not (options.labels or options.num_labels or options.task_name):
+    labels = len(head[0])
+  else:
+    labels = num_labels(options) if options.task == "classifier" else None
+  if head and labels != len(head[0]):
+    raise ValueError(f"--multi_label: {len(head[0])} labels ({', '.join(head[0])}), the "
+                     f"flags say {labels}")
   _check_options(options, config)
   tags = tagger_labels(options) if options.task == "tagger" else None
   preprocessor = preprocessing.BertPreprocessor(
@@ -267,11 +314,12 @@ def run(options):
   run_checks.check_vocab_fits(config, len(preprocessor.vocabulary), options)
   with outputs.locked_output(options.export_dir, "--export_dir"):  # one export at a time
     serving.check_export_dir(options.export_dir, options.overwrite)  # (again, holding it)
-    _export(options, config, labels, tags, preprocessor)
+    _export(options, config, labels, tags, preprocessor, head)
 
 
-def _export(options, config, labels, tags, preprocessor):
-  """run() after the checks, holding --export_dir."""
+def _export(options, config, labels, tags, preprocessor, multi_label=None):
+  """run() after the checks, holding --export_dir. multi_label: multi_label_head's, or
+  None."""
   model = build_model(options.task, config, len(tags) if tags else labels)
   head = _head(model)
   initial = [w.numpy() for w in head.weights] if head is not None else []
@@ -293,8 +341,9 @@ def _export(options, config, labels, tags, preprocessor):
       logging.info("No label names (--labels, or a model directory's labels.txt): the "
                    "SavedModel's label outputs are the output numbers 0..%d", labels - 1)
   module = serving.ServingModule(model, preprocessor, options.task, options.max_answer_length,
-                                 regression=labels == 1, pooling=options.pooling,
-                                 normalize=options.normalize, labels=names)
+                                 regression=labels == 1 and multi_label is None,
+                                 pooling=options.pooling, normalize=options.normalize,
+                                 multi_label=multi_label, labels=names)
   if options.format != "saved_model":
     serving.save_atomic(module, options.export_dir, options.overwrite,
                         write=lambda directory: write_token_id_model(module, options, labels,

@@ -789,12 +789,20 @@ class BertClassifier(_TaskModel):
   loss: classifier_loss below. TF1 names: bert/* and the root-scope output_weights /
   output_bias (checkpoints.tf1_variable_map), so the original's fine-tuned checkpoints load
   and ours load in the original.
+
+  multi_label=True (several labels per example, one sigmoid output each): the model still
+  returns the logits [B, num_labels] (numerically stable losses; the same weights and names),
+  the probabilities are sigmoid(logits) (`probabilities(logits)`), the loss is
+  multi_label_loss below, which is keras.losses.BinaryCrossentropy(from_logits=True) per
+  example (compile(loss=that) with multi-hot float labels [B, num_labels]). get_config
+  records multi_label, so a saved model knows how to read its outputs.
   """
 
-  def __init__(self, encoder_or_config, num_labels, **kwargs):
+  def __init__(self, encoder_or_config, num_labels, multi_label=False, **kwargs):
     kwargs.setdefault("name", "bert_classifier")
     super().__init__(encoder_or_config, **kwargs)
     self.num_labels = int(num_labels)
+    self.multi_label = bool(multi_label)
     self.classifier = ClassifierHead(self.config, num_labels, name="classifier",
                                      dtype=self.dtype_policy)
     self.build()
@@ -806,8 +814,17 @@ class BertClassifier(_TaskModel):
     pooled = self._encode(inputs, training)["pooled_output"]
     return self.classifier(pooled, training=training)
 
+  def probabilities(self, logits):
+    """The model's logits [B, num_labels] -> probabilities float32 [B, num_labels]: softmax
+    over the labels, or for multi_label each label's sigmoid."""
+    logits = tf.cast(logits, tf.float32)
+    return tf.sigmoid(logits) if self.multi_label else tf.nn.softmax(logits, axis=-1)
+
   def get_config(self):
-    return {**super().get_config(), "num_labels": self.num_labels}
+    config = {**super().get_config(), "num_labels": self.num_labels}
+    if self.multi_label:
+      config["multi_label"] = True
+    return config
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -992,6 +1009,22 @@ def classifier_loss(logits, label_ids):
   log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
   labels = tf.reshape(tf.cast(label_ids, tf.int32), [-1])
   return -tf.gather(log_probs, labels, batch_dims=1)
+
+
+def multi_label_loss(logits, labels, pos_weight=None):
+  """Per-example binary cross-entropy of a multi-label classifier: the mean over the labels
+  of -(w_c y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))), from logits float [B, C] and
+  multi-hot labels float [B, C] -> float32 [B]. pos_weight: None (all 1) or float [C], each
+  label's weight of its positive term (run_classifier's --class_weights). Without pos_weight
+  it equals keras.losses.BinaryCrossentropy(from_logits=True, reduction=None)."""
+  logits = tf.cast(logits, tf.float32)
+  labels = tf.cast(labels, tf.float32)
+  if pos_weight is None:
+    per_label = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+  else:
+    per_label = tf.nn.weighted_cross_entropy_with_logits(
+        labels=labels, logits=logits, pos_weight=tf.cast(pos_weight, tf.float32))
+  return tf.reduce_mean(per_label, axis=-1)
 
 
 def token_classifier_loss(logits, label_ids):

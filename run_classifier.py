@@ -39,7 +39,11 @@ from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
 from bert_keras.runtime import training_checkpoints
+from bert_keras.tasks import class_weights as class_weights_lib
+from bert_keras.tasks import classifier_options
+from bert_keras.tasks import doc_windows
 from bert_keras.tasks import metrics
+from bert_keras.tasks import multi_label as multi_label_lib
 from bert_keras.tasks import prediction_files
 from bert_keras.tasks import tfds_input
 from bert_keras.utils import errors
@@ -57,6 +61,8 @@ DEFAULTS = dict(
     trim_train_batches=False, **common_flags.TPU_DEFAULTS, **common_flags.TRAINING_DEFAULTS)
 # --task_name=custom's columns and labels (CustomProcessor).
 DEFAULTS.update(text_a_column=None, text_b_column=None, label_column=None, labels=None)
+# Multi-label, class weights and long documents (issue 25; all off by default).
+DEFAULTS.update(classifier_options.DEFAULTS)
 
 
 def options(**overrides):
@@ -72,6 +78,7 @@ def define_flags():
   common_flags.define_model_flags(max_seq_length=128)
   flags.DEFINE_string("task_name", None, "The name of the task to train.")
   _define_custom_task_flags()
+  classifier_options.define_flags()
   flags.DEFINE_bool("do_train", False, "Whether to run training.")
   flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
   flags.DEFINE_bool("do_predict", False,
@@ -470,16 +477,30 @@ class CustomProcessor(DataProcessor):
   train.tsv or dev.tsv, or a train.tsv with fewer than two distinct labels is a ValueError
   naming the file (and line); a label with surrounding spaces is stripped, with a warning
   naming the lines. Guids "<set_type>-<line - 1>".
+
+  multi_label: each label cell holds zero or more labels joined by `separator`
+  (multi_label.parse_cell; an empty cell is no label, also in train.tsv), an example's label
+  is a tuple of names, get_labels() a multi_label.MultiLabelList (default: the sorted union
+  over train.tsv, at least one); a cell naming a label outside the labels is a ValueError
+  naming the file and line.
   """
 
   def __init__(self, data_dir, text_a_column=None, text_b_column=None, label_column=None,
-               labels=None):
+               labels=None, multi_label=False, separator=","):
     self.data_dir = data_dir
     self.text_a_column, self.text_b_column = text_a_column, text_b_column
     self.label_column = label_column or "label"
+    self.multi_label, self.separator = bool(multi_label), separator
     self._labels = list(labels) if labels else None
+    if self._labels and multi_label:
+      self._labels = multi_label_lib.MultiLabelList(self._labels, separator)
 
   def get_labels(self):
+    if self._labels is None and self.multi_label:
+      self._labels = multi_label_lib.label_set(
+          self.get_train_examples(self.data_dir), self.separator,
+          f"--data_dir: {os.path.join(self.data_dir, 'train.tsv')}: its {self.label_column} "
+          "column")
     if self._labels is None:
       path = os.path.join(self.data_dir, "train.tsv")
       if not tf.io.gfile.exists(path):
@@ -518,6 +539,11 @@ class CustomProcessor(DataProcessor):
                          f"tab-separated fields, the header has {len(lines[0])}"
                          + (" (a tab inside a text?)" if len(line) > len(lines[0]) else ""))
       value = None if label is None else _u(line[label])
+      if self.multi_label:
+        examples.append(InputExample(guid="%s-%s" % (set_type, i), text_a=_u(line[a]),
+                                     text_b=None if b is None else _u(line[b]),
+                                     label=self._cell_labels(value, line)))
+        continue
       if value is not None and value.strip() != value:
         padded.append(line.line_number)
         value = value.strip()
@@ -537,6 +563,12 @@ class CustomProcessor(DataProcessor):
                       "s" if len(padded) > 1 else "",
                       ", ".join(map(str, padded[:5])) + (", ..." if len(padded) > 5 else ""))
     return examples
+
+  def _cell_labels(self, value, line):
+    """A multi-label cell (None: no label column) -> tuple of names, each checked against the
+    labels when they are known (--labels, or train.tsv's once read)."""
+    return multi_label_lib.parse_cell(value or "", self.separator, self._labels,
+                                      f"--data_dir: {line.path}, line {line.line_number}")
 
   def _columns(self, header, test):
     """The header row -> positions (text_a, text_b or None, label or None)."""
@@ -577,16 +609,20 @@ def get_processor(options):
   known ones; a custom-task flag with another task is one too."""
   name = options.task_name.strip().lower()
   name = TASK_ALIASES.get(name, name)
+  multi = getattr(options, "multi_label", False)
   if name == "custom":
     labels = None
     if options.labels:
       labels = [label.strip() for label in options.labels.split(",")]
       if len(set(labels)) != len(labels) or "" in labels:
         raise ValueError(f"--labels={options.labels}: labels must be distinct and non-empty")
-      if len(labels) < 2:
+      if len(labels) < (1 if multi else 2):
         raise ValueError(f"--labels={options.labels}: a classifier needs at least two labels")
     return CustomProcessor(options.data_dir, options.text_a_column, options.text_b_column,
-                           options.label_column, labels)
+                           options.label_column, labels, multi,
+                           getattr(options, "label_separator", ","))
+  if multi:
+    raise ValueError(f"--multi_label is only for --task_name=custom (not {options.task_name})")
   if name not in PROCESSORS:
     raise ValueError("Task not found: %s (known tasks: %s; also accepted: %s)" % (
         name, ", ".join(sorted(list(PROCESSORS) + ["custom"])), ", ".join(sorted(TASK_ALIASES))))
@@ -602,16 +638,28 @@ def get_processor(options):
 def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer):
   """InputExample -> InputFeatures: [CLS] a [SEP] (segment 0) [b [SEP]] (segment 1),
   zero-padded to max_seq_length (preprocessing.pack_tokens). Logs the first 5 examples.
-  label_list None: a regression task, label_id = float(example.label)."""
+  label_list None: a regression task, label_id = float(example.label); a
+  multi_label.MultiLabelList: label_id = the multi-hot float32 [C] of the example's tuple."""
   if isinstance(example, PaddingInputExample):
     return InputFeatures(input_ids=[0] * max_seq_length, input_mask=[0] * max_seq_length,
                          segment_ids=[0] * max_seq_length, label_id=0, is_real_example=False)
-  label_map = {label: i for i, label in enumerate(label_list or ())}
   tokens_a = tokenizer.tokenize(example.text_a)
   tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
+  return features_of_tokens(ex_index, example, tokens_a, tokens_b, label_list, max_seq_length,
+                            tokenizer)
+
+
+def features_of_tokens(ex_index, example, tokens_a, tokens_b, label_list, max_seq_length,
+                       tokenizer):
+  """convert_single_example on the example's word pieces (tokens_a: a --doc_stride window)."""
   tokens, input_ids, input_mask, segment_ids = preprocessing.pack_tokens(
       tokens_a, tokens_b, max_seq_length, tokenizer)
-  label_id = float(example.label) if label_list is None else label_map[example.label]
+  if isinstance(label_list, multi_label_lib.MultiLabelList):
+    label_id = label_list.multi_hot(example.label)
+  elif label_list is None:
+    label_id = float(example.label)
+  else:
+    label_id = {label: i for i, label in enumerate(label_list)}[example.label]
   if ex_index < 5:
     logging.info("*** Example ***")
     logging.info("guid: %s", example.guid)
@@ -619,7 +667,7 @@ def convert_single_example(ex_index, example, label_list, max_seq_length, tokeni
     logging.info("input_ids: %s", " ".join(str(x) for x in input_ids))
     logging.info("input_mask: %s", " ".join(str(x) for x in input_mask))
     logging.info("segment_ids: %s", " ".join(str(x) for x in segment_ids))
-    if label_list is None:
+    if label_list is None or isinstance(label_list, multi_label_lib.MultiLabelList):
       logging.info("label: %s", example.label)
     else:
       logging.info("label: %s (id = %d)", example.label, label_id)
@@ -642,38 +690,69 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
                                             output_file):
   """Writes one tf.train.Example per example (int64 input_ids, input_mask, segment_ids [S],
   label_ids [1], is_real_example [1]) to output_file (via a temporary name). label_list None
-  (regression): label_ids is a float feature [1] instead."""
-  with file_io.atomic_output(output_file) as tmp, tf.io.TFRecordWriter(tmp) as writer:
+  (regression): label_ids is a float feature [1] instead (multi-label: float [C])."""
+
+  def features():
     for (ex_index, example) in enumerate(examples):
       if ex_index % 10000 == 0:
         logging.info("Writing example %d of %d", ex_index, len(examples))
-      feature = convert_single_example(ex_index, example, label_list, max_seq_length,
-                                       tokenizer)
-      features = {
+      yield convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer)
+
+  write_feature_records(features(), label_list, output_file)
+
+
+def write_feature_records(features, label_list, output_file):
+  """InputFeatures (an iterable) -> TFRecords in output_file (via a temporary name)."""
+  multi = isinstance(label_list, multi_label_lib.MultiLabelList)
+  with file_io.atomic_output(output_file) as tmp, tf.io.TFRecordWriter(tmp) as writer:
+    for feature in features:
+      record = {
           "input_ids": input_pipeline.int64_feature(feature.input_ids),
           "input_mask": input_pipeline.int64_feature(feature.input_mask),
           "segment_ids": input_pipeline.int64_feature(feature.segment_ids),
-          "label_ids": (_float_feature([feature.label_id]) if label_list is None
+          "label_ids": (_float_feature(feature.label_id) if multi else
+                        _float_feature([feature.label_id]) if label_list is None
                         else input_pipeline.int64_feature([feature.label_id])),
           "is_real_example": input_pipeline.int64_feature([int(feature.is_real_example)]),
       }
       writer.write(tf.train.Example(
-          features=tf.train.Features(feature=features)).SerializeToString())
+          features=tf.train.Features(feature=record)).SerializeToString())
+
+
+def write_records(examples, label_list, options, tokenizer, output_file):
+  """The examples' records in output_file -> the example (document) of each record, int [R].
+  --doc_stride 0: one record per example (file_based_convert_examples_to_features); else one
+  per window of text_a (doc_windows.windows), each with the example's label."""
+  if not options.doc_stride:
+    file_based_convert_examples_to_features(examples, label_list, options.max_seq_length,
+                                            tokenizer, output_file)
+    return np.arange(len(examples))
+  documents = []
+  features = doc_windows.window_features(
+      examples, tokenizer, options.max_seq_length, options.doc_stride, documents,
+      lambda i, example, a, b: features_of_tokens(i, example, a, b, label_list,
+                                                  options.max_seq_length, tokenizer))
+  write_feature_records(features, label_list, output_file)
+  logging.info("--doc_stride=%d: %d examples -> %d windows", options.doc_stride, len(examples),
+               len(documents))
+  return np.array(documents, np.int64)
 
 
 def _float_feature(values):
   return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
 
 
-def decode_fn(seq_length, is_regression=False):
+def decode_fn(seq_length, is_regression=False, num_multi_labels=0):
   """Serialized tf.train.Example -> dict of int32 tensors (label_ids, is_real_example
   scalars), as the original's file_based_input_fn_builder; is_regression: label_ids is a
-  float32 scalar."""
+  float32 scalar; num_multi_labels C > 0 (multi-label): label_ids is float32 [C]."""
+  label_type = (tf.io.FixedLenFeature([num_multi_labels], tf.float32) if num_multi_labels else
+                tf.io.FixedLenFeature([], tf.float32 if is_regression else tf.int64))
   feature_types = {
       "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
-      "label_ids": tf.io.FixedLenFeature([], tf.float32 if is_regression else tf.int64),
+      "label_ids": label_type,
       "is_real_example": tf.io.FixedLenFeature([], tf.int64),
   }
 
@@ -687,9 +766,15 @@ def decode_fn(seq_length, is_regression=False):
 # ----------------------------------------------------------------------------
 # The model and its loss.
 
-def classifier_outputs(logits, labels, is_regression=False):
+def classifier_outputs(logits, labels, is_regression=False, multi_label=False,
+                       class_weights=None):
   """The original create_model's (loss, per_example_loss, logits, probabilities) from the
   logits float32 [B, num_labels] and labels [B].
+
+  multi_label (labels float multi-hot [B, C]): per_example_loss = modeling.multi_label_loss
+  (the mean over the labels of the binary cross-entropy; class_weights weigh each label's
+  positive term), probabilities = sigmoid(logits). Single-label, class_weights float [C]: each
+  example's loss times its gold label's weight (the batch loss stays the mean over examples).
 
   Classification: per_example_loss = -log softmax(logits)[label] (int labels), float32 [B];
   probabilities = softmax(logits) float32 [B, num_labels]. Regression (num_labels 1, float
@@ -701,8 +786,14 @@ def classifier_outputs(logits, labels, is_regression=False):
     predictions = logits[:, 0]
     per_example_loss = tf.square(predictions - tf.reshape(tf.cast(labels, tf.float32), [-1]))
     probabilities = predictions
+  elif multi_label:
+    per_example_loss = modeling.multi_label_loss(logits, labels, class_weights)
+    probabilities = tf.sigmoid(logits)
   else:
     per_example_loss = modeling.classifier_loss(logits, labels)
+    if class_weights is not None:
+      per_example_loss *= tf.gather(tf.constant(class_weights, tf.float32),
+                                    tf.reshape(tf.cast(labels, tf.int32), [-1]))
     probabilities = tf.nn.softmax(logits, axis=-1)
   return tf.reduce_mean(per_example_loss), per_example_loss, logits, probabilities
 
@@ -728,21 +819,26 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, l
     is_regression = num_labels == 1
   outputs = model({"input_ids": input_ids, "input_mask": input_mask,
                    "segment_ids": segment_ids}, training=is_training)
-  return classifier_outputs(outputs, labels, is_regression)
+  return classifier_outputs(outputs, labels, is_regression, getattr(model, "multi_label", False))
 
 
 class ClassifierTask(training.ExampleMeanTask):
   """The batch mean over the GLOBAL batch of create_model's per_example_loss (cross-entropy,
   or the squared error when is_regression). metric_name: the task's official metric in the
-  eval results (a processor's metric_name)."""
+  eval results (a processor's metric_name). multi_label: binary cross-entropy over multi-hot
+  labels; class_weights: None or float [C] (classifier_outputs)."""
 
-  def __init__(self, is_regression=False, metric_name="eval_accuracy"):
+  def __init__(self, is_regression=False, metric_name="eval_accuracy", multi_label=False,
+               class_weights=None):
     self.is_regression = is_regression
     self.metric_name = metric_name
+    self.multi_label = multi_label
+    self.class_weights = None if class_weights is None else np.asarray(class_weights,
+                                                                       np.float32)
 
   def per_example_loss(self, outputs, batch):
-    return classifier_outputs(outputs, batch["label_ids"],
-                              self.is_regression)[1]
+    return classifier_outputs(outputs, batch["label_ids"], self.is_regression,
+                              self.multi_label, self.class_weights)[1]
 
 
 def predict_logits(model, record_file, seq_length, batch_size, strategy=None, use_xla=False,
@@ -755,7 +851,8 @@ def predict_logits(model, record_file, seq_length, batch_size, strategy=None, us
   longest sequence (inference.trim_batch; same logits, less work), except on TPU (one shape
   per compilation). infer: a classifier_inference_fn to reuse (else one is made)."""
   strategy = strategy or tf.distribute.get_strategy()
-  ds = tf.data.TFRecordDataset(record_file).map(decode_fn(seq_length, is_regression))
+  multi = model.num_labels if getattr(model, "multi_label", False) else 0
+  ds = tf.data.TFRecordDataset(record_file).map(decode_fn(seq_length, is_regression, multi))
   ds = ds.batch(batch_size)
   infer = infer or classifier_inference_fn(model, strategy, use_xla, is_regression)
   trim_key = "input_mask" if trim and not isinstance(strategy, tf.distribute.TPUStrategy) \
@@ -769,7 +866,8 @@ def predict_logits(model, record_file, seq_length, batch_size, strategy=None, us
   num_labels = model.num_labels
   if not logits:
     return np.zeros([0, num_labels], np.float32), \
-        np.zeros([0], np.float32 if is_regression else np.int32), np.zeros([0], np.int32), []
+        np.zeros([0, multi] if multi else [0], np.float32 if is_regression or multi else
+                 np.int32), np.zeros([0], np.int32), []
   return np.concatenate(logits), np.concatenate(labels), np.concatenate(real), sizes
 
 
@@ -793,7 +891,7 @@ def log_softmax(logits):
 
 
 def eval_metrics(logits, label_ids, is_real_example, batch_sizes, global_step,
-                 metric_name="eval_accuracy", is_regression=False):
+                 metric_name="eval_accuracy", is_regression=False, thresholds=None):
   """The original's eval results from the per-example logits: eval_accuracy and eval_loss
   weighted by is_real_example; loss = mean over batches of the batch-mean per-example
   loss (the Estimator's "loss", padding included); global_step. NumPy float32 / int64.
@@ -802,10 +900,20 @@ def eval_metrics(logits, label_ids, is_real_example, batch_sizes, global_step,
   eval_f1 (class 1) or eval_matthews_corr of the argmax predictions (metrics.py). Regression
   (logits [N, 1], float labels): eval_loss and loss are the mean squared error, and
   eval_pearson and eval_spearman replace eval_accuracy.
+
+  thresholds not None (a multi-label task; float [C] or a scalar; label_ids multi-hot [N, C]):
+  eval_loss and loss are the binary cross-entropy (modeling.multi_label_loss, unweighted),
+  and multi_label.metrics of the predictions sigmoid(logits) >= thresholds replace
+  eval_accuracy: eval_micro_f1, eval_macro_f1, eval_subset_accuracy, eval_hamming_loss.
   """
   real = is_real_example.astype(bool)
   weights = is_real_example.astype(np.float64)
-  if is_regression:
+  if thresholds is not None:
+    x, y = logits.astype(np.float64), label_ids.astype(np.float64)
+    per_example = (np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))).mean(axis=-1)
+    predicted = multi_label_lib.predict(multi_label_lib.sigmoid(logits), thresholds)
+    results = multi_label_lib.metrics(label_ids[real] > 0.5, predicted[real])
+  elif is_regression:
     predictions = logits[:, 0].astype(np.float64)
     per_example = (predictions - label_ids.astype(np.float64)) ** 2
     results = {"eval_pearson": metrics.pearson(predictions[real], label_ids[real]),
@@ -861,6 +969,7 @@ def _validate(options):
     raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3 ([CLS] a [SEP] b "
                      "[SEP])")
   training.check_training_numbers(options)
+  classifier_options.validate(options)
 
 
 def run(options, strategy=None):
@@ -892,9 +1001,11 @@ def run(options, strategy=None):
   if label_list is None:
     logging.info("Labels: none (a regression task)")
   else:
-    logging.info("Labels (%d): %s", len(label_list),
+    logging.info("Labels (%d%s): %s", len(label_list),
+                 ", multi-label" if options.multi_label else "",
                  errors.error_line(", ".join(map(repr, label_list))))
-  task = ClassifierTask(processor.is_regression, processor.metric_name)
+  if options.class_weights and label_list is None:
+    raise ValueError("--class_weights: not for a regression task")
   tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
                                          do_lower_case=options.do_lower_case)
   tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
@@ -904,6 +1015,13 @@ def run(options, strategy=None):
     processor = tfds_input.GlueReader(options.tfds_name, options.tfds_data_dir, processor,
                                       task_name)
   examples = read_examples(options, processor, label_list)
+  multi = isinstance(label_list, multi_label_lib.MultiLabelList)
+  task = ClassifierTask(
+      processor.is_regression, "eval_micro_f1" if multi else processor.metric_name, multi,
+      classifier_options.weights_of(options, label_list, examples["train"]))
+  classifier_options.thresholds(options, label_list)  # (a stale thresholds.json: now)
+  if options.doc_stride:
+    classifier_options.check_text_b_fits(options, examples, tokenizer)
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
   with outputs.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
@@ -961,7 +1079,12 @@ def read_examples(options, processor, label_list):
       if label_list is None and not _is_number(example.label):
         raise ValueError(f"{source}: {split} example {example.guid} has "
                          f"label {example.label!r}, not a number (a regression task)")
-      if label_list is not None and example.label not in label_list:
+      if isinstance(label_list, multi_label_lib.MultiLabelList):
+        for name in example.label:
+          if name not in label_list:
+            raise ValueError(f"{source}: {split} example {example.guid} has label {name!r}, "
+                             f"not one of {list(label_list)}")
+      elif label_list is not None and example.label not in label_list:
         raise ValueError(f"{source}: {split} example {example.guid} has "
                          f"label {example.label!r}, not one of {label_list}")
   return examples
@@ -978,36 +1101,43 @@ def _train_eval_predict(options, strategy, config, examples, label_list, tokeniz
                         record_dir, task=None):
   """run() after the checks: train, eval and predict as the flags ask. task: the
   ClassifierTask (regression or not, official metric; default a classification by
-  accuracy). label_list None: regression (one output)."""
+  accuracy). label_list None: regression (one output); a MultiLabelList: multi-label."""
   task = task or ClassifierTask()
   num_labels = 1 if label_list is None else len(label_list)
+  multi = isinstance(label_list, multi_label_lib.MultiLabelList)
   train_examples = examples["train"]
   num_train_steps = None
   num_warmup_steps = None
   if options.do_train:
-    num_train_steps = int(len(train_examples) / options.train_batch_size *
-                          options.num_train_epochs)
+    train_file = os.path.join(record_dir, "train.tf_record")
+    num_records = len(train_examples)
+    if options.doc_stride:  # (the windows decide the step count)
+      num_records = len(write_records(train_examples, label_list, options, tokenizer,
+                                      train_file))
+    num_train_steps = int(num_records / options.train_batch_size * options.num_train_epochs)
     num_warmup_steps = int(num_train_steps * options.warmup_proportion)
     if num_train_steps < 1:
       raise ValueError(
-          f"--num_train_epochs={options.num_train_epochs}: {len(train_examples)} training "
+          f"--num_train_epochs={options.num_train_epochs}: {num_records} training "
           f"examples / --train_batch_size={options.train_batch_size} x epochs gives 0 "
           "training steps")
 
   trainer = training.build_trainer(
-      options, strategy, lambda: modeling.BertClassifier(config, num_labels),
+      options, strategy, lambda: modeling.BertClassifier(config, num_labels, multi_label=multi),
       task, num_train_steps or 1, num_warmup_steps or 0)
 
   if options.do_train:
-    train_file = os.path.join(record_dir, "train.tf_record")
-    file_based_convert_examples_to_features(train_examples, label_list, options.max_seq_length,
-                                            tokenizer, train_file)
+    if not options.doc_stride:
+      write_records(train_examples, label_list, options, tokenizer, train_file)
+    if task.class_weights is not None and chief:
+      class_weights_lib.write_weights(options.output_dir, label_list, task.class_weights)
     logging.info("***** Running training *****")
     logging.info("  Num examples = %d", len(train_examples))
     logging.info("  Batch size = %d", options.train_batch_size)
     logging.info("  Num steps = %d", num_train_steps)
     training.fine_tune(trainer, options, train_file,
-                       decode_fn(options.max_seq_length, task.is_regression), num_train_steps,
+                       decode_fn(options.max_seq_length, task.is_regression,
+                                 num_labels if multi else 0), num_train_steps,
                        **_eval_during_training(options, trainer, examples["dev"], label_list,
                                                tokenizer, chief, record_dir, task))
   else:
@@ -1016,12 +1146,14 @@ def _train_eval_predict(options, strategy, config, examples, label_list, tokeniz
   if options.do_eval or options.do_predict:
     training.restore_best(options, trainer)
   results = {"eval": None, "predict": None}
+  thresholds = classifier_options.thresholds(options, label_list)
   if options.do_eval:
-    results["eval"] = _evaluate(options, trainer, examples["dev"], label_list, tokenizer,
-                                chief, record_dir)
+    results["eval"], thresholds = _evaluate(options, trainer, examples["dev"], label_list,
+                                            tokenizer, chief, record_dir, thresholds)
   if options.do_predict:
     results["predict"] = _predict(options, trainer, examples["test"], label_list, tokenizer,
-                                  chief, record_dir)
+                                  chief, record_dir, thresholds)
+  results["task_options"] = classifier_options.task_options(options, label_list, thresholds)
   return results
 
 
@@ -1035,16 +1167,17 @@ def _eval_during_training(options, trainer, eval_examples, label_list, tokenizer
   if not options.eval_every_steps:
     return {}
   record_file = os.path.join(record_dir, "eval.tf_record")
-  file_based_convert_examples_to_features(eval_examples, label_list, options.max_seq_length,
-                                          tokenizer, record_file)
+  documents = write_records(eval_examples, label_list, options, tokenizer, record_file)
   infer = classifier_inference_fn(trainer.model, trainer.strategy, trainer.use_xla,
                                   task.is_regression)
+  thresholds = classifier_options.thresholds(options, label_list)
 
   def evaluate(step):
-    logits, labels, real, sizes = predict_logits(
+    outputs = predict_logits(
         trainer.model, record_file, options.max_seq_length, options.eval_batch_size,
         trainer.strategy, trainer.use_xla, task.is_regression, options.trim_eval_batches, infer)
-    return eval_metrics(logits, labels, real, sizes, step, task.metric_name, task.is_regression)
+    outputs = classifier_options.per_document(outputs, documents, options, options.eval_batch_size)
+    return eval_metrics(*outputs, step, task.metric_name, task.is_regression, thresholds)
 
   hook = training.EvalHook(
       evaluate, options.output_dir, metric_name=task.metric_name,
@@ -1054,14 +1187,35 @@ def _eval_during_training(options, trainer, eval_examples, label_list, tokenizer
   return {"eval_every_steps": options.eval_every_steps, "eval_fn": hook}
 
 
-def _evaluate(options, trainer, eval_examples, label_list, tokenizer, chief, record_dir):
+def _scores(logits, label_list):
+  """Per-example logits [N, C] -> what the prediction files hold: the score [N] (regression),
+  the sigmoid probabilities (multi-label) or the softmax ones [N, C]."""
+  if label_list is None:
+    return logits[:, 0]
+  if isinstance(label_list, multi_label_lib.MultiLabelList):
+    return multi_label_lib.sigmoid(logits)
+  return softmax(logits)
+
+
+def _evaluate(options, trainer, eval_examples, label_list, tokenizer, chief, record_dir,
+              thresholds=None):
   """--do_eval: the dev set through eval.tf_record; logs the original's eval results, writes
-  them to eval_results.txt (chief) and returns them."""
+  them to eval_results.txt (chief) and returns (them, thresholds). Multi-label with
+  --tune_threshold: the thresholds are tuned on these logits first (written to
+  output_dir/thresholds.json) and the results use them."""
   logits, labels, real, sizes = _logits_over(
       eval_examples, "eval", "***** Running evaluation *****", options.eval_batch_size,
       options, trainer, label_list, tokenizer, record_dir)
+  if thresholds is not None and options.tune_threshold:
+    thresholds = multi_label_lib.tune_thresholds(
+        multi_label_lib.sigmoid(logits[real.astype(bool)]), labels[real.astype(bool)] > 0.5,
+        options.threshold)
+    logging.info("Tuned thresholds: %s", ", ".join(
+        f"{label}: {t:.6g}" for label, t in zip(label_list, thresholds)))
+    if chief:
+      multi_label_lib.write_thresholds(options.output_dir, label_list, thresholds, tuned=True)
   results = eval_metrics(logits, labels, real, sizes, int(trainer.global_step.numpy()),
-                         trainer.task.metric_name, trainer.task.is_regression)
+                         trainer.task.metric_name, trainer.task.is_regression, thresholds)
   logging.info("***** Eval results *****")
   for key in sorted(results):
     logging.info("  %s = %s", key, str(results[key]))
@@ -1069,42 +1223,45 @@ def _evaluate(options, trainer, eval_examples, label_list, tokenizer, chief, rec
     file_io.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
                               outputs.format_results(results))
     real = real.astype(bool)
-    scores = logits[real][:, 0] if label_list is None else softmax(logits)[real]
     file_io.write_text_atomic(
         os.path.join(options.output_dir, "eval_predictions.tsv"),
-        prediction_files.prediction_tsv([e.guid for e in eval_examples], scores, label_list,
-                                        gold=[e.label for e in eval_examples]))
-  return results
+        prediction_files.prediction_tsv([e.guid for e in eval_examples],
+                                        _scores(logits, label_list)[real], label_list,
+                                        gold=[e.label for e in eval_examples],
+                                        thresholds=thresholds))
+  return results, thresholds
 
 
 def _logits_over(examples, split, heading, batch_size, options, trainer, label_list, tokenizer,
                  record_dir):
-  """Writes the examples to <split>.tf_record, logs the original's heading for them, and
-  returns predict_logits over the records (logits, labels, real, sizes)."""
+  """Writes the examples to <split>.tf_record (write_records), logs the original's heading
+  for them, and returns predict_logits over the records (logits, labels, real, sizes), per
+  example (classifier_options.per_document)."""
   record_file = os.path.join(record_dir, "%s.tf_record" % split)
-  file_based_convert_examples_to_features(examples, label_list, options.max_seq_length,
-                                          tokenizer, record_file)
+  documents = write_records(examples, label_list, options, tokenizer, record_file)
   logging.info(heading)
   logging.info("  Num examples = %d (%d actual, %d padding)", len(examples), len(examples), 0)
   logging.info("  Batch size = %d", batch_size)
-  return predict_logits(trainer.model, record_file, options.max_seq_length, batch_size,
-                        trainer.strategy, trainer.use_xla, label_list is None,
-                        options.trim_eval_batches)
+  outputs = predict_logits(trainer.model, record_file, options.max_seq_length, batch_size,
+                           trainer.strategy, trainer.use_xla, label_list is None,
+                           options.trim_eval_batches)
+  return classifier_options.per_document(outputs, documents, options, batch_size)
 
 
-def _predict(options, trainer, predict_examples, label_list, tokenizer, chief, record_dir):
+def _predict(options, trainer, predict_examples, label_list, tokenizer, chief, record_dir,
+             thresholds=None):
   """--do_predict: the test set through predict.tf_record; writes the class probabilities of
   each real example to test_results.tsv (chief) and returns them (float32 [N, labels]); for
-  regression (label_list None) the predicted score, one a line (float32 [N])."""
+  regression (label_list None) the predicted score, one a line (float32 [N]); multi-label:
+  each label's sigmoid probability (test_predictions.tsv: the labels reaching thresholds)."""
   num_actual = len(predict_examples)
   logits, _, real, _ = _logits_over(
       predict_examples, "predict", "***** Running prediction*****", options.predict_batch_size,
       options, trainer, label_list, tokenizer, record_dir)
+  probabilities = _scores(logits, label_list)[real.astype(bool)]
   if label_list is None:
-    probabilities = logits[:, 0][real.astype(bool)]
     lines = ["%s\n" % score for score in probabilities]
   else:
-    probabilities = softmax(logits)[real.astype(bool)]
     lines = ["\t".join(str(p) for p in row) + "\n" for row in probabilities]
   assert len(lines) == num_actual
   logging.info("***** Predict results *****")
@@ -1113,7 +1270,7 @@ def _predict(options, trainer, predict_examples, label_list, tokenizer, chief, r
     file_io.write_text_atomic(
         os.path.join(options.output_dir, "test_predictions.tsv"),
         prediction_files.prediction_tsv([e.guid for e in predict_examples], probabilities,
-                                        label_list))
+                                        label_list, thresholds=thresholds))
   return probabilities
 
 

@@ -11,7 +11,10 @@ text_a and text_b (tf.string [B]; an empty text_b means a single segment, as in 
                                that every output has the batch dimension, as TF Serving's
                                row format needs); the names are the module's `labels`, else
                                "0", "1", ... (regression, N = 1: predictions [B] and logits
-                               [B, 1], no names)
+                               [B, 1], no names; multi-label: sigmoid probabilities,
+                               predicted int32 [B, N] (1 where a probability reaches its
+                               threshold) and labels tf.string [B], the predicted label
+                               names joined by the separator)
                    embeddings  pooled_output [B, H], sequence_output [B, S, H] float32, and
                                embeddings [B, H] (modeling.pool_embeddings with the module's
                                pooling and normalize: sentence embeddings)
@@ -83,8 +86,16 @@ class ServingModule(tf.Module):
   """The exported object: the task model, its preprocessor and the two signatures."""
 
   def __init__(self, model, preprocessor, task, max_answer_length=30, regression=False,
-               trim_padding=True, pooling="mean", normalize=False, labels=None):
+               trim_padding=True, pooling="mean", normalize=False, multi_label=None,
+               labels=None):
+    """multi_label: None, or (label names [N], thresholds [N], separator) of a multi-label
+    classifier. labels: a (single-label) classifier's label names [N], or None."""
     super().__init__(name="bert_serving")
+    self._multi_label = None
+    if multi_label is not None:
+      names, thresholds, self._separator = multi_label
+      self._label_names = tf.constant([str(n) for n in names], tf.string)
+      self._multi_label = tf.constant(thresholds, tf.float32)
     if task not in TASKS:
       raise ValueError(f"task {task!r} is not one of {', '.join(TASKS)}")
     if pooling not in modeling.POOLINGS:
@@ -123,6 +134,8 @@ class ServingModule(tf.Module):
       logits = tf.cast(_logits(outputs), tf.float32)
       if self._regression:
         return {"predictions": logits[:, 0], "logits": logits}
+      if self._multi_label is not None:
+        return self._multi_label_outputs(logits, spans)
       probabilities = tf.nn.softmax(logits, axis=-1)
       if not spans:
         return {"probabilities": probabilities, "logits": logits}
@@ -147,6 +160,19 @@ class ServingModule(tf.Module):
     return {"start_logits": start_logits, "end_logits": end_logits, "start_index": start,
             "end_index": end,
             "answer": span_text(features["input_ids"], start, end, vocabulary)}
+
+  def _multi_label_outputs(self, logits, names=True):
+    """A multi-label classifier's outputs from its logits [B, N] (names: with the labels
+    string [B]; TFLite has numbers only)."""
+    probabilities = tf.sigmoid(logits)
+    predicted = probabilities >= self._multi_label
+    result = {"probabilities": probabilities, "logits": logits,
+              "predicted": tf.cast(predicted, tf.int32)}
+    if names:
+      all_names = tf.broadcast_to(self._label_names, tf.shape(predicted))
+      result["labels"] = tf.strings.reduce_join(tf.ragged.boolean_mask(all_names, predicted),
+                                                axis=1, separator=self._separator)
+    return result
 
   def _model_outputs(self, features, trim):
     """The model on features (int32 [B, S] each). With trim_padding, on their first L

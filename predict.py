@@ -1,0 +1,282 @@
+# coding=utf-8
+r"""New text in, labelled answers out: a fine-tuned model's predictions on a file of texts.
+
+  python predict.py --model_dir=/tmp/mrpc_output --input_file=new.tsv --output_file=out.jsonl
+
+--model_dir: a run_* output_dir or its best/ (its task.json, labels.txt, bert_config.json,
+vocab.txt and newest checkpoint: runtime/model_dir.py), an export_saved_model.py SavedModel
+(its serving_default; the label names from its label_names output, else labels.txt in its
+assets/ or beside it), or with --task=embeddings any checkpoint directory
+checkpoints.load_model reads (Google's, HuggingFace's).
+--input_file: TSV or CSV with a header (by extension), JSON Lines (.jsonl, .json, .ndjson),
+or "-" for standard input; --input_format overrides (for "-" without it, the first line
+decides: "{" JSON Lines, a tab TSV, else CSV). The texts are the fields named as in training
+(run_options.json's text_a_column / text_b_column), else the first present of text_a,
+sentence1, sentence, text, question (text_a) and text_b, sentence2, context (text_b; squad:
+question and context); --text_a_column, --text_b_column override.
+--output_file (default or "-": standard output): JSON Lines, each input row's fields plus
+the prediction's (a prediction field replaces an input field of the same name):
+  classifier   "label", "probabilities" {label: p}
+  multi-label  "labels" (the probabilities that reach task.json's thresholds, or
+               --threshold), "probabilities"
+  regression   "score"
+  tagger       "entities" [{"type", "text", "start", "end", "score"}] (character offsets)
+  squad        "answer" {"text", "start", "end"} (character offsets into the context)
+  embeddings   "embedding" [floats] (--pooling, --normalize)
+It streams: rows are read, predicted in batches of --batch_size and written one batch at a
+time (memory does not grow with the input), into a temporary file renamed when complete;
+progress (rows/s, ETA) on stderr. A bad row (a missing field, not UTF-8, not JSON, a wrong
+number of fields) is an error naming the file and line, and no output file is left; with
+--skip_bad_rows it is skipped, and the count is logged at the end.
+"""
+
+from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+from bert_keras import modeling
+from bert_keras.runtime import common_flags
+from bert_keras.tasks import predict_io
+from bert_keras.tasks import predictors
+from bert_keras.utils import errors
+from bert_keras.utils import file_io
+from bert_keras.utils import progress as progress_lib
+
+DEFAULTS = dict(model_dir=None, input_file=None, output_file=None, input_format=None,
+                text_a_column=None, text_b_column=None, task=None, batch_size=32,
+                max_seq_length=None, pooling=None, normalize=False, threshold=None,
+                skip_bad_rows=False, doc_stride=None, max_query_length=None,
+                max_answer_length=None)
+MAX_LOGGED_BAD_ROWS = 10
+
+
+def options(**overrides):
+  """A namespace of all run() options: DEFAULTS updated with `overrides`."""
+  return common_flags.make_options(DEFAULTS, overrides)
+
+
+def define_flags():
+  flags.DEFINE_string("model_dir", None, "A run_* output_dir (or its best/), a SavedModel of "
+                      "export_saved_model.py, or (with --task=embeddings) a checkpoint "
+                      "directory.")
+  flags.DEFINE_string("input_file", None, "TSV/CSV with a header, JSON Lines, or - (stdin).")
+  flags.DEFINE_string("output_file", None, "JSON Lines to write (default or -: stdout).")
+  flags.DEFINE_enum("input_format", None, predict_io.FORMATS,
+                    "The input's format (default: by extension; stdin: by its first line).")
+  flags.DEFINE_string("text_a_column", None, "The field of the first text (default: as in "
+                      "training, else text_a, sentence1, sentence, text or question).")
+  flags.DEFINE_string("text_b_column", None, "The field of the second text (default: as in "
+                      "training, else text_b, sentence2 or context; \"none\": single texts).")
+  flags.DEFINE_enum("task", None, ["embeddings"], "embeddings: the encoder's pooled vectors "
+                    "(any checkpoint; default: the model directory's task).")
+  flags.DEFINE_integer("batch_size", 32, "Rows per model call.")
+  flags.DEFINE_integer("max_seq_length", None, "Default: the model directory's task.json.")
+  flags.DEFINE_enum("pooling", None, modeling.POOLINGS, "--task=embeddings: mean (default), "
+                    "cls or max.")
+  flags.DEFINE_bool("normalize", False, "--task=embeddings: L2-normalise each embedding.")
+  flags.DEFINE_float("threshold", None, "Multi-label: one threshold for every label (default: "
+                     "task.json's thresholds, else 0.5).")
+  flags.DEFINE_bool("skip_bad_rows", False, "Skip and count bad rows instead of stopping.")
+  flags.DEFINE_integer("doc_stride", None, "squad: the windows' stride (default: task.json).")
+  flags.DEFINE_integer("max_query_length", None, "squad: question pieces kept (task.json).")
+  flags.DEFINE_integer("max_answer_length", None, "squad: longest answer in pieces (task.json).")
+  flags.mark_flag_as_required("model_dir")
+  flags.mark_flag_as_required("input_file")
+
+
+def _check_options(options):
+  """Flag problems as one-line ValueErrors, before the model is loaded."""
+  if not options.model_dir or not tf.io.gfile.isdir(options.model_dir):
+    raise ValueError(f"--model_dir {options.model_dir}: no such directory")
+  if not options.input_file:
+    raise ValueError("--input_file is required (a file, or - for standard input)")
+  if options.input_file != "-" and not tf.io.gfile.exists(options.input_file):
+    raise ValueError(f"--input_file {options.input_file}: no such file")
+  predict_io.format_of(options.input_file, options.input_format)
+  if options.batch_size < 1:
+    raise ValueError(f"--batch_size={options.batch_size}: must be at least 1")
+  if options.max_seq_length is not None and options.max_seq_length < 3:
+    raise ValueError(f"--max_seq_length={options.max_seq_length}: must be at least 3")
+  if options.task not in (None, "embeddings"):
+    raise ValueError(f"--task={options.task}: only embeddings (else the model's own task)")
+  if options.pooling is not None and options.pooling not in modeling.POOLINGS:
+    raise ValueError(f"--pooling={options.pooling}: one of {', '.join(modeling.POOLINGS)}")
+  if options.threshold is not None and not 0 < options.threshold < 1:
+    raise ValueError(f"--threshold={options.threshold}: must be between 0 and 1")
+  if ((options.pooling is not None or options.normalize) and options.task != "embeddings"
+      and not predictors.is_saved_model(options.model_dir)):
+    raise ValueError("--pooling / --normalize are for --task=embeddings (or an embeddings "
+                     "SavedModel)")
+  output = options.output_file
+  if output and output != "-":
+    if options.input_file != "-" and os.path.abspath(output) == os.path.abspath(
+        options.input_file):
+      raise ValueError(f"--output_file {output} is the --input_file")
+    parent = os.path.dirname(output)
+    if parent and not file_io.is_remote(output) and not os.path.isdir(parent):
+      raise ValueError(f"--output_file {output}: no such directory {parent}")
+
+
+class Columns(object):
+  """The text fields of the rows: resolved from the first good row (the header of a
+  TSV/CSV), then required in every row."""
+
+  def __init__(self, predictor, text_a_column, text_b_column):
+    trained_a, trained_b = predictor.text_columns
+    self.a_flag, self.b_flag = text_a_column, text_b_column
+    self.a, self.b = text_a_column or trained_a, text_b_column or trained_b
+    self.pair = predictor.pair
+    self.squad = predictor.task == "squad"
+    self.resolved = False
+
+  def resolve(self, fields, where):
+    names = list(fields)
+    if self.b is not None and self.b.lower() == "none":
+      self.b = ""
+    if self.a is None:
+      defaults = predictors.SQUAD_FIELDS[:1] if self.squad else predictors.TEXT_A_FIELDS
+      self.a = next((n for n in defaults if n in fields), None)
+      if self.a is None:
+        raise ValueError(f"{where}: no text field ({' or '.join(defaults)}) among "
+                         f"{names}: name it with --text_a_column")
+    elif self.a not in fields:
+      raise ValueError(f"{where}: no field {self.a!r} (--text_a_column) among {names}")
+    if self.pair == "no":
+      if self.b_flag:
+        raise ValueError(f"--text_b_column: the {self.squad and 'squad' or 'model'} takes "
+                         "one text")
+      self.b = ""
+    elif self.b is None:
+      defaults = predictors.SQUAD_FIELDS[1:] if self.squad else predictors.TEXT_B_FIELDS
+      self.b = next((n for n in defaults if n in fields and n != self.a), "")
+      if self.squad and not self.b:
+        raise ValueError(f"{where}: no context field among {names}: name it with "
+                         "--text_b_column")
+    elif self.b and self.b not in fields:
+      raise ValueError(f"{where}: no field {self.b!r} (--text_b_column) among {names}")
+    self.resolved = True
+
+  def texts(self, fields):
+    """(text_a, text_b) of a row, or a str saying why it has none."""
+    texts = []
+    for name in (self.a, self.b):
+      if not name:
+        texts.append("")
+        continue
+      value = fields.get(name)
+      if value is None:
+        return f"no field {name!r}"
+      if not isinstance(value, str):
+        return f"field {name!r} is not a string"
+      texts.append(value)
+    return tuple(texts)
+
+
+def _batches(reader, columns, options, counts):
+  """Lists of (fields, text_a, text_b) of at most --batch_size good rows; bad rows are a
+  ValueError naming the line, or (--skip_bad_rows) counted and logged."""
+  batch = []
+  for row in reader:
+    counts["rows"] += 1
+    error = row.error
+    if error is None:
+      if not columns.resolved:
+        columns.resolve(row.fields, reader.where(row.line))
+      texts = columns.texts(row.fields)
+      if isinstance(texts, str):
+        error = texts
+    if error is not None:
+      if not options.skip_bad_rows:
+        raise ValueError(f"{reader.where(row.line)}: {error} (--skip_bad_rows skips such "
+                         "rows)")
+      counts["bad"] += 1
+      if counts["bad"] <= MAX_LOGGED_BAD_ROWS:
+        logging.warning("skipped %s: %s", reader.where(row.line), error)
+      continue
+    batch.append((row.fields, texts[0], texts[1]))
+    if len(batch) == options.batch_size:
+      yield batch
+      batch = []
+  if batch:
+    yield batch
+
+
+def predict_stream(predictor, reader, write, options):
+  """Reads, predicts and writes (write(str) per output line) every row; returns the counts
+  {"rows", "bad", "written"}."""
+  columns = Columns(predictor, options.text_a_column, options.text_b_column)
+  counts = {"rows": 0, "bad": 0, "written": 0}
+  progress = progress_lib.Progress(reader.size)
+  for batch in _batches(reader, columns, options, counts):
+    texts_b = [b for _, _, b in batch] if columns.b else None
+    results = predictor.predict([a for _, a, _ in batch], texts_b)
+    for (fields, _, _), prediction in zip(batch, results):
+      fields = {k: v for k, v in fields.items() if k not in prediction}
+      fields.update(prediction)
+      write(predict_io.json_line(fields))
+    counts["written"] += len(batch)
+    done = counts["written"]
+    eta = ("" if reader.size is None else ", %.0f%%, ETA %s" % (
+        100.0 * reader.bytes_read / max(reader.size, 1),
+        progress.eta(done, reader.bytes_read / max(reader.size, 1))))
+    progress.show(f"predict: {done} rows, {progress.rate(done):.1f} rows/s{eta}")
+  progress.finish()
+  return counts
+
+
+def load_predictor(options):
+  """The tasks/predictors.Predictor of --model_dir and the model options."""
+  predictor = predictors.load(
+      options.model_dir, task=options.task, max_seq_length=options.max_seq_length,
+      pooling=options.pooling, normalize=options.normalize, threshold=options.threshold,
+      batch_size=options.batch_size,
+      squad_options=dict(doc_stride=options.doc_stride,
+                         max_query_length=options.max_query_length,
+                         max_answer_length=options.max_answer_length))
+  if (options.pooling is not None or options.normalize) and predictor.task != "embeddings":
+    raise ValueError(f"--pooling / --normalize are for embeddings, not a {predictor.task} "
+                     "model")
+  return predictor
+
+
+def predict_file(predictor, options):
+  """Streams --input_file through `predictor` to --output_file (atomically) or stdout;
+  returns the counts {"rows", "bad", "written"}."""
+  reader = predict_io.Reader(options.input_file,
+                             predict_io.format_of(options.input_file, options.input_format))
+  start = time.perf_counter()
+  output = options.output_file
+  if not output or output == "-":
+    counts = predict_stream(predictor, reader, sys.stdout.write, options)
+    sys.stdout.flush()
+  else:
+    with file_io.atomic_output(output) as tmp:
+      with file_io.open_write(tmp) as f:
+        counts = predict_stream(predictor, reader, lambda line: f.write(line.encode("utf-8")),
+                                options)
+  seconds = time.perf_counter() - start
+  logging.info("predict: %d rows in %.1f s (%.1f rows/s)%s -> %s", counts["written"], seconds,
+               counts["written"] / max(seconds, 1e-9),
+               f"; skipped {counts['bad']} bad rows" if counts["bad"] else "",
+               output if output and output != "-" else "<stdout>")
+  return counts
+
+
+def run(options):
+  """Checks the options, loads the model, streams --input_file to --output_file."""
+  _check_options(options)
+  return predict_file(load_predictor(options), options)
+
+
+main = errors.script_main(run)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

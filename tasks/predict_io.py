@@ -1,0 +1,177 @@
+# coding=utf-8
+"""predict.py's input and output: rows of text streamed from TSV, CSV or JSON Lines (a file
+or standard input), JSON Lines written out.
+
+read_rows(path, input_format) yields Row(fields, line, error): `fields` a dict of the row's
+fields (a TSV/CSV row: its header's names -> the row's values), `line` its first line number
+(1-based), `error` None or why the row cannot be used (not UTF-8, not a JSON object, a
+TSV/CSV row with more or fewer fields than the header). It reads one line at a time: memory
+does not grow with the input. Reader.bytes_read counts the bytes consumed (progress).
+
+Formats: "tsv" (tab-separated, no quoting: the GLUE files' convention), "csv" (RFC 4180
+quoting, a field may span lines), "jsonl" (one JSON object a line; empty lines skipped).
+format_of(path, flag) picks it: the flag, else the file's extension (.tsv, .csv, .jsonl,
+.json, .ndjson), else None; for standard input ("-") without the flag, the first non-empty
+line decides (sniff_format): "{" -> jsonl, a tab -> tsv, else csv.
+"""
+
+import csv
+import json
+import sys
+
+from bert_keras.utils import file_io
+
+FORMATS = ("tsv", "csv", "jsonl")
+_EXTENSIONS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl",
+               ".ndjson": "jsonl"}
+
+
+class Row(object):
+  """One input row: fields (dict str -> value), line (its first line, 1-based), error (None,
+  or why the row is unusable)."""
+  __slots__ = ("fields", "line", "error")
+
+  def __init__(self, fields, line, error=None):
+    self.fields, self.line, self.error = fields, line, error
+
+
+def format_of(path, flag=None):
+  """The input format: `flag` (one of FORMATS), else the extension of `path`'s name, else
+  None (standard input, or an unknown extension: sniff_format decides)."""
+  if flag:
+    if flag not in FORMATS:
+      raise ValueError(f"--input_format={flag}: one of {', '.join(FORMATS)}")
+    return flag
+  if path == "-":
+    return None
+  for extension, kind in _EXTENSIONS.items():
+    if path.lower().endswith(extension):
+      return kind
+  return None
+
+
+def sniff_format(first_line):
+  """The format of an input whose first non-empty line (str) is `first_line`."""
+  text = first_line.lstrip("\ufeff \t")
+  if text.startswith("{"):
+    return "jsonl"
+  return "tsv" if "\t" in first_line else "csv"
+
+
+class Reader(object):
+  """The rows of `path` ("-": standard input) in `input_format` (None: sniffed). Iterate it
+  for Row objects; `name` is how errors name the input; bytes_read and size (None for
+  standard input) measure the progress."""
+
+  def __init__(self, path, input_format=None):
+    self.path = path
+    self.name = "<stdin>" if path == "-" else path
+    self.format = input_format
+    self.size = None if path == "-" else file_io.file_size(path)
+    self.bytes_read = 0
+    self._lines = self._numbered_lines()
+    self._pending = None
+    if self.format is None:  # sniff: the first non-empty line, kept for the reader
+      for number, raw in self._lines:
+        if raw.strip():
+          self._pending = (number, raw)
+          self.format = sniff_format(raw.decode("utf-8", "replace"))
+          break
+      else:
+        self.format = "jsonl"  # an empty input: no rows whatever the format
+
+  def _numbered_lines(self):
+    """(line number, bytes) of each line of the input, its line ending kept."""
+    if self.path == "-":
+      stream, close = sys.stdin.buffer, False
+    else:
+      stream, close = file_io.open_read(self.path), True
+    try:
+      for number, raw in enumerate(stream, 1):
+        if isinstance(raw, str):
+          raw = raw.encode("utf-8")
+        self.bytes_read += len(raw)
+        yield number, raw
+    finally:
+      if close:
+        stream.close()
+
+  def _lines_with_pending(self):
+    if self._pending is not None:
+      pending, self._pending = self._pending, None
+      yield pending
+    yield from self._lines
+
+  def __iter__(self):
+    lines = self._lines_with_pending()
+    if self.format == "jsonl":
+      return self._jsonl_rows(lines)
+    return self._table_rows(lines)
+
+  def where(self, line):
+    return f"{self.name} line {line}"
+
+  def _jsonl_rows(self, lines):
+    for number, raw in lines:
+      if not raw.strip():
+        continue
+      try:
+        text = raw.decode("utf-8")
+      except UnicodeDecodeError as e:
+        yield Row(None, number, f"not UTF-8 (byte {e.start + 1} of the line)")
+        continue
+      try:
+        value = json.loads(text)
+      except ValueError as e:
+        yield Row(None, number, f"not valid JSON ({e})")
+        continue
+      if not isinstance(value, dict):
+        yield Row(None, number, "not a JSON object")
+        continue
+      yield Row(value, number)
+
+  def _table_rows(self, lines):
+    """TSV / CSV rows: the first line is the header. Lines that are not UTF-8 are decoded
+    with surrogate escapes and the row holding them is marked bad."""
+    bad_lines = set()
+    state = {"last": 0}
+
+    def decoded():
+      for number, raw in lines:
+        state["last"] = number
+        try:
+          yield raw.decode("utf-8")
+        except UnicodeDecodeError:
+          bad_lines.add(number)
+          yield raw.decode("utf-8", "surrogateescape")
+
+    file_io.allow_long_csv_fields()
+    if self.format == "tsv":
+      reader = csv.reader(decoded(), delimiter="\t", quoting=csv.QUOTE_NONE)
+    else:
+      reader = csv.reader(decoded())
+    header = next(reader, None)
+    if header is None:
+      return
+    if state["last"] in bad_lines:
+      raise ValueError(f"{self.where(state['last'])}: the header is not UTF-8")
+    if header and header[0].startswith("\ufeff"):
+      header[0] = header[0][1:]
+    if len(set(header)) != len(header):
+      raise ValueError(f"{self.where(1)}: the header repeats a column name: {header}")
+    first = state["last"] + 1
+    for values in reader:
+      line, first = first, state["last"] + 1
+      if not values:  # an empty line
+        continue
+      if any(number in bad_lines for number in range(line, state["last"] + 1)):
+        yield Row(None, line, "not UTF-8")
+      elif len(values) != len(header):
+        yield Row(None, line, f"{len(values)} fields, the header has {len(header)}")
+      else:
+        yield Row(dict(zip(header, values)), line)
+
+
+def json_line(fields):
+  """One output line: `fields` as compact JSON (UTF-8 text, not escaped) and a newline."""
+  return json.dumps(fields, ensure_ascii=False, separators=(", ", ": ")) + "\n"

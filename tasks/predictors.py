@@ -1,0 +1,449 @@
+# coding=utf-8
+"""predict.py's models: a model directory (a run_* output_dir or its best/, a Google or
+HuggingFace checkpoint directory) or an export_saved_model.py SavedModel, turned into a
+Predictor whose predict(texts_a, texts_b) gives each row's prediction fields.
+
+  classifier   label (the most probable) and probabilities {label: p} (softmax)
+  multi-label  labels [those whose sigmoid probability reaches its threshold] and
+               probabilities {label: p}
+  regression   score
+  tagger       entities [{"type", "text", "start", "end", "score"}]: character offsets into
+               text_a (text_a[start:end] == text), the score the mean probability of the
+               entity's words' tags (tasks/ner_serving.py's TaggerModule, one window)
+  squad        answer {"text", "start", "end"}: character offsets into the context (text_b),
+               context[start:end] == text; long contexts in doc_stride windows as run_squad
+  embeddings   embedding [H floats] (modeling.pool_embeddings: --pooling, --normalize)
+
+Classifiers, regressions, embeddings and taggers run the exported graph itself
+(serving.ServingModule / ner_serving.TaggerModule: tokenization in the graph, padding trimmed
+per batch); squad tokenizes in Python (tokenization.FullTokenizer) to keep each word's
+characters, windows the context and picks the best span in NumPy.
+"""
+
+import json
+import os
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from bert_keras import checkpoints
+from bert_keras import preprocessing
+from bert_keras import serving
+from bert_keras import tokenization
+from bert_keras.runtime import inference
+from bert_keras.runtime import model_dir
+from bert_keras.tasks import ner_serving
+from bert_keras.tasks import squad_predictions
+
+TASKS = ("classifier", "regression", "tagger", "squad", "embeddings")
+# The text fields looked for when no column is named (the first one present).
+TEXT_A_FIELDS = ("text_a", "sentence1", "sentence", "text", "question")
+TEXT_B_FIELDS = ("text_b", "sentence2", "context")
+SQUAD_FIELDS = ("question", "context")
+_SQUAD_WHITESPACE = frozenset(" \t\r\n\u202f")  # SQuAD's (run_squad.split_context's)
+
+
+def _decode(values):
+  return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
+
+
+def sigmoid(x):
+  return 1.0 / (1.0 + np.exp(-np.asarray(x, np.float64)))
+
+
+class Predictor(object):
+  """What predict.py calls. task: one of TASKS; labels: the label names in output order (or
+  None); pair: "no" (text_a only), "optional" (text_b may be absent) or "required" (squad);
+  text_columns: the (text_a, text_b) field names of training, None where unknown."""
+
+  def __init__(self, task, labels=None, multi_label=False, thresholds=None, pair="no",
+               text_columns=(None, None)):
+    self.task, self.labels, self.multi_label = task, labels, bool(multi_label)
+    self.thresholds, self.pair, self.text_columns = thresholds, pair, text_columns
+
+  def predict(self, texts_a, texts_b):
+    """texts_a, texts_b: lists of str of one batch (texts_b None, or "" for a row without
+    one) -> a list of dicts, the prediction fields of each row."""
+    raise NotImplementedError
+
+  def _label_names(self, count):
+    if self.labels is None or len(self.labels) != count:
+      self.labels = [str(i) for i in range(count)]
+    return self.labels
+
+  def classifier_fields(self, probabilities, logits):
+    """probabilities float [B, N] (softmax), logits float [B, N] -> the rows' fields."""
+    names = self._label_names(np.shape(probabilities)[1])
+    if self.multi_label:
+      probabilities = sigmoid(logits)
+      thresholds = np.broadcast_to(np.asarray(self.thresholds if self.thresholds is not None
+                                              else 0.5, np.float64), (len(names),))
+      return [{"labels": [n for n, p, t in zip(names, row, thresholds) if p >= t],
+               "probabilities": dict(zip(names, map(float, row)))} for row in probabilities]
+    best = np.argmax(probabilities, axis=1)
+    return [{"label": names[b], "probabilities": dict(zip(names, map(float, row)))}
+            for b, row in zip(best, probabilities)]
+
+  def multi_label_fields(self, probabilities, predicted):
+    """A multi-label SavedModel's probabilities float [B, N] (sigmoid) and predicted int
+    [B, N] (1: reaches its threshold) -> the rows' fields; with --threshold (thresholds
+    given) the probabilities are compared with it instead."""
+    names = self._label_names(np.shape(probabilities)[1])
+    if self.thresholds is not None:
+      predicted = np.asarray(probabilities) >= np.asarray(self.thresholds, np.float32)
+    return [{"labels": [n for n, chosen in zip(names, row) if chosen],
+             "probabilities": dict(zip(names, map(float, p)))}
+            for row, p in zip(np.asarray(predicted), probabilities)]
+
+  @staticmethod
+  def entity_fields(texts, outputs):
+    """The tagger's entity_* outputs ([B, E]; byte offsets into the UTF-8 texts, -1
+    padding) -> [{"entities": [...]}] with character offsets."""
+    rows = []
+    for i, text in enumerate(texts):
+      encoded = None if text.isascii() else text.encode("utf-8")
+      char = (lambda b: int(b)) if encoded is None else (
+          lambda b: len(encoded[:b].decode("utf-8", "ignore")))
+      entities = []
+      for kind, start, end, score in zip(outputs["entity_types"][i], outputs["entity_starts"][i],
+                                         outputs["entity_ends"][i], outputs["entity_scores"][i]):
+        if start < 0:
+          continue
+        s, e = char(start), char(end)
+        entities.append({"type": _decode([kind])[0], "text": text[s:e], "start": s, "end": e,
+                         "score": float(score)})
+      rows.append({"entities": entities})
+    return rows
+
+
+class GraphPredictor(Predictor):
+  """A callable fn(text_a, text_b) -> dict of tensors (a ServingModule's or TaggerModule's
+  serve, or a SavedModel's serving_default) and the task that reads its outputs."""
+
+  def __init__(self, fn, task, pooling=None, normalize=False, preprocess=None, **kwargs):
+    super().__init__(task, **kwargs)
+    self._fn, self._pooling, self._normalize = fn, pooling, normalize
+    self._preprocess = preprocess
+
+  def predict(self, texts_a, texts_b):
+    a = tf.constant(texts_a, tf.string)
+    b = tf.constant(texts_b if texts_b is not None else [""] * len(texts_a), tf.string)
+    outputs = {k: v.numpy() for k, v in self._fn(a, b).items()}
+    if self.task == "tagger":
+      return self.entity_fields(texts_a, outputs)
+    if self.task == "regression":
+      return [{"score": float(x)} for x in np.reshape(outputs["predictions"], [-1])]
+    if self.task == "classifier":
+      if "label_names" in outputs:  # a SavedModel's own names come first
+        names = np.asarray(outputs["label_names"])
+        self.labels = _decode(names[0] if names.ndim == 2 else names)
+      if "predicted" in outputs:  # a multi-label SavedModel: sigmoid outputs, its thresholds
+        return self.multi_label_fields(outputs["probabilities"], outputs["predicted"])
+      return self.classifier_fields(outputs["probabilities"], outputs["logits"])
+    if self.task == "embeddings":
+      vectors = outputs["embeddings"]
+      if self._preprocess is not None:  # a SavedModel, pooled here as --pooling says
+        mask = self._preprocess(a, b)["input_mask"].numpy()
+        vectors = np_pool(outputs["sequence_output"], mask, self._pooling, self._normalize)
+      return [{"embedding": [float(x) for x in row]} for row in vectors]
+    return self._squad_fields(texts_b, outputs)
+
+  @staticmethod
+  def _squad_fields(contexts, outputs):
+    """A SavedModel's answer (its word pieces joined, normalised) placed in the context: its
+    first occurrence (squad_predictions.get_final_text over the whole context)."""
+    rows = []
+    for context, answer, start in zip(contexts, _decode(outputs["answer"]),
+                                      outputs["start_index"]):
+      found = None
+      if start >= 0 and answer:
+        for lower in (False, True):
+          text = squad_predictions.get_final_text(answer, context, lower)
+          if text != context or " ".join(context.split()).lower() == answer:
+            found = text
+            break
+      offset = context.find(found) if found else -1
+      rows.append({"answer": {"text": found or "", "start": offset if offset >= 0 else None,
+                              "end": offset + len(found) if offset >= 0 else None}})
+    return rows
+
+
+def np_pool(sequence_output, input_mask, pooling="mean", normalize=False):
+  """modeling.pool_embeddings in NumPy: [B, S, H], [B, S] -> float [B, H]."""
+  x = np.asarray(sequence_output, np.float32)
+  mask = np.asarray(input_mask, np.float32)[:, :, None]
+  if pooling == "cls":
+    pooled = x[:, 0]
+  elif pooling == "max":
+    pooled = np.where(mask > 0, x, -1e9).max(axis=1)
+  else:
+    pooled = (x * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+  if normalize:
+    pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
+  return pooled
+
+
+class SquadPredictor(Predictor):
+  """run_squad's windows (max_query_length, doc_stride) and its span rule (both ends in the
+  context, start <= end, at most max_answer_length pieces, the start piece in the window
+  where it has the most context), the best start + end logit over all windows; the answer
+  projected back onto the context's characters (squad_predictions.get_final_text)."""
+
+  def __init__(self, model, tokenizer, max_seq_length, doc_stride=128, max_query_length=64,
+               max_answer_length=30, batch_size=32, **kwargs):
+    super().__init__("squad", pair="required", **kwargs)
+    self._model, self._tokenizer = model, tokenizer
+    self._max_seq_length, self._doc_stride = max_seq_length, doc_stride
+    self._max_query_length, self._max_answer_length = max_query_length, max_answer_length
+    self._batch_size = batch_size
+    spec = tf.TensorSpec([None, None], tf.int32)
+    self._forward = tf.function(self._call, input_signature=[spec, spec, spec])
+    vocab = tokenizer.vocab
+    self._cls, self._sep = vocab["[CLS]"], vocab["[SEP]"]
+
+  def _call(self, input_ids, input_mask, segment_ids):
+    outputs = self._model({"input_ids": input_ids, "input_mask": input_mask,
+                           "segment_ids": segment_ids}, training=False)
+    return tf.cast(outputs["start_logits"], tf.float32), tf.cast(outputs["end_logits"],
+                                                                 tf.float32)
+
+  @staticmethod
+  def words(context):
+    """SQuAD's words of `context` (runs of non-whitespace) as (word, first char, end)."""
+    words, start = [], None
+    for i, c in enumerate(context + " "):
+      if c in _SQUAD_WHITESPACE:
+        if start is not None:
+          words.append((context[start:i], start, i))
+          start = None
+      elif start is None:
+        start = i
+    return words
+
+  def _windows(self, question, context):
+    """The windows of one example: (input_ids, segment_ids, piece index of each position
+    (-1 outside the context), max-context flag of each position) lists, and the context's
+    words and pieces."""
+    query = self._tokenizer.convert_tokens_to_ids(
+        self._tokenizer.tokenize(question)[:self._max_query_length])
+    words = self.words(context)
+    pieces, piece_word = [], []
+    for index, word_pieces in enumerate(self._tokenizer.tokenize_batch([w for w, _, _ in words])
+                                        if words else []):
+      pieces.extend(word_pieces)
+      piece_word.extend([index] * len(word_pieces))
+    room = self._max_seq_length - 3 - len(query)
+    if room < 1:
+      raise ValueError(f"max_seq_length {self._max_seq_length} leaves no room for the context "
+                       f"after a {len(query)}-piece question")
+    spans, start = [], 0
+    while start < len(pieces):
+      length = min(len(pieces) - start, room)
+      spans.append((start, length))
+      if start + length == len(pieces):
+        break
+      start += min(length, self._doc_stride)
+    best = {}  # piece -> (score, window) of the window where it has the most context
+    for w, (start, length) in enumerate(spans):
+      for p in range(start, start + length):
+        score = min(p - start, start + length - 1 - p) + 0.01 * length
+        if p not in best or score > best[p][0]:
+          best[p] = (score, w)
+    ids = self._tokenizer.convert_tokens_to_ids(pieces)
+    windows = []
+    for w, (start, length) in enumerate(spans):
+      input_ids = [self._cls] + query + [self._sep] + ids[start:start + length] + [self._sep]
+      segment_ids = [0] * (len(query) + 2) + [1] * (length + 1)
+      position_piece = [-1] * (len(query) + 2) + list(range(start, start + length)) + [-1]
+      max_context = [p >= 0 and best[p][1] == w for p in position_piece]
+      windows.append((input_ids, segment_ids, position_piece, max_context))
+    return windows, words, pieces, piece_word
+
+  def _logits(self, windows):
+    """Start and end logits (float [S'] each) of every window, in batches."""
+    results = []
+    for i in range(0, len(windows), self._batch_size):
+      chunk = windows[i:i + self._batch_size]
+      length = max(len(w[0]) for w in chunk)
+      ids = np.zeros([len(chunk), length], np.int32)
+      segments = np.zeros_like(ids)
+      for row, w in enumerate(chunk):
+        ids[row, :len(w[0])], segments[row, :len(w[1])] = w[0], w[1]
+      lengths = np.array([len(w[0]) for w in chunk])
+      mask = (np.arange(length)[None] < lengths[:, None]).astype(np.int32)
+      arrays, _ = inference.trim_batch({"input_ids": ids, "input_mask": mask,
+                                        "segment_ids": segments})
+      start, end = self._forward(arrays["input_ids"], arrays["input_mask"],
+                                 arrays["segment_ids"])
+      results.extend(zip(start.numpy(), end.numpy()))
+    return results
+
+  def predict(self, texts_a, texts_b):
+    examples = [self._windows(q, c) for q, c in zip(texts_a, texts_b)]
+    flat = [w for windows, _, _, _ in examples for w in windows]
+    logits = iter(self._logits(flat))
+    return [self._answer(windows, words, pieces, piece_word, [next(logits) for _ in windows],
+                         context)
+            for (windows, words, pieces, piece_word), context in zip(examples, texts_b)]
+
+  def _answer(self, windows, words, pieces, piece_word, logits, context):
+    best = None  # (score, first piece, last piece)
+    for (_, _, position_piece, max_context), (start_logits, end_logits) in zip(windows,
+                                                                                 logits):
+      piece = np.array(position_piece)
+      n = len(piece)
+      starts = np.array(max_context)
+      ok = (piece[:, None] >= 0) & (piece[None, :] >= 0) & starts[:, None]
+      offset = np.arange(n)[None, :] - np.arange(n)[:, None]
+      ok &= (offset >= 0) & (offset < self._max_answer_length)
+      if not ok.any():
+        continue
+      scores = np.where(ok, start_logits[:n, None] + end_logits[None, :n], -np.inf)
+      s, e = np.unravel_index(np.argmax(scores), scores.shape)
+      if best is None or scores[s, e] > best[0]:
+        best = (float(scores[s, e]), int(piece[s]), int(piece[e]))
+    if best is None:
+      return {"answer": {"text": "", "start": None, "end": None}}
+    _, first, last = best
+    tok_text = " ".join(pieces[first:last + 1]).replace(" ##", "").replace("##", "")
+    tok_text = " ".join(tok_text.strip().split())
+    _, char_start, _ = words[piece_word[first]]
+    _, _, char_end = words[piece_word[last]]
+    orig_text = context[char_start:char_end]
+    lower = self._tokenizer.basic_tokenizer.do_lower_case
+    text = squad_predictions.get_final_text(tok_text, orig_text, lower)
+    start = char_start + orig_text.find(text)
+    return {"answer": {"text": text, "start": start, "end": start + len(text)}}
+
+
+# ----------------------------------------------------------------------------------------------
+
+def is_saved_model(path):
+  return tf.io.gfile.exists(os.path.join(path, "saved_model.pb"))
+
+
+def _saved_model_labels(path):
+  for where in (os.path.join(path, "assets"), path):
+    labels = checkpoints.read_labels(where)
+    if labels is not None:
+      return labels
+  return None
+
+
+def load_saved_model(path, pooling=None, normalize=False, thresholds=None):
+  """A GraphPredictor of an export_saved_model.py SavedModel: the task from its outputs,
+  the label names from its label_names output, else labels.txt in its assets/ or beside it,
+  else the output indices."""
+  loaded = tf.saved_model.load(path)
+  if "serving_default" not in loaded.signatures:
+    raise ValueError(f"--model_dir {path}: the SavedModel has no serving_default signature")
+  signature = loaded.signatures["serving_default"]
+  names = set(signature.structured_outputs)
+  inputs = set(signature.structured_input_signature[1])
+  task = ("tagger" if "entity_types" in names else "embeddings" if "embeddings" in names
+          else "squad" if "answer" in names else "regression" if "predictions" in names
+          else "classifier" if "probabilities" in names else None)
+  if task is None:
+    raise ValueError(f"--model_dir {path}: a SavedModel whose outputs ({', '.join(sorted(names))})"
+                     " are not export_saved_model.py's")
+  description = None
+  for where in (os.path.join(path, "assets"), path):
+    if tf.io.gfile.exists(os.path.join(where, model_dir.TASK_FILE)):
+      with tf.io.gfile.GFile(os.path.join(where, model_dir.TASK_FILE)) as f:
+        description = json.loads(f.read())
+      break
+  multi_label = bool(description and description.get("multi_label"))
+  if thresholds is None and description:
+    thresholds = description.get("thresholds")
+  if "text_b" in inputs:
+    fn = lambda a, b: signature(text_a=a, text_b=b)  # noqa: E731
+  else:
+    fn = lambda a, b: signature(text_a=a)  # noqa: E731
+  preprocess = None
+  if task == "embeddings" and (pooling is not None or normalize):
+    preprocess_signature = loaded.signatures["preprocess"]
+    preprocess = lambda a, b: preprocess_signature(text_a=a, text_b=b)  # noqa: E731
+  predictor = GraphPredictor(
+      fn, task, pooling=pooling or "mean", normalize=normalize, preprocess=preprocess,
+      labels=_saved_model_labels(path) if task in ("classifier", "tagger") else None,
+      multi_label=multi_label, thresholds=thresholds,
+      pair={"squad": "required", "classifier": "optional",
+            "regression": "optional"}.get(task, "no"))
+  predictor.keep_alive = loaded
+  return predictor
+
+
+def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, threshold=None,
+         batch_size=32, squad_options=None):
+  """The Predictor of --model_dir `path` (see the module docstring). task: None (the
+  directory's), or "embeddings" (the encoder of any checkpoint, the only choice for a
+  directory without task.json). threshold: a multi-label classifier's threshold for every
+  label (None: task.json's thresholds, else 0.5). squad_options: doc_stride,
+  max_query_length, max_answer_length overriding task.json's."""
+  if is_saved_model(path):
+    if task not in (None, "embeddings"):
+      raise ValueError(f"--task={task}: a SavedModel's task is fixed at export")
+    return load_saved_model(path, pooling, normalize,
+                            None if threshold is None else [threshold])
+  description = model_dir.read_model_dir(path)
+  if description is None and task != "embeddings":
+    raise ValueError(f"--model_dir {path}: no {model_dir.TASK_FILE} (not a run_* output_dir "
+                     "or its best/) and no saved_model.pb; pass --task=embeddings to embed "
+                     "texts with a pre-trained checkpoint")
+  description = description or {}
+  kind = task or description["task"]
+  if kind == "pretraining":
+    raise ValueError(f"--model_dir {path}: a pre-training run; pass --task=embeddings")
+  labels = description.get("labels")
+  if kind == "classifier" and labels is None:
+    kind = "regression" if description.get("task") == "regression" else kind
+  options = description.get("options") or {}
+  given = max_seq_length
+  model_task = {"regression": "classifier", "embeddings": "encoder"}.get(kind, kind)
+  model = checkpoints.load_model(
+      path, task=model_task,
+      num_labels=(1 if kind == "regression" else len(labels) if labels else None),
+      bert_config_file=description.get("bert_config_file"),
+      vocab_file=description.get("vocab_file"),
+      do_lower_case=description.get("do_lower_case"))
+  positions = model.config.max_position_embeddings
+  max_seq_length = int(given or description.get("max_seq_length") or min(128, positions))
+  if max_seq_length > positions:
+    raise ValueError(f"--max_seq_length {max_seq_length} is longer than the model's "
+                     f"max_position_embeddings {positions}")
+  if model.vocab_file is None:
+    raise ValueError(f"--model_dir {path}: no vocab.txt")
+  if kind == "tagger" and labels is None:
+    labels = model.labels
+  do_lower_case = bool(model.do_lower_case if model.do_lower_case is not None else True)
+  logging.info("predict: %s model from %s (max_seq_length %d, do_lower_case %s)", kind, path,
+               max_seq_length, do_lower_case)
+  columns = (options.get("text_a_column"), options.get("text_b_column"))
+  if kind == "squad":
+    squad = dict(doc_stride=description.get("doc_stride") or options.get("doc_stride") or 128,
+                 max_query_length=(description.get("max_query_length")
+                                   or options.get("max_query_length") or 64),
+                 max_answer_length=(description.get("max_answer_length")
+                                    or options.get("max_answer_length") or 30))
+    squad.update({k: v for k, v in (squad_options or {}).items() if v is not None})
+    tokenizer = tokenization.FullTokenizer(model.vocab_file, do_lower_case)
+    return SquadPredictor(model, tokenizer, max_seq_length, batch_size=batch_size, **squad)
+  preprocessor = preprocessing.BertPreprocessor(model.vocab_file, do_lower_case, max_seq_length)
+  if kind == "tagger":
+    module = ner_serving.TaggerModule(model, preprocessor, labels)
+    predictor = GraphPredictor(lambda a, b: module.serve(a), "tagger", labels=labels,
+                               text_columns=columns)
+  else:
+    module = serving.ServingModule(model, preprocessor,
+                                   "embeddings" if kind == "embeddings" else "classifier",
+                                   regression=kind == "regression", pooling=pooling or "mean",
+                                   normalize=normalize)
+    thresholds = ([threshold] if threshold is not None else description.get("thresholds"))
+    predictor = GraphPredictor(module.serve, kind, labels=labels,
+                               multi_label=description.get("multi_label", False),
+                               thresholds=thresholds,
+                               pair="no" if kind == "embeddings" else "optional",
+                               text_columns=columns)
+  predictor.keep_alive = module
+  return predictor

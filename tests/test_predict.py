@@ -1,0 +1,414 @@
+"""predict.py: a model directory (run_* layout, runtime/model_dir.py) or a SavedModel, rows
+of text in (TSV, CSV, JSON Lines, stdin), JSON Lines out. Each task's fields against an
+independent path (tokenization.FullTokenizer + preprocessing.pack_tokens + the Keras model,
+NumPy after it); bad rows; the memory bound (a subprocess, slow)."""
+
+import csv
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from bert_keras import checkpoints
+from bert_keras import modeling
+from bert_keras import predict
+from bert_keras import preprocessing
+from bert_keras import tokenization
+from bert_keras.runtime import model_dir
+from bert_keras.tasks import ner
+from bert_keras.tasks import ner_scoring
+from bert_keras.tasks import predict_io
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "is", "hairy", ".", "who",
+         "was", "jim", "henson", "?", "a", "puppet", "##eer", "##s", "hello", "world", "b",
+         "##ark", "##ed", "at", "you", "'", "t", "!", "你", "好", "cafe", "paris", "mary"]
+MAX_SEQ_LENGTH = 24
+CLASSES = ["neg", "neu", "pos"]
+TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+PAIRS = [("The dog is hairy.", "Hello world"), ("Who was Jim Henson?", ""),
+         ("Café 你好, \"quoted\"", "the dog barked at you!"), ("hello world " * 9, "jim"),
+         ("", "the dog")]
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+  """Model directories of a tiny config with random weights: classifier, squad and tagger
+  as run_* output_dirs (model_dir.write_model_dir), and a Google-style checkpoint directory
+  without task.json (embeddings); the Keras models, for the oracles."""
+  root = tmp_path_factory.mktemp("predict")
+  vocab = root / "vocab.txt"
+  vocab.write_text("\n".join(WORDS) + "\n", encoding="utf-8")
+  config = modeling.BertConfig(vocab_size=len(WORDS), hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, intermediate_size=64,
+                               max_position_embeddings=64)
+  rng = np.random.default_rng(0)
+  models, paths = {}, {}
+  for task, model, labels, extra in (
+      ("classifier", modeling.BertClassifier(config, 3), CLASSES, {}),
+      ("squad", modeling.BertSquad(config), None,
+       dict(doc_stride=6, max_query_length=8, max_answer_length=5)),
+      ("tagger", modeling.BertTokenClassifier(config, len(TAGS)), TAGS, {}),
+      ("embeddings", modeling.BertModel(config), None, None)):
+    for v in model.weights:
+      v.assign(rng.normal(0, 0.3, v.shape).astype(np.float32))
+    directory = root / task
+    directory.mkdir()
+    checkpoints.save_tf1_checkpoint(model, directory / "model.ckpt")
+    if extra is None:
+      (directory / "bert_config.json").write_text(config.to_json_string())
+      (directory / "vocab.txt").write_text(vocab.read_text(encoding="utf-8"), encoding="utf-8")
+    else:
+      options = types.SimpleNamespace(vocab_file=str(vocab), do_lower_case=True,
+                                      max_seq_length=MAX_SEQ_LENGTH)
+      model_dir.write_model_dir(str(directory), options, config, task, labels=labels, **extra)
+    models[task], paths[task] = model, str(directory)
+  tokenizer = tokenization.FullTokenizer(str(vocab), do_lower_case=True)
+  return dict(root=root, models=models, paths=paths, tokenizer=tokenizer, cache={})
+
+
+def _features(tokenizer, pairs, max_seq_length=MAX_SEQ_LENGTH):
+  rows = [preprocessing.pack_tokens(tokenizer.tokenize(a), tokenizer.tokenize(b) or None,
+                                    max_seq_length, tokenizer)[1:] for a, b in pairs]
+  return {name: np.array([r[i] for r in rows], np.int32)
+          for i, name in enumerate(("input_ids", "input_mask", "segment_ids"))}
+
+
+def _predictor(dirs, which, **model_options):
+  """predict.load_predictor of a fixture directory, loaded once per module (a load and the
+  first call's tracing take seconds)."""
+  key = (which, tuple(sorted(model_options.items())))
+  if key not in dirs["cache"]:
+    dirs["cache"][key] = predict.load_predictor(predict.options(
+        model_dir=dirs["paths"][which], **model_options))
+  return dirs["cache"][key]
+
+
+def _run(tmp_path, dirs, which, text, name, model_options=None, **overrides):
+  """predict_file of `text` (written to tmp_path/name) -> the output rows."""
+  path = tmp_path / name
+  path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+  out = tmp_path / (name + ".out.jsonl")
+  counts = predict.predict_file(
+      _predictor(dirs, which, **(model_options or {})),
+      predict.options(model_dir=dirs["paths"][which], input_file=str(path),
+                      output_file=str(out), **overrides))
+  lines = out.read_text(encoding="utf-8").splitlines()
+  assert counts["written"] == len(lines)
+  return [json.loads(line) for line in lines]
+
+
+def _stdin(dirs, which, text, monkeypatch, capsys, model_options=None, **overrides):
+  """predict_file from standard input (`text`) to standard output -> the output rows."""
+  monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8"))))
+  capsys.readouterr()
+  predict.predict_file(_predictor(dirs, which, **(model_options or {})),
+                       predict.options(model_dir=dirs["paths"][which], input_file="-",
+                                       **overrides))
+  return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def _tsv(header, rows):
+  return "".join("\t".join(r) + "\n" for r in [header] + rows)
+
+
+def _csv(header, rows):
+  out = io.StringIO()
+  csv.writer(out).writerows([header] + rows)
+  return out.getvalue()
+
+
+def test_reader_formats_agree(tmp_path, monkeypatch):
+  """The same rows as TSV, CSV (quotes, a field over two lines), JSON Lines and sniffed stdin."""
+  rows = [{"id": str(i), "sentence1": a, "sentence2": b} for i, (a, b) in enumerate(PAIRS)]
+  header = ["id", "sentence1", "sentence2"]
+  csv_text = "id,sentence1,sentence2\r\n" + "".join(
+      ",".join('"%s"' % v.replace('"', '""') for v in r.values()) + "\r\n" for r in rows)
+  csv_text = csv_text.replace("Hello world", "Hello\nworld")
+  texts = {"a.tsv": _tsv(header, [list(r.values()) for r in rows]), "a.csv": csv_text,
+           "a.jsonl": "".join(json.dumps(r) + "\n\n" for r in rows)}
+  for name, text in texts.items():
+    (tmp_path / name).write_text(text, encoding="utf-8", newline="")
+    got = [r.fields for r in predict_io.Reader(str(tmp_path / name))]
+    want = [dict(r, sentence2="Hello\nworld") if name == "a.csv" and i == 0 else r
+            for i, r in enumerate(rows)]
+    assert got == want, name
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8"))))
+    reader = predict_io.Reader("-")
+    assert reader.format == name.split(".")[1] and [r.fields for r in reader] == want
+
+
+def test_classifier_files_and_stdin_equal_the_model(dirs, tmp_path, monkeypatch, capsys):
+  rows = [{"guid": str(i), "sentence1": a, "sentence2": b, "label": "gold"}
+          for i, (a, b) in enumerate(PAIRS)]
+  got = _run(tmp_path, dirs, "classifier", "".join(json.dumps(r) + "\n" for r in rows),
+             "in.jsonl", batch_size=2)
+  logits = dirs["models"]["classifier"](_features(dirs["tokenizer"], PAIRS), training=False)
+  want = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+  assert [{k: r[k] for k in ("guid", "sentence1", "sentence2")} for r in got] == [
+      {k: r[k] for k in ("guid", "sentence1", "sentence2")} for r in rows]
+  assert [list(r["probabilities"]) for r in got] == [CLASSES] * len(PAIRS)
+  probabilities = np.array([list(r["probabilities"].values()) for r in got])
+  np.testing.assert_allclose(probabilities, want, atol=2e-6)
+  assert [r["label"] for r in got] == [CLASSES[i] for i in np.argmax(want, axis=1)]
+  # The same rows from standard input (TSV, sniffed) to standard output, by run().
+  tsv = _tsv(["guid", "sentence1", "sentence2"], [[r["guid"], r["sentence1"], r["sentence2"]]
+                                                  for r in rows])
+  monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(tsv.encode("utf-8"))))
+  capsys.readouterr()
+  predict.run(predict.options(model_dir=dirs["paths"]["classifier"], input_file="-"))
+  from_stdin = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+  assert [r["label"] for r in from_stdin] == [r["label"] for r in got]
+  np.testing.assert_allclose([list(r["probabilities"].values()) for r in from_stdin],
+                             probabilities, atol=1e-6)
+  # Single texts (--text_b_column=none) from CSV: text_b ignored.
+  single = _run(tmp_path, dirs, "classifier", _csv(["sentence", "other"],
+                                                   [[a, "x"] for a, _ in PAIRS]), "in.csv")
+  logits = dirs["models"]["classifier"](_features(dirs["tokenizer"], [(a, "") for a, _ in PAIRS]),
+                                        training=False)
+  np.testing.assert_allclose([list(r["probabilities"].values()) for r in single],
+                             np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True),
+                             atol=2e-6)
+  assert [r["sentence"] for r in single] == [a for a, _ in PAIRS]
+
+
+def _chunks(tags):
+  """conlleval's chunks of a tag sequence (tasks/ner_scoring rules): (type, first, last)."""
+  found, start, previous = [], None, ("O", "")
+  for i, tag in enumerate(tags + ["O"]):
+    prefix, kind = ner_scoring.split_tag(tag)
+    if start is not None and ner_scoring.chunk_ends(previous[0], prefix, previous[1], kind):
+      found.append((previous[1], start, i - 1))
+      start = None
+    if ner_scoring.chunk_starts(previous[0], prefix, previous[1], kind):
+      start = i
+    previous = (prefix, kind)
+  return found
+
+
+def test_tagger_entities_have_character_offsets(dirs, tmp_path):
+  word_lists = [["hello", "Jim", "Henson", "the", "café", "dog", "你", "好", "barked"],
+                ["who", "was", "jim"], ["mary", "paris", "the", "puppeteers", "at", "you"]]
+  texts = [" ".join(words) for words in word_lists]
+  got = _run(tmp_path, dirs, "tagger", _tsv(["text"], [[t] for t in texts]), "t.tsv")
+  tags = ner.tag_sentences(dirs["models"]["tagger"], dirs["tokenizer"], TAGS, word_lists,
+                           MAX_SEQ_LENGTH)
+  assert any(r["entities"] for r in got)
+  for text, words, row_tags, row in zip(texts, word_lists, tags, got):
+    starts = [sum(len(w) + 1 for w in words[:i]) for i in range(len(words))]
+    want = [(kind, starts[a], starts[b] + len(words[b])) for kind, a, b in _chunks(row_tags)]
+    assert [(e["type"], e["start"], e["end"]) for e in row["entities"]] == want
+    assert all(e["text"] == text[e["start"]:e["end"]] for e in row["entities"])
+    assert all(0 < e["score"] <= 1 for e in row["entities"])
+
+
+def _best_span(start_logits, end_logits, segment_ids, mask, max_answer_length):
+  """The best (start, end) of the context positions: a plain double loop."""
+  n = int(mask.sum())
+  best = None
+  for s in range(n - 1):
+    for e in range(s, min(n - 1, s + max_answer_length)):
+      if segment_ids[s] == 1 and segment_ids[e] == 1:
+        score = start_logits[s] + end_logits[e]
+        if best is None or score > best[0]:
+          best = (score, s, e)
+  return best[1:]
+
+
+def test_squad_answers_are_the_best_spans(dirs, tmp_path, monkeypatch, capsys):
+  examples = [("who was jim henson?", "Jim Henson was a puppeteer; the dog"),
+              ("the dog", "café 你好 the  dog is hairy"),
+              ("hello", "Mary barked at you, hello world!")]
+  got = _run(tmp_path, dirs, "squad",
+             "".join(json.dumps({"question": q, "context": c}) + "\n" for q, c in examples),
+             "s.jsonl")
+  tokenizer = dirs["tokenizer"]
+  features = _features(tokenizer, examples)
+  outputs = dirs["models"]["squad"](features, training=False)
+  basic = tokenization.BasicTokenizer(do_lower_case=True)
+  for i, ((_, context), row) in enumerate(zip(examples, got)):
+    answer = row["answer"]
+    assert context[answer["start"]:answer["end"]] == answer["text"] != ""
+    s, e = _best_span(np.asarray(outputs["start_logits"][i]), np.asarray(outputs["end_logits"][i]),
+                      features["segment_ids"][i], features["input_mask"][i], 5)
+    pieces = tokenizer.convert_ids_to_tokens(features["input_ids"][i][s:e + 1])
+    want = " ".join(pieces).replace(" ##", "").replace("##", "")
+    assert " ".join(basic.tokenize(answer["text"])).find(want.strip()) >= 0
+  # A context longer than one window (doc_stride 6), from stdin as TSV.
+  long_context = " ".join(["the dog is hairy . hello world", "jim henson was a puppeteer"] * 4)
+  tsv = _tsv(["question", "context"], [["who was jim", long_context]])
+  (row,) = _stdin(dirs, "squad", tsv, monkeypatch, capsys, input_format="tsv")
+  answer = row["answer"]
+  assert long_context[answer["start"]:answer["end"]] == answer["text"] != ""
+
+
+def test_embeddings_of_a_checkpoint_directory(dirs, tmp_path, monkeypatch, capsys):
+  texts = [a for a, _ in PAIRS]
+  got = _run(tmp_path, dirs, "embeddings", _csv(["text"], [[t] for t in texts]),
+             "e.csv", model_options=dict(task="embeddings"))
+  features = _features(dirs["tokenizer"], [(t, "") for t in texts], 64)  # the positions
+  sequence = np.asarray(dirs["models"]["embeddings"](features, training=False)["sequence_output"])
+  mask = features["input_mask"][:, :, None]
+  mean = (sequence * mask).sum(1) / mask.sum(1)
+  np.testing.assert_allclose([r["embedding"] for r in got], mean, atol=2e-5)
+  rows = _stdin(dirs, "embeddings", "".join(json.dumps({"text": t}) + "\n" for t in texts),
+                monkeypatch, capsys,
+                model_options=dict(task="embeddings", pooling="cls", normalize=True))
+  cls = sequence[:, 0] / np.linalg.norm(sequence[:, 0], axis=1, keepdims=True)
+  np.testing.assert_allclose([r["embedding"] for r in rows], cls, atol=2e-5)
+
+
+def test_bad_rows_stop_or_are_skipped(dirs, tmp_path, caplog):
+  good = json.dumps({"sentence": "the dog"}) + "\n"
+  bad = [(b'{"sentence": "the dog"\n', 2, "not valid JSON"),
+         ('{"sentence": "caf\xe9"}\n'.encode("latin-1"), 3, "not UTF-8"),
+         (b'{"other": "x"}\n', 4, "no field 'sentence'"),
+         (b'{"sentence": 3}\n', 5, "field 'sentence' is not a string"),
+         (b'[1, 2]\n', 6, "not a JSON object")]
+  data = good.encode() + b"".join(line for line, _, _ in bad) + good.encode()
+  for index, (line, number, message) in enumerate(bad):
+    path = tmp_path / f"bad{index}.jsonl"
+    path.write_bytes(good.encode() + b"\n" * (number - 2) + line + good.encode())
+    out = tmp_path / f"bad{index}.out"
+    with pytest.raises(ValueError, match=f"{path} line {number}: {message}"):
+      predict.predict_file(_predictor(dirs, "classifier"), predict.options(
+          input_file=str(path), output_file=str(out)))
+    assert not out.exists() and not [n for n in os.listdir(tmp_path) if ".tmp-" in n]
+  with caplog.at_level("INFO"):
+    got = _run(tmp_path, dirs, "classifier", data, "mixed.jsonl", skip_bad_rows=True)
+  assert len(got) == 2 and "skipped 5 bad rows" in caplog.text
+  tsv = "sentence\tx\nthe dog\t1\nthe dog\n".encode()
+  with pytest.raises(ValueError, match="t.tsv line 3: 1 fields, the header has 2"):
+    _run(tmp_path, dirs, "classifier", tsv, "t.tsv")
+  with pytest.raises(ValueError, match="no field 'nope' \\(--text_a_column\\)"):
+    _run(tmp_path, dirs, "classifier", tsv, "t.tsv", text_a_column="nope")
+
+
+def test_flag_errors(dirs, tmp_path):
+  path = tmp_path / "in.jsonl"
+  path.write_text('{"text": "x"}\n')
+  run = lambda **kw: predict.run(predict.options(**dict(dict(  # noqa: E731
+      model_dir=dirs["paths"]["classifier"], input_file=str(path)), **kw)))
+  with pytest.raises(ValueError, match="--model_dir .*nowhere: no such directory"):
+    run(model_dir=str(tmp_path / "nowhere"))
+  with pytest.raises(ValueError, match="--input_file .*: no such file"):
+    run(input_file=str(tmp_path / "none.tsv"))
+  with pytest.raises(ValueError, match="no task.json .* --task=embeddings"):
+    run(model_dir=dirs["paths"]["embeddings"])
+  with pytest.raises(ValueError, match="--pooling / --normalize are for --task=embeddings"):
+    run(pooling="max")
+  with pytest.raises(ValueError, match="--output_file .* is the --input_file"):
+    run(output_file=str(path))
+
+
+@pytest.mark.slow
+def test_saved_model_gives_the_checkpoints_predictions(dirs, tmp_path):
+  from bert_keras import export_saved_model
+  export_dir = tmp_path / "exported"
+  directory = dirs["paths"]["classifier"]
+  export_saved_model.run(export_saved_model.options(
+      bert_config_file=os.path.join(directory, "bert_config.json"), init_checkpoint=directory,
+      vocab_file=os.path.join(directory, "vocab.txt"), max_seq_length=MAX_SEQ_LENGTH,
+      task="classifier", num_labels=3, export_dir=str(export_dir)))
+  text = "".join(json.dumps({"text_a": a, "text_b": b}) + "\n" for a, b in PAIRS)
+  from_checkpoint = _run(tmp_path, dirs, "classifier", text, "c.jsonl")
+
+  def run_saved_model():
+    (tmp_path / "s.jsonl").write_text(text, encoding="utf-8")
+    predict.run(predict.options(model_dir=str(export_dir), input_file=str(tmp_path / "s.jsonl"),
+                                output_file=str(tmp_path / "s.out")))
+    return [json.loads(line) for line in (tmp_path / "s.out").read_text().splitlines()]
+  # Without labels.txt: the indices (or the names of a label_names output, where the export
+  # writes one).
+  assert list(run_saved_model()[0]["probabilities"]) in (["0", "1", "2"], CLASSES)
+  (export_dir / "labels.txt").write_text("\n".join(CLASSES) + "\n")
+  from_saved_model = run_saved_model()
+  for a, b in zip(from_checkpoint, from_saved_model):
+    assert a["label"] == b["label"] and list(a["probabilities"]) == list(b["probabilities"])
+    np.testing.assert_allclose(list(a["probabilities"].values()),
+                               list(b["probabilities"].values()), atol=1e-6)
+
+
+_PEAK_RSS = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+@pytest.mark.slow
+def test_memory_does_not_grow_with_the_input(dirs, tmp_path):
+  """Peak RSS of predict.py (a subprocess each) on an input of 0.5 MB and one of 20 times
+  that, 10 MB: the same within 6 MB (holding the rows as dicts and their output lines would
+  add more than 20 MB). The bytes are in a field that is not a text (carried to the output,
+  not tokenized), so that the test's time goes to neither."""
+  row = json.dumps({"sentence1": "the dog is hairy .", "sentence2": "hello world",
+                    "payload": "x" * 1000})
+  peaks = {}
+  for name, count in (("small", 500), ("large", 10000)):
+    path = tmp_path / f"{name}.jsonl"
+    with open(path, "w") as f:
+      for i in range(count):
+        f.write(row[:-1] + ', "id": %d}\n' % i)
+    out = tmp_path / f"{name}.out"
+    command = [sys.executable, str(REPO / "predict.py"),
+               "--model_dir=" + dirs["paths"]["classifier"], "--input_file=" + str(path),
+               "--output_file=" + str(out), "--max_seq_length=8", "--batch_size=64"]
+    result = subprocess.run([sys.executable, "-c", _PEAK_RSS] + command, capture_output=True,
+                            text=True, cwd=str(tmp_path),
+                            env=dict(os.environ, CUDA_VISIBLE_DEVICES=""), timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    peaks[name] = int(result.stdout.split()[-1]) / 1024  # MB
+    with open(out) as f:
+      assert sum(1 for _ in f) == count
+  assert os.path.getsize(tmp_path / "large.jsonl") > 1e7
+  print("peak RSS (MB):", peaks)
+  assert peaks["large"] - peaks["small"] < 6, peaks
+
+
+def test_outputs_of_each_task_without_a_model():
+  """GraphPredictor's reading of each task's outputs, on made-up outputs: multi-label
+  thresholds, regression, a SavedModel's label_names and its squad answer placed in the
+  context, a tagger's byte offsets turned into characters."""
+  import tensorflow as tf
+  from bert_keras.tasks import predictors
+  logits = np.array([[2.0, -1.0, 0.1], [-3.0, 0.0, 3.0]], np.float32)
+  fake = lambda outputs: lambda a, b: {k: tf.constant(v) for k, v in outputs.items()}  # noqa
+  multi = predictors.GraphPredictor(fake({"probabilities": logits, "logits": logits}),
+                                    "classifier", labels=CLASSES, multi_label=True,
+                                    thresholds=[0.5, 0.5, 0.6])
+  rows = multi.predict(["x", "y"], None)
+  sigmoid = 1 / (1 + np.exp(-logits.astype(np.float64)))
+  np.testing.assert_allclose([list(r["probabilities"].values()) for r in rows], sigmoid)
+  assert [r["labels"] for r in rows] == [["neg"], ["neu", "pos"]]  # 0.525 < 0.6, 0.5 >= 0.5
+  saved = predictors.GraphPredictor(fake({"probabilities": sigmoid, "logits": logits,
+                                          "predicted": [[0, 1, 1], [0, 0, 0]]}),
+                                    "classifier", labels=CLASSES)
+  assert [r["labels"] for r in saved.predict(["x", "y"], None)] == [["neu", "pos"], []]
+  saved.thresholds = [0.5, 0.5, 0.6]  # --threshold (or task.json's) instead of the model's
+  assert [r["labels"] for r in saved.predict(["x", "y"], None)] == [["neg"], ["neu", "pos"]]
+  regression = predictors.GraphPredictor(fake({"predictions": [0.25, 4.5]}), "regression")
+  assert regression.predict(["x", "y"], None) == [{"score": 0.25}, {"score": 4.5}]
+  softmax = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+  named = predictors.GraphPredictor(fake({"probabilities": softmax, "logits": logits,
+                                          "label_names": [[b"a", b"b", b"c"]] * 2}),
+                                    "classifier")
+  assert [r["label"] for r in named.predict(["x", "y"], None)] == ["a", "c"]
+  squad = predictors.GraphPredictor(fake({"answer": [b"jim henson", b""],
+                                          "start_index": [3, -1]}), "squad")
+  context = "Who? Jim Henson's dog"
+  assert squad.predict(["q", "q"], [context, "x"]) == [
+      {"answer": {"text": "Jim Henson", "start": 5, "end": 15}},
+      {"answer": {"text": "", "start": None, "end": None}}]
+  text = "café Jim"   # "Jim" is bytes 6-9, characters 5-8
+  tagger = predictors.GraphPredictor(fake({
+      "entity_types": [[b"PER", b""]], "entity_starts": [[6, -1]], "entity_ends": [[9, -1]],
+      "entity_scores": [[0.75, 0.0]]}), "tagger")
+  assert tagger.predict([text], None) == [
+      {"entities": [{"type": "PER", "text": "Jim", "start": 5, "end": 8, "score": 0.75}]}]
