@@ -301,7 +301,8 @@ def checkpoint_task(path):
   """The task model whose head a checkpoint holds, from its names: "squad" (run_squad's
   cls/squad, HuggingFace's qa_outputs), "classifier" (run_classifier's root-scope
   output_weights, HuggingFace's classifier), "tagger" (the same head names, in a directory
-  with run_ner's labels.txt, or a HuggingFace config.json of BertForTokenClassification),
+  with run_ner's labels.txt, or a HuggingFace config.json of BertForTokenClassification; a
+  run_* output_dir's task.json decides first),
   "pretrainer" (the MLM head cls/predictions) or "encoder" (none of these)."""
   task = _task_of_names([_normal_name(key) for key in checkpoint_shapes(path)])
   if task == "classifier":
@@ -313,9 +314,25 @@ def checkpoint_task(path):
           architectures = json.loads(f.read()).get("architectures") or []
         except (ValueError, AttributeError):
           architectures = []
+    described = _model_dir_task(directory)  # a run_* output_dir's task.json says which
+    if described is not None:
+      return "tagger" if described == "tagger" else "classifier"
     if "BertForTokenClassification" in architectures or read_labels(directory) is not None:
       return "tagger"
   return task
+
+
+def _model_dir_task(directory):
+  """The "task" of a run_* script's task.json in `directory` (runtime/model_dir.py), or None
+  (none there, or unreadable)."""
+  path = os.path.join(directory, "task.json")
+  if not tf.io.gfile.exists(path):
+    return None
+  with tf.io.gfile.GFile(path) as f:
+    try:
+      return json.loads(f.read()).get("task")
+    except (ValueError, AttributeError):
+      return None
 
 
 def _task_of_names(names):
@@ -902,8 +919,12 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
     model.do_lower_case   do_lower_case, else tokenizer_config.json's "do_lower_case", else
                           True unless the vocabulary has upper-case words; None without one
     model.load_result     load_checkpoint's LoadResult
-    model.labels          (task "tagger") the tag of each output, from labels.txt in the
-                          directory (or, for a run_ner output_dir/best, its parent); else None
+    model.labels          (tasks "classifier", "tagger") the label of each output, from
+                          labels.txt in the directory (or, for an output_dir/best, its
+                          parent); else None (e.g. a regression)
+  Given a model directory (a run_* output_dir or its best/, with task.json), a
+  bert_config_file, vocab_file or do_lower_case that disagrees with its own files is a
+  ValueError naming both.
   text_input=True: a compiled preprocessing.TextModel over text instead (BertPreprocessor of
   the vocab and do_lower_case above with max_seq_length; the original's optimizer at 2e-5 and
   the task's loss: preprocessing.text_model), the same attributes set on it; not for
@@ -928,10 +949,11 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   except CheckpointError as e:
     raise CheckpointError("%s does not fit the checkpoint %s: %s"
                           % (config_file, resolved, e)) from None
-  labels = read_labels(directory) if task == "tagger" else None
+  _check_model_dir(directory, bert_config_file, config, vocab_file, do_lower_case)
+  labels = read_labels(directory) if task in _HEADED else None
   if labels is not None:
     if num_labels is not None and num_labels != len(labels):
-      raise ValueError("num_labels=%d, but %s lists %d tags" % (
+      raise ValueError("num_labels=%d, but %s lists %d labels" % (
           num_labels, os.path.join(directory, LABELS_FILE), len(labels)))
     num_labels = len(labels)
   if task in _HEADED and num_labels is None:
@@ -939,7 +961,7 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   model = (_TASKS[task](config, num_labels, **model_kwargs) if task in _HEADED
            else _TASKS[task](config, **model_kwargs))
   result = load_checkpoint(model, resolved)
-  if task == "tagger":
+  if task in _HEADED:
     model.labels = labels
   if vocab_file is None and tf.io.gfile.exists(os.path.join(directory, "vocab.txt")):
     vocab_file = os.path.join(directory, "vocab.txt")
@@ -955,6 +977,28 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
     text.labels = labels
     return text
   return model
+
+
+def _check_model_dir(directory, bert_config_file, config, vocab_file, do_lower_case):
+  """load_model's arguments against a model directory's own files (only where `directory`
+  holds a run_* script's task.json): a ValueError naming the argument and the file."""
+  if not tf.io.gfile.exists(os.path.join(directory, "task.json")):
+    return
+  own = os.path.join(directory, "bert_config.json")
+  if bert_config_file and tf.io.gfile.exists(own) and (
+      modeling.BertConfig.from_json_file(own).to_dict() != config.to_dict()):
+    raise ValueError("bert_config_file=%s conflicts with the model directory's %s"
+                     % (bert_config_file, own))
+  own = os.path.join(directory, "vocab.txt")
+  if vocab_file and tf.io.gfile.exists(own):
+    with tf.io.gfile.GFile(own) as a, tf.io.gfile.GFile(vocab_file) as b:
+      if a.read().split() != b.read().split():
+        raise ValueError("vocab_file=%s conflicts with the model directory's %s"
+                         % (vocab_file, own))
+  lower = _do_lower_case_of(directory, None)
+  if do_lower_case is not None and lower is not None and bool(do_lower_case) != lower:
+    raise ValueError("do_lower_case=%s conflicts with the model directory %s (trained with "
+                     "do_lower_case=%s)" % (do_lower_case, directory, lower))
 
 
 def read_labels(directory):

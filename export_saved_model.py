@@ -6,10 +6,14 @@ r"""A fine-tuned (or pre-trained) BERT as a TensorFlow SavedModel that takes raw
     --init_checkpoint=/tmp/mrpc_output/ --max_seq_length=128 --export_dir=/tmp/mrpc_saved_model
 
 --init_checkpoint: Google's TF1 checkpoint, a run_classifier / run_squad --output_dir (its
-newest model.ckpt-N) or a HuggingFace directory (training_checkpoints.warm_start).
+newest model.ckpt-N) or a HuggingFace directory (training_checkpoints.warm_start). A run_*
+output_dir (or its best/) is a model directory: --init_checkpoint and --export_dir are then
+all it takes (the task, config, vocabulary, casing, max_seq_length and label names are its).
 The SavedModel (serving.py) has two signatures, both taking text_a and text_b (tf.string [B];
 an empty text_b: a single segment): `preprocess` (input_ids, input_mask, segment_ids) and
-`serving_default` (classifier: probabilities, logits; embeddings: embeddings [B, H] pooled
+`serving_default` (classifier: probabilities, logits, label (the argmax's name, tf.string
+[B]) and label_names [B, N] (the names from --labels or labels.txt, else "0", "1", ...;
+--format=tflite/onnx stay numeric); embeddings: embeddings [B, H] pooled
 as --pooling says and --normalize, pooled_output, sequence_output; squad, text_a = question
 and text_b = context: start_logits, end_logits and the best span's start_index, end_index and
 answer text). --task=tagger (a run_ner model; its tags from --labels or the labels.txt beside
@@ -36,6 +40,7 @@ from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import serving
 from bert_keras.runtime import common_flags
+from bert_keras.runtime import model_dir
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training_checkpoints
@@ -105,7 +110,7 @@ def define_flags():
       "Tokenize with tensorflow-text's WordPiece op (faster; the loading process must `import "
       "tensorflow_text` first, and a TensorFlow Serving build must include its ops). Off: "
       "TensorFlow's own ops only, loadable anywhere TensorFlow is; the same outputs.")
-  for name in ("bert_config_file", "init_checkpoint", "vocab_file", "export_dir"):
+  for name in ("init_checkpoint", "export_dir"):  # (the others: also from a model directory)
     flags.mark_flag_as_required(name)
   flags.adopt_module_key_flags(common_flags)
 
@@ -234,8 +239,59 @@ def _head(model):
   return getattr(model, "classifier", None) or getattr(model, "squad", None)
 
 
+# A model directory's task (task.json) -> the --task that exports it.
+MODEL_DIR_TASKS = {"classifier": "classifier", "regression": "classifier", "tagger": "tagger",
+                   "squad": "squad", "pretraining": "embeddings"}
+
+
+def resolve_options(options):
+  """The options completed from --init_checkpoint when it is a model directory (a run_*
+  output_dir or its best/: runtime/model_dir.py): --bert_config_file, --vocab_file,
+  --do_lower_case, --max_seq_length, --task, --labels (or --num_labels 1 for a regression)
+  and --max_answer_length, each where not given; given and in conflict with the directory,
+  a one-line ValueError naming the flag and the directory."""
+  options, model = model_dir.resolve_options(options, DEFAULTS, fill=("max_answer_length",))
+  if model is None:
+    return options
+  given = model["given"]
+  if "task" not in given:
+    options.task = MODEL_DIR_TASKS[model["task"]]
+  if options.task not in ("classifier", "tagger") or model["task"] not in (
+      "classifier", "regression", "tagger"):
+    return options
+  labels = model.get("labels")
+  values = {"num_labels": options.num_labels} if "num_labels" in given else {}
+  if "labels" in given and options.labels:
+    values["labels"] = [x.strip() for x in options.labels.split(",")]
+  if model["task"] == "regression" and options.num_labels not in (None, 1):
+    raise model_dir.conflict_error("num_labels", options.num_labels, model,
+                                   "the model is a regression (one output)")
+  model_dir.raise_conflicts(values, model)
+  count = len(labels) if labels else 1
+  if options.task_name and NUM_LABELS.get(options.task_name.lower(), count) != count:
+    raise model_dir.conflict_error("task_name", options.task_name, model,
+                                   f"the model has {count} output(s)")
+  if (options.task == "classifier" and "multi_label" not in given and model.get("multi_label")
+      and hasattr(options, "multi_label")):
+    options.multi_label = True  # (a run_classifier --multi_label directory)
+  if options.task == "classifier" and not options.labels:
+    if labels:
+      options.labels = ",".join(labels)
+    elif not (options.num_labels or options.task_name):
+      options.num_labels = 1
+  return options
+
+
 def run(options):
-  """Checks the options, builds the model, loads --init_checkpoint, writes the SavedModel."""
+  """Checks the options, builds the model, loads --init_checkpoint, writes the SavedModel.
+  With a model directory as --init_checkpoint, --export_dir is the only other flag needed
+  (resolve_options)."""
+  options = resolve_options(options)
+  for name in ("bert_config_file", "vocab_file", "init_checkpoint", "export_dir"):
+    if not getattr(options, name):
+      raise ValueError(f"--{name} is required" + (
+          " (or an --init_checkpoint that is a model directory)"
+          if name in ("bert_config_file", "vocab_file") else ""))
   if options.task not in TASKS:
     raise ValueError(f"--task {options.task}: not one of {', '.join(TASKS)}")
   config = run_checks.load_and_check_config(options)
@@ -278,10 +334,16 @@ def _export(options, config, labels, tags, preprocessor, multi_label=None):
     logging.info("Wrote the SavedModel %s (task tagger, signature serving_default)",
                  options.export_dir)
     return
+  names = None
+  if options.task == "classifier" and labels > 1:
+    names = [x.strip() for x in options.labels.split(",")] if options.labels else None
+    if names is None:
+      logging.info("No label names (--labels, or a model directory's labels.txt): the "
+                   "SavedModel's label outputs are the output numbers 0..%d", labels - 1)
   module = serving.ServingModule(model, preprocessor, options.task, options.max_answer_length,
                                  regression=labels == 1 and multi_label is None,
                                  pooling=options.pooling, normalize=options.normalize,
-                                 multi_label=multi_label)
+                                 multi_label=multi_label, labels=names)
   if options.format != "saved_model":
     serving.save_atomic(module, options.export_dir, options.overwrite,
                         write=lambda directory: write_token_id_model(module, options, labels,

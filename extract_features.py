@@ -30,6 +30,7 @@ from bert_keras import tokenization
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import distribution
 from bert_keras.runtime import inference
+from bert_keras.runtime import model_dir
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.utils import errors
@@ -64,8 +65,8 @@ def define_flags():
                     "Accepted for the original's command lines; the embedding lookup is "
                     "the same either way here.")
   common_flags.define_device_flags(strategies=("one_device", "mirrored", "tpu"))
-  for name in ("input_file", "vocab_file", "bert_config_file", "init_checkpoint",
-               "output_file"):
+  # (--vocab_file, --bert_config_file: also from a model directory as --init_checkpoint)
+  for name in ("input_file", "init_checkpoint", "output_file"):
     flags.mark_flag_as_required(name)
   flags.adopt_module_key_flags(common_flags)  # --help lists them too, not only --helpfull
 
@@ -256,12 +257,17 @@ def run(options, strategy=None):
   """Writes options.output_file as the original main() does; returns the number of lines.
 
   options: a namespace from options(...), or the parsed FLAGS. strategy: a tf.distribute
-  strategy (built from the options when None).
+  strategy (built from the options when None). With a model directory (a run_* output_dir
+  or its best/) as --init_checkpoint, --bert_config_file, --vocab_file, --do_lower_case and
+  --max_seq_length default to its own (runtime/model_dir.py).
   """
+  options, _ = model_dir.resolve_options(options, DEFAULTS)
   for name in ("input_file", "output_file", "bert_config_file", "init_checkpoint",
                "vocab_file"):
     if not getattr(options, name):
-      raise ValueError(f"--{name} is required")
+      raise ValueError(f"--{name} is required" + (
+          " (or an --init_checkpoint that is a model directory)"
+          if name in ("bert_config_file", "vocab_file") else ""))
   config = run_checks.load_and_check_config(options)
   layer_indexes = parse_layers(options.layers, config.num_hidden_layers)
   if options.max_seq_length < 3:

@@ -34,6 +34,7 @@ from bert_keras.runtime import common_flags
 from bert_keras.runtime import distribution
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import model_dir
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
@@ -99,8 +100,8 @@ def define_flags():
   flags.DEFINE_string("tfds_data_dir", None,
                       "TensorFlow Datasets data directory of --tfds_name (default: TFDS's).")
   common_flags.define_eval_during_training_flags()
-  for name in ("vocab_file", "bert_config_file", "output_dir"):  # (data_dir, task_name: below)
-    flags.mark_flag_as_required(name)
+  # (data_dir, task_name: below; vocab_file, bert_config_file: also from a model directory)
+  flags.mark_flag_as_required("output_dir")
   flags.adopt_module_key_flags(common_flags)  # --help lists them too, not only --helpfull
 
 
@@ -948,7 +949,9 @@ def _validate(options):
     raise ValueError("--tfds_name replaces --data_dir: pass one or the other")
   for name in ("data_dir", "task_name", "vocab_file", "bert_config_file", "output_dir"):
     if not getattr(options, name) and name not in optional:
-      raise ValueError(f"--{name} is required")
+      raise ValueError(f"--{name} is required" + (
+          " (or an --init_checkpoint or --output_dir that is a model directory)"
+          if name in ("vocab_file", "bert_config_file", "task_name") else ""))
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
   if not options.do_train and not options.do_eval and not options.do_predict:
     raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
@@ -974,8 +977,11 @@ def run(options, strategy=None):
   eval results ("eval", or None) and the predicted probabilities ("predict", or None).
 
   options: a namespace from options(...), or the parsed FLAGS. strategy: a tf.distribute
-  strategy (built from the options when None).
+  strategy (built from the options when None). With a model directory as --output_dir or
+  --init_checkpoint (runtime/model_dir.py), the model flags and --task_name may be left out.
   """
+  options, model = model_dir.resolve_options(options, DEFAULTS)
+  _fill_task_from(options, model)
   _validate(options)
   config = run_checks.load_and_check_config(options)
   if options.max_seq_length > config.max_position_embeddings:
@@ -990,6 +996,8 @@ def run(options, strategy=None):
   else:
     processor = get_processor(options)
   label_list = processor.get_labels()
+  if model is not None and (model["source"] == "output_dir" or not options.do_train):
+    model_dir.check_labels(label_list, model, "--labels" if options.labels else "--task_name")
   if label_list is None:
     logging.info("Labels: none (a regression task)")
   else:
@@ -1019,8 +1027,38 @@ def run(options, strategy=None):
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
   with outputs.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
+    kind, labels, task_options = model_description(options, task.is_regression, label_list)
+    model_dir.prepare(options, distribution.is_chief(strategy), config, kind, labels,
+                      **task_options)
     return _train_eval_predict(options, strategy, config, examples, label_list, tokenizer,
                                distribution.is_chief(strategy), record_dir, task)
+
+
+def _fill_task_from(options, model):
+  """--task_name (and --task_name=custom's columns and labels), when not given, from the
+  model directory `model` (read_model_dir's dict, or None): the options of the run that
+  trained it, and its labels. Not for a --do_train run warm-started from another task's
+  model (only the model flags come from an --init_checkpoint directory then)."""
+  if model is None or (options.do_train and model["source"] != "output_dir"):
+    return
+  trained = model["options"]
+  if "task_name" in model["given"] or options.tfds_name or not trained.get("task_name"):
+    return
+  options.task_name = trained["task_name"]
+  for name in CUSTOM_TASK_FLAGS[:3]:
+    if name not in model["given"]:
+      setattr(options, name, trained.get(name))
+  if options.task_name.strip().lower() == "custom" and "labels" not in model["given"] \
+      and model.get("labels"):
+    options.labels = ",".join(model["labels"])
+
+
+def model_description(options, is_regression, label_list):
+  """(task, labels, task options) of the model files (runtime/model_dir.write_model_dir):
+  "classifier" with the label names in the order of the outputs, or "regression" without;
+  the task options are task.json's further entries."""
+  task = "regression" if is_regression else "classifier"
+  return task, label_list, {"task_name": options.task_name or options.tfds_name}
 
 
 def read_examples(options, processor, label_list):

@@ -22,8 +22,9 @@ A sentence longer than max_seq_length - 2 pieces is split into windows --doc_str
 apart, each word predicted from the window where it has the most context (run_squad's rule);
 every input token gets exactly one output line.
 
-Outputs in --output_dir: checkpoints (model.ckpt-N, resumable), labels.txt, bert_config.json,
-vocab.txt and tokenizer_config.json (load_model reads them), eval_results.txt (conlleval's
+Outputs in --output_dir: checkpoints (model.ckpt-N, resumable), the model files (labels.txt,
+bert_config.json, vocab.txt, tokenizer_config.json, task.json, run_options.json:
+runtime/model_dir.py; load_model reads them), eval_results.txt (conlleval's
 entity precision, recall, F1 as fractions, its token accuracy, each type's F1, the loss),
 dev_predictions.txt and test_predictions.txt (`token gold predicted` lines, conlleval's
 input: evaluate_ner.py dev_predictions.txt prints the same F1). --eval_every_steps keeps the
@@ -31,7 +32,6 @@ best model by entity F1 in output_dir/best.
 """
 
 from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
-import json
 import os
 
 from absl import app
@@ -45,6 +45,7 @@ from bert_keras import modeling
 from bert_keras import tokenization
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import distribution
+from bert_keras.runtime import model_dir
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
@@ -96,7 +97,7 @@ def define_flags():
   common_flags.define_training_flags()
   common_flags.define_trim_train_batches_flag()
   common_flags.define_eval_during_training_flags()
-  for name in ("data_dir", "vocab_file", "bert_config_file", "output_dir"):
+  for name in ("data_dir", "output_dir"):  # (the model flags: also from a model directory)
     flags.mark_flag_as_required(name)
   flags.adopt_module_key_flags(common_flags)
 
@@ -121,7 +122,8 @@ def resolve_labels(options, data):
   """The tag set: --labels, else output_dir/labels.txt (a run's saved set), else the
   labels.txt beside --init_checkpoint (a run_ner output_dir), else the tags of train.txt;
   every tag of the data must be in it (a ValueError naming file and line)."""
-  saved = checkpoints.read_labels(options.output_dir)
+  moved = getattr(options, "_move_aside", False)  # (--overwrite_output_dir: not its labels)
+  saved = None if moved else checkpoints.read_labels(options.output_dir)
   given = ner.parse_labels(options.labels) if options.labels else None
   saved_file = os.path.join(options.output_dir, checkpoints.LABELS_FILE)
   if saved is None and options.init_checkpoint:
@@ -149,22 +151,6 @@ def resolve_labels(options, data):
   return labels
 
 
-def write_model_files(directory, options, config, labels):
-  """What checkpoints.load_model(directory, task="tagger") reads beside the checkpoint:
-  labels.txt, bert_config.json, vocab.txt and tokenizer_config.json."""
-  file_io.write_text_atomic(os.path.join(directory, checkpoints.LABELS_FILE),
-                            "".join(label + "\n" for label in labels))
-  file_io.write_text_atomic(os.path.join(directory, "bert_config.json"),
-                            config.to_json_string())
-  file_io.write_text_atomic(os.path.join(directory, "tokenizer_config.json"),
-                            json.dumps({"do_lower_case": bool(options.do_lower_case)}) + "\n")
-  vocab = os.path.join(directory, "vocab.txt")
-  if os.path.abspath(options.vocab_file) != os.path.abspath(vocab):
-    tmp = file_io.temp_name(vocab)
-    tf.io.gfile.copy(options.vocab_file, tmp, overwrite=True)
-    tf.io.gfile.rename(tmp, vocab, overwrite=True)
-
-
 # ----------------------------------------------------------------------------
 # The model.
 
@@ -190,7 +176,9 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, t
 def _validate(options):
   for name in ("data_dir", "vocab_file", "bert_config_file", "output_dir"):
     if not getattr(options, name):
-      raise ValueError(f"--{name} is required")
+      raise ValueError(f"--{name} is required" + (
+          " (or an --init_checkpoint or --output_dir that is a model directory)"
+          if name in ("vocab_file", "bert_config_file") else ""))
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
   if not options.do_train and not options.do_eval and not options.do_predict:
     raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
@@ -214,7 +202,9 @@ def run(options, strategy=None):
   """Trains, evaluates and/or predicts as the flags say; returns {"eval": the eval results
   (a dict) or None, "predict": the predicted tags of test.txt (per sentence a list) or
   None}. options: a namespace from options(...), or the parsed FLAGS; strategy: a
-  tf.distribute strategy (built from the options when None)."""
+  tf.distribute strategy (built from the options when None). With a model directory as
+  --output_dir or --init_checkpoint (runtime/model_dir.py), the model flags may be left out."""
+  options, _ = model_dir.resolve_options(options, DEFAULTS, fill=("doc_stride",))
   _validate(options)
   config = run_checks.load_and_check_config(options)
   if options.max_seq_length > config.max_position_embeddings:
@@ -236,8 +226,7 @@ def run(options, strategy=None):
   strategy = distribution.strategy_for(options, strategy)
   with outputs.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
     chief = distribution.is_chief(strategy)
-    if chief:
-      write_model_files(options.output_dir, options, config, labels)
+    model_dir.prepare(options, chief, config, "tagger", labels, doc_stride=options.doc_stride)
     return _train_eval_predict(options, strategy, config, data, windows, labels, chief,
                                record_dir)
 
@@ -278,7 +267,8 @@ def _train_eval_predict(options, strategy, config, data, windows, labels, chief,
   if options.do_train:
     _train(options, trainer, data, windows, num_train_steps, record_dir,
            lambda step: evaluate(step)[0], chief,
-           lambda d: _save_best(d, trainer.model, options, config, labels))
+           lambda d: checkpoints.save_tf1_checkpoint(trainer.model,
+                                                     os.path.join(d, "model.ckpt")))
   else:
     training_checkpoints.restore_for_inference(trainer, options.output_dir,
                                                options.init_checkpoint)
@@ -316,11 +306,6 @@ def _train(options, trainer, data, windows, num_train_steps, record_dir, evaluat
         patience=options.early_stopping_patience, chief=chief, save_best=save_best)}
   training.fine_tune(trainer, options, train_file, ner.decode_fn(options.max_seq_length),
                      num_train_steps, **extra)
-
-
-def _save_best(directory, model, options, config, labels):
-  checkpoints.save_tf1_checkpoint(model, os.path.join(directory, "model.ckpt"))
-  write_model_files(directory, options, config, labels)
 
 
 def _write_eval(options, sentences, predicted, results, chief):

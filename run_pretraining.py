@@ -31,6 +31,7 @@ from bert_keras.runtime import common_flags
 from bert_keras.runtime import distribution
 from bert_keras.runtime import flops
 from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import model_dir
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
@@ -76,7 +77,6 @@ def define_flags():
   common_flags.define_tpu_flags()
   common_flags.define_training_flags()
   flags.mark_flag_as_required("input_file")
-  flags.mark_flag_as_required("bert_config_file")
   flags.mark_flag_as_required("output_dir")
   flags.adopt_module_key_flags(common_flags)  # --help lists them too, not only --helpfull
 
@@ -175,7 +175,9 @@ def _validate(options):
     raise ValueError("At least one of `do_train` or `do_eval` must be True.")
   for name in ("bert_config_file", "input_file", "output_dir"):
     if not getattr(options, name):
-      raise ValueError(f"--{name} is required")
+      raise ValueError(f"--{name} is required" + (
+          " (or an --init_checkpoint or --output_dir that is a model directory)"
+          if name == "bert_config_file" else ""))
   if not tf.io.gfile.exists(options.bert_config_file):
     raise ValueError(f"--bert_config_file {options.bert_config_file}: no such file")
   for name in ("train_batch_size", "eval_batch_size", "num_train_steps",
@@ -191,8 +193,10 @@ def run(options, strategy=None):
   """Trains and/or evaluates as the original main(); returns the eval results (or None).
 
   options: a namespace from options(...), or the parsed FLAGS. strategy: a tf.distribute
-  strategy (built from the options when None).
+  strategy (built from the options when None). With a model directory as --output_dir or
+  --init_checkpoint (runtime/model_dir.py), --bert_config_file may be left out.
   """
+  options, _ = model_dir.resolve_options(options, DEFAULTS)
   _validate(options)
   config = run_checks.load_and_check_config(options)
   if options.max_seq_length > config.max_position_embeddings:
@@ -213,6 +217,8 @@ def run(options, strategy=None):
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
   with outputs.output_directory(strategy, options.output_dir):  # (made and locked)
+    model_dir.prepare(options, distribution.is_chief(strategy), config, "pretraining",
+                      max_predictions_per_seq=options.max_predictions_per_seq)
     return _train_evaluate(options, config, input_files, strategy)
 
 

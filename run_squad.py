@@ -46,6 +46,7 @@ from bert_keras.runtime import common_flags
 from bert_keras.runtime import distribution
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import model_dir
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
@@ -126,8 +127,7 @@ def define_flags():
       "rank answer candidates over each window's own tokens only: faster, the same logits; "
       "the original also ranks the padding positions (never an answer) for its n_best_size "
       "candidates, so an undertrained model's answers can differ. Off: the original's.")
-  for name in ("vocab_file", "bert_config_file", "output_dir"):
-    flags.mark_flag_as_required(name)
+  flags.mark_flag_as_required("output_dir")  # (the model flags: also from a model directory)
   flags.adopt_module_key_flags(common_flags)  # --help lists them too, not only --helpfull
 
 
@@ -745,7 +745,9 @@ def _check_options(options):
   """Our checks before the original's: required flags, files, positive sizes."""
   for name in ("vocab_file", "bert_config_file", "output_dir"):
     if not getattr(options, name):
-      raise ValueError(f"--{name} is required")
+      raise ValueError(f"--{name} is required" + (
+          " (or an --init_checkpoint or --output_dir that is a model directory)"
+          if name != "output_dir" else ""))
   for name in ("bert_config_file", "vocab_file"):
     if not tf.io.gfile.exists(getattr(options, name)):
       raise ValueError(f"--{name} {getattr(options, name)}: no such file")
@@ -807,8 +809,12 @@ def run(options, strategy=None):
 
   options: a namespace from options(...), or the parsed FLAGS. strategy: a tf.distribute
   strategy (built from the options when None). Both SQuAD files are read and checked before
-  anything is written.
+  anything is written. With a model directory as --output_dir or --init_checkpoint
+  (runtime/model_dir.py), the model flags (and doc_stride, max_query_length,
+  max_answer_length) may be left out.
   """
+  options, _ = model_dir.resolve_options(
+      options, DEFAULTS, fill=("doc_stride", "max_query_length", "max_answer_length"))
   _check_options(options)
   config = run_checks.load_and_check_config(options)
   validate_flags_or_throw(options, config)
@@ -836,6 +842,10 @@ def run(options, strategy=None):
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
   with outputs.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
+    model_dir.prepare(options, distribution.is_chief(strategy), config, "squad",
+                      doc_stride=options.doc_stride, max_query_length=options.max_query_length,
+                      max_answer_length=options.max_answer_length,
+                      version_2_with_negative=bool(options.version_2_with_negative))
     return _train_predict(options, strategy, config, tokenizer, distribution.is_chief(strategy),
                           record_dir, train_examples, num_train_steps, predict_examples)
 

@@ -4,11 +4,17 @@ original's tokenization and packing in its graph (preprocessing.BertPreprocessor
 build_module(model, preprocessor, task) -> a tf.Module with two tf.functions, both taking
 text_a and text_b (tf.string [B]; an empty text_b means a single segment, as in the original):
   preprocess:      input_ids, input_mask, segment_ids   int32 [B, S]
-  serving_default: classifier  probabilities [B, N], logits [B, N] float32 (regression,
-                               N = 1: predictions [B] and logits [B, 1]; multi-label:
-                               sigmoid probabilities, predicted int32 [B, N] (1 where a
-                               probability reaches its threshold) and labels tf.string [B],
-                               the predicted label names joined by the separator)
+  serving_default: classifier  probabilities [B, N], logits [B, N] float32, label
+                               tf.string [B] (the name of the argmax of probabilities) and
+                               label_names tf.string [B, N] (the N names in the order of the
+                               outputs, the same row for every text: tiled to the batch so
+                               that every output has the batch dimension, as TF Serving's
+                               row format needs); the names are the module's `labels`, else
+                               "0", "1", ... (regression, N = 1: predictions [B] and logits
+                               [B, 1], no names; multi-label: sigmoid probabilities,
+                               predicted int32 [B, N] (1 where a probability reaches its
+                               threshold) and labels tf.string [B], the predicted label
+                               names joined by the separator)
                    embeddings  pooled_output [B, H], sequence_output [B, S, H] float32, and
                                embeddings [B, H] (modeling.pool_embeddings with the module's
                                pooling and normalize: sentence embeddings)
@@ -80,9 +86,10 @@ class ServingModule(tf.Module):
   """The exported object: the task model, its preprocessor and the two signatures."""
 
   def __init__(self, model, preprocessor, task, max_answer_length=30, regression=False,
-               trim_padding=True, pooling="mean", normalize=False, multi_label=None):
+               trim_padding=True, pooling="mean", normalize=False, multi_label=None,
+               labels=None):
     """multi_label: None, or (label names [N], thresholds [N], separator) of a multi-label
-    classifier."""
+    classifier. labels: a (single-label) classifier's label names [N], or None."""
     super().__init__(name="bert_serving")
     self._multi_label = None
     if multi_label is not None:
@@ -100,6 +107,7 @@ class ServingModule(tf.Module):
     self._max_answer_length = int(max_answer_length)
     self._regression = bool(regression)
     self._trim_padding = bool(trim_padding)
+    self._labels = None if labels is None else [str(label) for label in labels]
     spec = tf.TensorSpec([None], tf.string)
     self.preprocess = tf.function(self._preprocess, input_signature=[spec, spec])
     self.serve = tf.function(self._serve, input_signature=[spec, spec])
@@ -113,19 +121,29 @@ class ServingModule(tf.Module):
 
   def serve_token_ids(self, input_ids, input_mask, segment_ids):
     """The task's outputs from token ids (int32 [B, S] each), without preprocessing: the
-    serving_default of the TFLite model (tflite_model). SQuAD gives its logits only."""
+    serving_default of the TFLite model (tflite_model). SQuAD gives its logits only, a
+    classifier its probabilities and logits (no label names: TFLite and ONNX outputs stay
+    numeric; export_saved_model writes labels.txt beside them)."""
     features = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
     return self._task_outputs(features, self._model_outputs(features, trim=False), spans=False)
 
   def _task_outputs(self, features, outputs, spans=True):
-    """serving_default's outputs of the task from the model's `outputs` on `features`."""
+    """serving_default's outputs of the task from the model's `outputs` on `features`
+    (spans False: the numeric outputs only, as TFLite and ONNX give them)."""
     if self._task == "classifier":
       logits = tf.cast(_logits(outputs), tf.float32)
       if self._regression:
         return {"predictions": logits[:, 0], "logits": logits}
       if self._multi_label is not None:
         return self._multi_label_outputs(logits, spans)
-      return {"probabilities": tf.nn.softmax(logits, axis=-1), "logits": logits}
+      probabilities = tf.nn.softmax(logits, axis=-1)
+      if not spans:
+        return {"probabilities": probabilities, "logits": logits}
+      names = self._labels or [str(i) for i in range(logits.shape[-1])]
+      names = tf.constant(names, tf.string)
+      return {"probabilities": probabilities, "logits": logits,
+              "label": tf.gather(names, tf.argmax(probabilities, axis=-1)),
+              "label_names": tf.tile(names[None], [tf.shape(logits)[0], 1])}
     if self._task == "embeddings":
       return {"pooled_output": tf.cast(outputs["pooled_output"], tf.float32),
               "sequence_output": tf.cast(outputs["sequence_output"], tf.float32),

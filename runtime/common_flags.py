@@ -16,7 +16,8 @@ TPU_DEFAULTS = dict(use_tpu=False, tpu_name=None, tpu_zone=None, gcp_project=Non
                     master=None, num_tpu_cores=8)
 DEVICE_DEFAULTS = dict(distribution_strategy=None, dtype="float32", use_xla=None)
 TRAINING_DEFAULTS = dict(**DEVICE_DEFAULTS, gradient_accumulation_steps=1, optimizer="adamw",
-                         keep_checkpoint_max=5, seed=12345, log_every_steps=100)
+                         keep_checkpoint_max=5, seed=12345, log_every_steps=100,
+                         overwrite_output_dir=False)
 
 
 def make_options(defaults, overrides):
@@ -52,6 +53,11 @@ def define_tpu_flags():
       "Only used if `use_tpu` is True. Total number of TPU cores to use.")
 
 
+# The help of the flags that a model directory (runtime/model_dir.py) supplies.
+MODEL_DIR_HELP = (" Optional when --init_checkpoint (or --output_dir) is a model directory (a "
+                  "run_* output_dir or its best/): its %s is used; given, it must agree.")
+
+
 def define_model_flags(max_seq_length, tokenizer=True, output_dir=True,
                        max_seq_length_help=""):
   """The original scripts' model flags, with their help texts: bert_config_file,
@@ -60,10 +66,11 @@ def define_model_flags(max_seq_length, tokenizer=True, output_dir=True,
   flags.DEFINE_string(
       "bert_config_file", None,
       "The config json file corresponding to the pre-trained BERT model. "
-      "This specifies the model architecture.")
+      "This specifies the model architecture." + MODEL_DIR_HELP % "bert_config.json")
   if tokenizer:
     flags.DEFINE_string("vocab_file", None,
-                        "The vocabulary file that the BERT model was trained on.")
+                        "The vocabulary file that the BERT model was trained on."
+                        + MODEL_DIR_HELP % "vocab.txt")
   if output_dir:
     flags.DEFINE_string("output_dir", None,
                         "The output directory where the model checkpoints will be written.")
@@ -73,7 +80,7 @@ def define_model_flags(max_seq_length, tokenizer=True, output_dir=True,
     flags.DEFINE_bool(
         "do_lower_case", True,
         "Whether to lower case the input text. Should be True for uncased "
-        "models and False for cased models.")
+        "models and False for cased models." + MODEL_DIR_HELP % "tokenizer_config.json")
   flags.DEFINE_integer(
       "max_seq_length", max_seq_length,
       "The maximum total input sequence length after WordPiece tokenization. "
@@ -149,6 +156,12 @@ def define_training_flags():
                        "Log a progress line (step, loss, learning rate, examples/s, ETA) "
                        "every this many training steps, as the original's TPUEstimator "
                        "logged the loss every 100 steps; 0: once per --iterations_per_loop.")
+  flags.DEFINE_bool(
+      "overwrite_output_dir", False,
+      "With --do_train: move what --output_dir holds aside (to <output_dir>.old-<time>) and "
+      "start over. Without it, a --do_train run into a directory whose training run had other "
+      "options (run_options.json; see runtime/model_dir.RESULT_NEUTRAL_OPTIONS for those that "
+      "do not count) is refused; one with the same options resumes.")
 
 
 def define_eval_during_training_flags():

@@ -11,6 +11,7 @@ from absl import logging
 import tensorflow as tf
 
 from bert_keras.runtime import distribution
+from bert_keras.runtime import model_dir
 from bert_keras.utils import file_io
 
 
@@ -69,7 +70,8 @@ def output_directory(strategy, output_dir, flag="--output_dir"):
   process that is gone is taken over, with a log line. Holding it, the chief removes the
   temporaries of dead runs (file_io.remove_stale_temporaries, with TensorFlow's own checkpoint
   temporaries), each with a log line. On exit the lock is released (its file removed); after an
-  error, a directory this call made is removed again when nothing was written to it. Other
+  error, a directory this call made is removed again when nothing but the model files
+  (runtime/model_dir.py) was written to it. Other
   workers of a multi-worker run neither lock nor clean (their files go to worker_dir)."""
   created = make_output_dir(output_dir, flag)
   lock = None
@@ -86,7 +88,8 @@ def output_directory(strategy, output_dir, flag="--output_dir"):
       lock = None
     if created:
       with contextlib.suppress(Exception):
-        if not tf.io.gfile.listdir(output_dir):
+        if not [name for name in tf.io.gfile.listdir(output_dir)
+                if name.rstrip("/") not in model_dir.MODEL_FILES]:
           tf.io.gfile.rmtree(output_dir)
     raise
   finally:

@@ -33,7 +33,7 @@ def load_and_check_config(options):
     outputs.check_output_dir(output_dir)
   config = load_bert_config(options.bert_config_file)
   sources = [("--init_checkpoint", getattr(options, "init_checkpoint", None))]
-  if output_dir:
+  if output_dir and not getattr(options, "_move_aside", False):  # (--overwrite_output_dir)
     sources.append(("--output_dir", training_checkpoints.latest_checkpoint(output_dir,
                                                                            warn=False)))
   for flag, path in sources:

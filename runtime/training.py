@@ -38,6 +38,7 @@ from bert_keras import checkpoints
 from bert_keras import optimization
 from bert_keras.runtime import distribution
 from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import model_dir
 from bert_keras.runtime import outputs
 from bert_keras.runtime import training_checkpoints
 from bert_keras.utils import file_io
@@ -529,6 +530,7 @@ class EvalHook:
       tf.io.gfile.rmtree(tmp)
     tf.io.gfile.makedirs(tmp)
     self.save_best(tmp)
+    model_dir.copy_model_files(self.output_dir, tmp)  # best/ is a model directory too
     file_io.write_text_atomic(os.path.join(tmp, "eval_results.txt"),
                               outputs.format_results(metrics))
     metrics = {k: _json_number(v) for k, v in metrics.items()}

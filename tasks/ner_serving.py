@@ -10,6 +10,8 @@ TaggerModule(model, preprocessor, labels).serve(text_a) takes tf.string [B] and 
   tags      tf.string [B, W]  the tag of its first WordPiece ("O" for a word without pieces or
                               past max_seq_length - 2 pieces; "" padding)
   scores    float32 [B, W]    that tag's softmax probability (0 where the tag is a fallback)
+  label_names tf.string [B, N]  the N tags in the order of the model's outputs (the same row
+                              for every text, tiled to the batch as serving.py's classifier)
   entity_types, entity_starts, entity_ends, entity_scores  [B, E]: the chunks of the tags
                               (conlleval's rules, tasks/ner_scoring.py): type, first byte,
                               byte after the last, the mean score of their words ("", -1, 0
@@ -134,6 +136,7 @@ class TaggerModule(tf.Module):
       self._tags = tf.constant(tags)
       self._types = tf.constant(types)
       self._starts, self._ends = tf.constant(starts), tf.constant(ends)
+      self._label_names = tf.constant([str(label) for label in labels])
     self._outside = tags.index(OUTSIDE)
     vocabulary = preprocessor.vocabulary
     self._cls, self._sep = vocabulary.index("[CLS]"), vocabulary.index("[SEP]")
@@ -174,7 +177,8 @@ class TaggerModule(tf.Module):
     dense = lambda values, fill: words.with_flat_values(values).to_tensor(fill)
     return {"words": words.to_tensor(""), "starts": starts.to_tensor(-1),
             "ends": ends.to_tensor(-1), "tags": dense(tf.gather(self._tags, tag_ids), ""),
-            "scores": dense(scores, 0.0), **entities}
+            "scores": dense(scores, 0.0), **entities,
+            "label_names": tf.tile(self._label_names[None], [tf.shape(text_a)[0], 1])}
 
   def _entities(self, words, tag_ids, scores, starts, ends):
     """The chunks of the tags (conlleval's rules; a text starts after an O) as padded

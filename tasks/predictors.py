@@ -438,7 +438,8 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     module = serving.ServingModule(model, preprocessor,
                                    "embeddings" if kind == "embeddings" else "classifier",
                                    regression=kind == "regression", pooling=pooling or "mean",
-                                   normalize=normalize)
+                                   normalize=normalize,
+                                   labels=labels if kind == "classifier" else None)
     thresholds = ([threshold] if threshold is not None else description.get("thresholds"))
     predictor = GraphPredictor(module.serve, kind, labels=labels,
                                multi_label=description.get("multi_label", False),

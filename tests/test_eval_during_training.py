@@ -16,6 +16,7 @@ from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import run_classifier
 from bert_keras.runtime import inference
+from bert_keras.runtime import model_dir
 from bert_keras.runtime import training
 
 TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -163,7 +164,7 @@ def test_eval_every_steps_zero_leaves_the_output_as_before(glue, vocab, tmp_path
     assert events and files - events == {
         "checkpoint", "eval.tf_record", "eval_results.txt", "model.ckpt-2.data-00000-of-00001",
         "model.ckpt-2.index", "predict.tf_record", "test_results.tsv", "train.tf_record",
-        "eval_predictions.tsv", "test_predictions.tsv"}
+        "eval_predictions.tsv", "test_predictions.tsv", *model_dir.MODEL_FILES}
   a, b = (_results(outputs[t] / "eval_results.txt") for t in (True, False))
   assert a.keys() == b.keys()
   for key in a:

@@ -170,6 +170,9 @@ def test_classifier_and_embeddings_match_keras(setup, exported, batch, pairs):
   probabilities = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
   np.testing.assert_allclose(got["probabilities"], probabilities, atol=1e-5)
   assert np.ptp(got["probabilities"], axis=0).max() > 1e-3  # (not constant)
+  # No label names given: the output numbers as names, the argmax's as `label`.
+  assert got["label_names"].tolist() == [["0", "1", "2"]] * len(pairs)
+  assert got["label"].tolist() == [str(i) for i in probabilities.argmax(-1)]
   got = results["embeddings" + batch]
   _, _, outputs = _python_path(setup, "embeddings", pairs)
   np.testing.assert_allclose(got["pooled_output"], outputs["pooled_output"].numpy(), atol=1e-5)

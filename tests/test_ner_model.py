@@ -108,7 +108,7 @@ def test_load_model_tagger(tmp_path):
   (tmp_path / "labels.txt").write_text("O\nB-PER\nI-PER\n")
   loaded = checkpoints.load_model(str(tmp_path), task="tagger")
   assert loaded.labels == ["O", "B-PER", "I-PER"]
-  with pytest.raises(ValueError, match="num_labels=4, but .*labels.txt lists 3 tags"):
+  with pytest.raises(ValueError, match="num_labels=4, but .*labels.txt lists 3 labels"):
     checkpoints.load_model(str(tmp_path), task="tagger", num_labels=4)
   (tmp_path / "labels.txt").write_text("O\nO\n")
   with pytest.raises(ValueError, match="labels.txt: expected distinct non-empty tags"):

@@ -140,6 +140,7 @@ def test_export_and_load(setup, tmp_path):
       assert (got[key].numpy() == want[key].numpy()).all(), key
     else:
       np.testing.assert_allclose(got[key].numpy(), want[key].numpy(), rtol=1e-5, err_msg=key)
+  assert got["label_names"].numpy().astype(str).tolist() == [LABELS] * 2
   with pytest.raises(ValueError, match="--format=tflite: --task=tagger exports a SavedModel"):
     export_saved_model.run(export_saved_model.options(**{**vars(options), "format": "tflite"}))
   (output_dir / "labels.txt").unlink()

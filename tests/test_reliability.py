@@ -31,6 +31,7 @@ from bert_keras import modeling
 from bert_keras import run_classifier
 from bert_keras import run_pretraining
 from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import model_dir
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training_checkpoints
@@ -231,7 +232,8 @@ def test_failed_run_removes_the_output_dir_it_made(data, tmp_path, monkeypatch):
   out.mkdir(parents=True)                                  # one that was there stays
   with pytest.raises(ValueError, match="no model today"):
     run_pretraining.run(_options(data, out))
-  assert out.is_dir() and not os.listdir(out)
+  # (what it holds: the model files, written before the model is built; runtime/model_dir.py)
+  assert out.is_dir() and set(os.listdir(out)) <= set(model_dir.MODEL_FILES)
 
 
 @pytest.mark.slow
@@ -353,8 +355,14 @@ def test_config_sizes_of_every_checkpoint_format(data, tmp_path, write_bin):  # 
                            list(value.shape), [value.shape[1], 1] if value.ndim == 2 else [1])
              for i, (name, value) in enumerate(state.items())}
   assert checkpoints.config_sizes(checkpoints.checkpoint_shapes(write_bin(tensors))) == expected
-  # A config changed between two runs into one --output_dir: refused before the model.
+  # A config changed between two runs into one --output_dir: refused before the model, as
+  # a rerun with other options (runtime/model_dir.py) and, for a directory without
+  # run_options.json, as a config that does not fit its checkpoint.
   wide = _config_file(tmp_path, "wide.json", hidden_size=64, intermediate_size=128)
+  with pytest.raises(ValueError, match=r"holds a training run with other options \("
+                     r"bert_config_file: .* -> .*wide.json \(another content\)"):
+    run_pretraining.run(_options(data, out, bert_config_file=str(wide), init_checkpoint=None))
+  (out / "run_options.json").unlink()
   with pytest.raises(ValueError) as info:
     run_pretraining.run(_options(data, out, bert_config_file=str(wide), init_checkpoint=None))
   assert str(info.value) == (

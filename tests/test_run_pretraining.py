@@ -299,7 +299,7 @@ def test_original_readme_command_line(data, tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "nothing to train" in proc.stderr
   # Bad input: one line naming the flag, no traceback.
-  proc = subprocess.run(cmd[:2] + [f"--output_dir={out}", "--do_train=True",
+  proc = subprocess.run(cmd[:2] + [f"--output_dir={tmp_path / 'other'}", "--do_train=True",
                                    f"--bert_config_file={data / 'missing.json'}",
                                    "--input_file=x"], env=ENV, capture_output=True,
                         text=True, timeout=120)
