@@ -883,57 +883,8 @@ def classifier_inference_fn(model, strategy, use_xla=False, is_regression=False)
   return inference.make_inference_fn(strategy, forward, use_xla)
 
 
-def log_softmax(logits):
-  """float32 [N, C] -> float32 [N, C] (NumPy)."""
-  logits = logits.astype(np.float64)
-  shifted = logits - logits.max(axis=-1, keepdims=True)
-  return (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))).astype(np.float32)
-
-
-def eval_metrics(logits, label_ids, is_real_example, batch_sizes, global_step,
-                 metric_name="eval_accuracy", is_regression=False, thresholds=None):
-  """The original's eval results from the per-example logits: eval_accuracy and eval_loss
-  weighted by is_real_example; loss = mean over batches of the batch-mean per-example
-  loss (the Estimator's "loss", padding included); global_step. NumPy float32 / int64.
-
-  Plus the task's official metric (metric_name, the processor's) over the real examples:
-  eval_f1 (class 1) or eval_matthews_corr of the argmax predictions (metrics.py). Regression
-  (logits [N, 1], float labels): eval_loss and loss are the mean squared error, and
-  eval_pearson and eval_spearman replace eval_accuracy.
-
-  thresholds not None (a multi-label task; float [C] or a scalar; label_ids multi-hot [N, C]):
-  eval_loss and loss are the binary cross-entropy (modeling.multi_label_loss, unweighted),
-  and multi_label.metrics of the predictions sigmoid(logits) >= thresholds replace
-  eval_accuracy: eval_micro_f1, eval_macro_f1, eval_subset_accuracy, eval_hamming_loss.
-  """
-  real = is_real_example.astype(bool)
-  weights = is_real_example.astype(np.float64)
-  if thresholds is not None:
-    x, y = logits.astype(np.float64), label_ids.astype(np.float64)
-    per_example = (np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))).mean(axis=-1)
-    predicted = multi_label_lib.predict(multi_label_lib.sigmoid(logits), thresholds)
-    results = multi_label_lib.metrics(label_ids[real] > 0.5, predicted[real])
-  elif is_regression:
-    predictions = logits[:, 0].astype(np.float64)
-    per_example = (predictions - label_ids.astype(np.float64)) ** 2
-    results = {"eval_pearson": metrics.pearson(predictions[real], label_ids[real]),
-               "eval_spearman": metrics.spearman(predictions[real], label_ids[real])}
-  else:
-    per_example = -np.take_along_axis(log_softmax(logits), label_ids[:, None].astype(np.int64),
-                                      axis=1)[:, 0].astype(np.float64)
-    predictions = np.argmax(logits, axis=-1)
-    correct = (predictions == label_ids).astype(np.float64)
-    results = {"eval_accuracy": (weights * correct).sum() / max(weights.sum(), 1e-12)}
-    official = {"eval_f1": metrics.f1, "eval_matthews_corr": metrics.matthews_corr}
-    if metric_name in official:
-      results[metric_name] = official[metric_name](label_ids[real], predictions[real])
-  bounds = np.cumsum([0] + list(batch_sizes))
-  batch_losses = [per_example[a:b].mean() for a, b in zip(bounds[:-1], bounds[1:])]
-  results.update(eval_loss=(weights * per_example).sum() / max(weights.sum(), 1e-12),
-                 loss=np.mean(batch_losses) if batch_losses else 0.0)
-  results = {key: np.float32(value) for key, value in results.items()}
-  results["global_step"] = np.int64(global_step)
-  return results
+# The original's eval results from the logits (tasks/metrics.py; tests call it by this name).
+eval_metrics = metrics.classifier_eval_results
 
 
 def softmax(logits):
@@ -1019,15 +970,15 @@ def run(options, strategy=None):
   multi = isinstance(label_list, multi_label_lib.MultiLabelList)
   task = ClassifierTask(
       task_processor.is_regression, "eval_micro_f1" if multi else task_processor.metric_name,
-      multi,
-      classifier_options.weights_of(options, label_list, examples["train"]))
-  classifier_options.thresholds(options, label_list)  # (a stale thresholds.json: now)
+      multi, classifier_options.weights_of(options, label_list, examples["train"]))
+  thresholds = classifier_options.thresholds(options, label_list)  # (stale ones: now)
   if options.doc_stride:
     classifier_options.check_text_b_fits(options, examples, tokenizer)
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
   with outputs.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
-    kind, labels, task_options = model_description(options, task.is_regression, label_list)
+    kind, labels, task_options = classifier_options.model_description(
+        options, task.is_regression, label_list, thresholds)
     model_dir.prepare(options, distribution.is_chief(strategy), config, kind, labels,
                       **task_options)
     return _train_eval_predict(options, strategy, config, examples, label_list, tokenizer,
@@ -1051,14 +1002,6 @@ def _fill_task_from(options, model):
   if options.task_name.strip().lower() == "custom" and "labels" not in model["given"] \
       and model.get("labels"):
     options.labels = ",".join(model["labels"])
-
-
-def model_description(options, is_regression, label_list):
-  """(task, labels, task options) of the model files (runtime/model_dir.write_model_dir):
-  "classifier" with the label names in the order of the outputs, or "regression" without;
-  the task options are task.json's further entries."""
-  task = "regression" if is_regression else "classifier"
-  return task, label_list, {"task_name": options.task_name or options.tfds_name}
 
 
 def read_examples(options, processor, label_list):

@@ -98,6 +98,16 @@ def task_options(options, label_list, thresholds):
   return result
 
 
+def model_description(options, is_regression, label_list, thresholds):
+  """(task, labels, task options) of the model files (runtime/model_dir.write_model_dir):
+  "classifier" with the label names in the order of the outputs, or "regression" without;
+  the task options are task.json's further entries (task_name, and task_options' entries;
+  tuned thresholds are in thresholds.json, which predict.py and export read first)."""
+  task = "regression" if is_regression else "classifier"
+  return task, label_list, {"task_name": options.task_name or options.tfds_name,
+                            **task_options(options, label_list, thresholds)}
+
+
 def thresholds(options, label_list):
   """A multi-label task's thresholds float32 [C]: output_dir/thresholds.json's (tuned by an
   earlier --tune_threshold) when there and not tuning again, else --threshold for every label;

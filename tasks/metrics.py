@@ -18,6 +18,8 @@ degenerate model never looks like the best checkpoint nor breaks a comparison). 
 
 import numpy as np
 
+from bert_keras.tasks import multi_label
+
 
 def accuracy(labels, predictions):
   """Fraction of positions where labels == predictions (0.0 when empty)."""
@@ -77,3 +79,56 @@ def average_ranks(x):
 def spearman(x, y):
   """Spearman's rank correlation: pearson of average_ranks (0.0 where pearson is)."""
   return pearson(average_ranks(x), average_ranks(y))
+
+
+def log_softmax(logits):
+  """float32 [N, C] -> float32 [N, C] (NumPy)."""
+  logits = logits.astype(np.float64)
+  shifted = logits - logits.max(axis=-1, keepdims=True)
+  return (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))).astype(np.float32)
+
+
+def classifier_eval_results(logits, label_ids, is_real_example, batch_sizes, global_step,
+                            metric_name="eval_accuracy", is_regression=False, thresholds=None):
+  """The original's eval results from the per-example logits: eval_accuracy and eval_loss
+  weighted by is_real_example; loss = mean over batches of the batch-mean per-example
+  loss (the Estimator's "loss", padding included); global_step. NumPy float32 / int64.
+
+  Plus the task's official metric (metric_name, the processor's) over the real examples:
+  eval_f1 (class 1) or eval_matthews_corr of the argmax predictions (metrics.py). Regression
+  (logits [N, 1], float labels): eval_loss and loss are the mean squared error, and
+  eval_pearson and eval_spearman replace eval_accuracy.
+
+  thresholds not None (a multi-label task; float [C] or a scalar; label_ids multi-hot [N, C]):
+  eval_loss and loss are the binary cross-entropy (modeling.multi_label_loss, unweighted),
+  and multi_label.metrics of the predictions sigmoid(logits) >= thresholds replace
+  eval_accuracy: eval_micro_f1, eval_macro_f1, eval_subset_accuracy, eval_hamming_loss.
+  """
+  real = is_real_example.astype(bool)
+  weights = is_real_example.astype(np.float64)
+  if thresholds is not None:
+    x, y = logits.astype(np.float64), label_ids.astype(np.float64)
+    per_example = (np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x)))).mean(axis=-1)
+    predicted = multi_label.predict(multi_label.sigmoid(logits), thresholds)
+    results = multi_label.metrics(label_ids[real] > 0.5, predicted[real])
+  elif is_regression:
+    predictions = logits[:, 0].astype(np.float64)
+    per_example = (predictions - label_ids.astype(np.float64)) ** 2
+    results = {"eval_pearson": pearson(predictions[real], label_ids[real]),
+               "eval_spearman": spearman(predictions[real], label_ids[real])}
+  else:
+    per_example = -np.take_along_axis(log_softmax(logits), label_ids[:, None].astype(np.int64),
+                                      axis=1)[:, 0].astype(np.float64)
+    predictions = np.argmax(logits, axis=-1)
+    correct = (predictions == label_ids).astype(np.float64)
+    results = {"eval_accuracy": (weights * correct).sum() / max(weights.sum(), 1e-12)}
+    official = {"eval_f1": f1, "eval_matthews_corr": matthews_corr}
+    if metric_name in official:
+      results[metric_name] = official[metric_name](label_ids[real], predictions[real])
+  bounds = np.cumsum([0] + list(batch_sizes))
+  batch_losses = [per_example[a:b].mean() for a, b in zip(bounds[:-1], bounds[1:])]
+  results.update(eval_loss=(weights * per_example).sum() / max(weights.sum(), 1e-12),
+                 loss=np.mean(batch_losses) if batch_losses else 0.0)
+  results = {key: np.float32(value) for key, value in results.items()}
+  results["global_step"] = np.int64(global_step)
+  return results

@@ -33,6 +33,7 @@ from bert_keras import serving
 from bert_keras import tokenization
 from bert_keras.runtime import inference
 from bert_keras.runtime import model_dir
+from bert_keras.tasks import multi_label
 from bert_keras.tasks import ner_serving
 from bert_keras.tasks import squad_predictions
 
@@ -440,7 +441,11 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
                                    regression=kind == "regression", pooling=pooling or "mean",
                                    normalize=normalize,
                                    labels=labels if kind == "classifier" else None)
-    thresholds = ([threshold] if threshold is not None else description.get("thresholds"))
+    thresholds = ([threshold] if threshold is not None
+                  else multi_label.read_thresholds(description["directory"], labels)
+                  if description.get("multi_label") else None)
+    if thresholds is None and threshold is None:
+      thresholds = description.get("thresholds")
     predictor = GraphPredictor(module.serve, kind, labels=labels,
                                multi_label=description.get("multi_label", False),
                                thresholds=thresholds,

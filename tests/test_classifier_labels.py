@@ -396,3 +396,23 @@ def test_text_b_without_room_for_windows(tiny, tmp_path):
       "--doc_stride: train example train-2 has a text_b of 13 word pieces, which leaves no "
       "room for text_a in --max_seq_length=16")
   assert not out.exists()
+
+
+def test_predict_on_the_multi_label_output_dir(multi_label_run, tmp_path):
+  """predict.py on the run's output_dir (its best/ checkpoint): task.json says multi-label,
+  the tuned thresholds of thresholds.json apply, and each dev text gets the labels and
+  probabilities of eval_predictions.tsv."""
+  from bert_keras import predict
+  data, out, _, dev = multi_label_run
+  assert json.loads((out / "task.json").read_text())["multi_label"] is True
+  (tmp_path / "dev.jsonl").write_text("".join(json.dumps({"sentence": r[0]}) + "\n"
+                                              for r in dev[1:]))
+  predict.run(predict.options(model_dir=str(out / "best"), input_file=str(tmp_path / "dev.jsonl"),
+                              output_file=str(tmp_path / "out.jsonl")))
+  got = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+  _, rows = _read_tsv(out / "eval_predictions.tsv")
+  assert len(got) == len(rows) == 12
+  for row, answer in zip(rows, got):
+    assert answer["labels"] == [name for name in row[1].split(",") if name]
+    np.testing.assert_allclose([answer["probabilities"][name] for name in LABELS],
+                               [float(x) for x in row[3:]], atol=1e-5)
