@@ -33,6 +33,7 @@ from bert_keras import serving
 from bert_keras import tokenization
 from bert_keras.runtime import inference
 from bert_keras.runtime import model_dir
+from bert_keras.tasks import doc_windows
 from bert_keras.tasks import multi_label
 from bert_keras.tasks import ner_serving
 from bert_keras.tasks import squad_predictions
@@ -332,6 +333,43 @@ def _saved_model_labels(path):
   return None
 
 
+class WindowPredictor(Predictor):
+  """A classifier trained with --doc_stride (task.json's doc_stride and window_pooling): each
+  text_a split into run_classifier's windows (tasks/doc_windows.py; text_b whole beside each),
+  the model run on every window, the windows' logits pooled per row, so that a long text gets
+  the prediction run_classifier's --do_predict gives it."""
+
+  def __init__(self, model, tokenizer, max_seq_length, doc_stride, window_pooling="mean",
+               batch_size=32, **kwargs):
+    super().__init__("classifier", pair="optional", **kwargs)
+    self._model, self._tokenizer = model, tokenizer
+    self._max_seq_length, self._doc_stride = max_seq_length, doc_stride
+    self._how, self._batch_size = window_pooling, batch_size
+
+  def predict(self, texts_a, texts_b):
+    features, documents = [], []
+    for row, text_a in enumerate(texts_a):
+      tokens_a = self._tokenizer.tokenize(text_a)
+      tokens_b = self._tokenizer.tokenize(texts_b[row]) if texts_b and texts_b[row] else None
+      for window in doc_windows.windows(tokens_a, tokens_b, self._max_seq_length,
+                                        self._doc_stride, f"row {row + 1} of a batch"):
+        features.append(preprocessing.pack_tokens(
+            list(window), list(tokens_b) if tokens_b else None, self._max_seq_length,
+            self._tokenizer)[1:])
+        documents.append(row)
+    ids, mask, segments = (np.asarray(x, np.int32) for x in zip(*features))
+    logits = []
+    for start in range(0, len(ids), self._batch_size):
+      rows = slice(start, start + self._batch_size)
+      length = max(int(mask[rows].sum(1).max()), 1)  # the batch trimmed to its longest row
+      logits.append(np.asarray(self._model(
+          {"input_ids": ids[rows, :length], "input_mask": mask[rows, :length],
+           "segment_ids": segments[rows, :length]}, training=False), np.float32))
+    pooled = doc_windows.pool(np.concatenate(logits), documents, len(texts_a), self._how)
+    shifted = np.exp(pooled - pooled.max(axis=1, keepdims=True))
+    return self.classifier_fields(shifted / shifted.sum(axis=1, keepdims=True), pooled)
+
+
 def load_saved_model(path, pooling=None, normalize=False, thresholds=None):
   """A GraphPredictor of an export_saved_model.py SavedModel: the task from its outputs,
   the label names from its label_names output, else labels.txt in its assets/ or beside it,
@@ -430,6 +468,12 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     squad.update({k: v for k, v in (squad_options or {}).items() if v is not None})
     tokenizer = tokenization.FullTokenizer(model.vocab_file, do_lower_case)
     return SquadPredictor(model, tokenizer, max_seq_length, batch_size=batch_size, **squad)
+  if kind == "classifier" and description.get("doc_stride"):
+    return WindowPredictor(
+        model, tokenization.FullTokenizer(model.vocab_file, do_lower_case), max_seq_length,
+        description["doc_stride"], description.get("window_pooling") or "mean", batch_size,
+        labels=labels, multi_label=description.get("multi_label", False),
+        thresholds=_thresholds(description, labels, threshold), text_columns=columns)
   preprocessor = preprocessing.BertPreprocessor(model.vocab_file, do_lower_case, max_seq_length)
   if kind == "tagger":
     module = ner_serving.TaggerModule(model, preprocessor, labels)
@@ -441,11 +485,7 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
                                    regression=kind == "regression", pooling=pooling or "mean",
                                    normalize=normalize,
                                    labels=labels if kind == "classifier" else None)
-    thresholds = ([threshold] if threshold is not None
-                  else multi_label.read_thresholds(description["directory"], labels)
-                  if description.get("multi_label") else None)
-    if thresholds is None and threshold is None:
-      thresholds = description.get("thresholds")
+    thresholds = _thresholds(description, labels, threshold)
     predictor = GraphPredictor(module.serve, kind, labels=labels,
                                multi_label=description.get("multi_label", False),
                                thresholds=thresholds,
@@ -453,3 +493,14 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
                                text_columns=columns)
   predictor.keep_alive = module
   return predictor
+
+
+def _thresholds(description, labels, threshold):
+  """A multi-label classifier's thresholds: [--threshold] when given, else the tuned ones of
+  the run's thresholds.json, else task.json's; None for other classifiers."""
+  if threshold is not None:
+    return [threshold]
+  if not description.get("multi_label"):
+    return None
+  tuned = multi_label.read_thresholds(description["directory"], labels)
+  return tuned if tuned is not None else description.get("thresholds")

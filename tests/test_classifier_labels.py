@@ -326,6 +326,17 @@ def test_windows_end_to_end(tiny, tmp_path):
       window = records[int(np.flatnonzero(documents == i)[0])]
       for key in ("input_ids", "input_mask", "segment_ids"):
         assert window[key].numpy().tolist() == getattr(plain, key)
+  # predict.py on the output_dir windows the same way (task.json's doc_stride): one answer
+  # per document with eval_predictions.tsv's probabilities.
+  from bert_keras import predict
+  (tmp_path / "dev.jsonl").write_text("".join(json.dumps({"sentence": r[0]}) + "\n"
+                                              for r in dev_rows))
+  predict.run(predict.options(model_dir=str(out), input_file=str(tmp_path / "dev.jsonl"),
+                              output_file=str(tmp_path / "dev.out.jsonl"), batch_size=3))
+  answers = [json.loads(line) for line in (tmp_path / "dev.out.jsonl").read_text().splitlines()]
+  np.testing.assert_allclose([[a["probabilities"][k] for k in ("0", "1")] for a in answers],
+                             softmax, atol=1e-5)
+  assert [a["label"] for a in answers] == [r[1] for r in predictions]
 
 
 def test_bad_input_is_one_line_before_anything_is_built(tiny, tmp_path):
