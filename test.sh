@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up .venv (from nothing but Python 3.11) and runs the test suite.
-#   bash test.sh [pytest args]       (all tests, about 17 minutes on 2 cores)
+#   bash test.sh [pytest args]       (all tests, about 13 minutes on 2 cores)
 #   bash test.sh -m "not slow"       (the inner loop: about 3 minutes)
 set -euo pipefail
 cd "$(dirname "$0")"
