@@ -430,19 +430,23 @@ class SelfAttention(ConfigLayer):
     b, s = ops.shape(x)[0], ops.shape(x)[1]
     return ops.transpose(ops.reshape(x, (b, s, self.num_heads, self.head_size)), (0, 2, 1, 3))
 
-  def call(self, x, input_mask, training=None):
+  def call(self, x, input_mask, training=None, token_index=None):
     # [B, 1, 1, S]: broadcast over heads and queries.
     attention_bias = (1.0 - ops.cast(input_mask, "float32")[:, None, None, :]) * -10000.0
-    q = self._split_heads(self.query(x))
-    k = self._split_heads(self.key(x))
-    v = self._split_heads(self.value(x))
+    q, k, v = self.query(x), self.key(x), self.value(x)
+    if token_index is not None:  # x is [T, H], the real tokens only: back to [B, S, H]
+      q, k, v = (scatter_tokens(t, token_index, input_mask) for t in (q, k, v))
+    q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
     scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))                # [B, A, S, S]
     scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.head_size)) + attention_bias
     probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
     probs = self.dropout(probs, training=training)
     context = ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))          # [B, S, A, d]
-    b, s = ops.shape(x)[0], ops.shape(x)[1]
-    return self.output_dense(ops.reshape(context, (b, s, self.config.hidden_size)))
+    b, s = ops.shape(input_mask)[0], ops.shape(input_mask)[1]
+    context = ops.reshape(context, (b, s, self.config.hidden_size))
+    if token_index is not None:
+      context = gather_tokens(context, token_index)                       # [T, H]
+    return self.output_dense(context)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -495,9 +499,10 @@ class TransformerBlock(ConfigLayer):
     self.feed_forward.build(shape)
     self.output_layer_norm.build(shape)
 
-  def call(self, x, input_mask, training=None):
-    h = self.attention_dropout(self.attention(x, input_mask, training=training),
-                               training=training)
+  def call(self, x, input_mask, training=None, token_index=None):
+    h = self.attention_dropout(
+        self.attention(x, input_mask, training=training, token_index=token_index),
+        training=training)
     a = ops.cast(self.attention_layer_norm(x + h), self.compute_dtype)
     h = self.output_dropout(self.feed_forward(a), training=training)
     return ops.cast(self.output_layer_norm(a + h), self.compute_dtype)
@@ -578,6 +583,25 @@ class NextSentenceHead(ConfigLayer):
 # 4. Models
 # ----------------------------------------------------------------------------------------------
 
+def real_token_index(input_mask):
+  """int [B, S] (1 real token, 0 padding) -> int32 [T]: the flat positions (b * S + s) of
+  the T real tokens, in order."""
+  return tf.cast(tf.where(tf.reshape(input_mask, [-1]) != 0)[:, 0], tf.int32)
+
+
+def gather_tokens(x, token_index):
+  """[B, S, H] -> [T, H]: the rows of the real tokens (real_token_index)."""
+  return tf.gather(tf.reshape(x, (-1, x.shape[-1])), token_index)
+
+
+def scatter_tokens(x, token_index, input_mask):
+  """[T, H] -> [B, S, H] (B, S: input_mask's shape), zeros at the padding: gather_tokens
+  undone."""
+  b, s = tf.shape(input_mask)[0], tf.shape(input_mask)[1]
+  flat = tf.scatter_nd(token_index[:, None], x, tf.stack([b * s, tf.shape(x)[1]]))
+  return tf.reshape(flat, (b, s, x.shape[-1]))
+
+
 def _unpack_inputs(inputs):
   """dict (or bare input_ids) -> (input_ids, input_mask, segment_ids), int32 [B, S] each.
 
@@ -609,7 +633,16 @@ class BertModel(keras.Model):
   and, with output_hidden_states (the constructor's default, or the call's argument), also
     encoder_outputs             list of the L layer outputs, each [B, S, H]
     embedding_output [B, S, H]  input of the first layer (after LayerNorm and dropout)
-  `model.embedding_table` is the word-embedding variable [V, H]. Task models
+  `model.embedding_table` is the word-embedding variable [V, H].
+
+  `model.skip_padding = True` (not saved in the config) computes the dense layers of every
+  block on the T real tokens only ([T, H], gathered by the input_mask) and only the
+  attention on [B, S]: the outputs at the real positions are the same (the attention masks
+  the padding out as a key), the work on the padding is saved (about half of it on
+  sentences of mixed lengths), and sequence_output and the encoder outputs are 0 at the
+  padding, where the original's hold values that nothing should read. The scripts turn it on
+  where no output at the padding is used (tagging, classification, pretraining), without
+  XLA or TPUs (T is known only when the step runs). Task models
   (BertClassifier, BertSquad, BertPretrainer) take a BertModel and share its weights.
   `checkpoints.load_model(directory)` builds one from a checkpoint directory.
   """
@@ -619,6 +652,7 @@ class BertModel(keras.Model):
     super().__init__(**kwargs)
     self.config = c = _as_config(config)
     self.output_hidden_states = bool(output_hidden_states)
+    self.skip_padding = False
     c.validate()  # before any weight is allocated
     self.embeddings = Embeddings(c, name="embeddings", dtype=self.dtype_policy)
     # One attribute per block (not a list): TF2 object checkpoints do not follow Keras 3's
@@ -648,10 +682,16 @@ class BertModel(keras.Model):
     input_ids, input_mask, segment_ids = _unpack_inputs(inputs)
     x = self.embeddings(input_ids, segment_ids, training=training)
     embedding_output = x
+    token_index = real_token_index(input_mask) if self.skip_padding else None
+    if token_index is not None:
+      x = gather_tokens(x, token_index)                                   # [T, H]
     encoder_outputs = []
     for block in self.encoder_layers:
-      x = block(x, input_mask, training=training)
+      x = block(x, input_mask, training=training, token_index=token_index)
       encoder_outputs.append(x)
+    if token_index is not None:  # zeros at the padding
+      encoder_outputs = [scatter_tokens(y, token_index, input_mask) for y in encoder_outputs]
+      x = encoder_outputs[-1]
     outputs = {"sequence_output": x, "pooled_output": self.pooler(x)}
     if self.output_hidden_states if output_hidden_states is None else output_hidden_states:
       outputs["encoder_outputs"] = encoder_outputs

@@ -828,6 +828,8 @@ class ClassifierTask(training.ExampleMeanTask):
   eval results (a processor's metric_name). multi_label: binary cross-entropy over multi-hot
   labels; class_weights: None or float [C] (classifier_outputs)."""
 
+  reads_padding = False  # (the head reads [CLS] only)
+
   def __init__(self, is_regression=False, metric_name="eval_accuracy", multi_label=False,
                class_weights=None):
     self.is_regression = is_regression

@@ -57,6 +57,9 @@ class Task(abc.ABC):
   train_stat_names = ("loss",)
   eval_stat_names = ()
   examples_name = "examples"
+  # False where neither the loss nor the outputs read the encoder's outputs at padding
+  # positions: build_trainer then lets the encoder skip the padding (BertModel.skip_padding).
+  reads_padding = True
 
   @abc.abstractmethod
   def denominators(self, batch):
@@ -618,7 +621,9 @@ def build_trainer(options, strategy, make_model, task, num_train_steps, num_warm
   num_warmup_steps of linear warmup then linear decay to 0 at num_train_steps; loss-scaled
   for float16). The Trainer accumulates options.gradient_accumulation_steps micro-batches
   per step, compiles with XLA as options.use_xla says (None: on GPU/TPU only) and saves
-  the model variables under their TF1 names. Its .model and .optimizer are the built ones."""
+  the model variables under their TF1 names. Its .model and .optimizer are the built ones.
+  When the task does not read the outputs at the padding (Task.reads_padding), the encoder
+  skips the padding (BertModel.skip_padding), except under XLA or on TPUs."""
   check_training_numbers(options)
   if getattr(options, "trim_train_batches", False) and isinstance(
       strategy, tf.distribute.TPUStrategy):
@@ -634,6 +639,10 @@ def build_trainer(options, strategy, make_model, task, num_train_steps, num_warm
   use_xla = options.use_xla
   if use_xla is None:
     use_xla = distribution.default_use_xla(strategy)
+  if not task.reads_padding and not use_xla and not isinstance(
+      strategy, tf.distribute.TPUStrategy):  # (XLA and TPUs need static shapes)
+    model.bert.skip_padding = True
+    logging.info("The encoder computes on the real tokens only (BertModel.skip_padding)")
   return Trainer(strategy, model, optimizer, task,
                  accumulation_steps=options.gradient_accumulation_steps, use_xla=use_xla,
                  loss_scale=options.dtype == "float16",

@@ -109,8 +109,9 @@ def tune_thresholds(probabilities, gold, default=0.5):
   """One threshold per label maximising that label's F1 on (probabilities float [N, C], gold
   bool [N, C]) -> float32 [C]. The candidates are the label's distinct probabilities (a
   prediction is probability >= threshold) and `default`; on a tie the candidate closest to
-  `default` wins. A label no candidate gives a positive F1 (e.g. no positive example) keeps
-  `default`."""
+  `default` wins, and the threshold is set halfway between it and the next lower candidate
+  (same predictions, away from any example's probability). A label no candidate gives a
+  positive F1 (e.g. no positive example) keeps `default`."""
   probabilities = np.asarray(probabilities, np.float32)
   gold = np.asarray(gold, bool)
   thresholds = np.full([probabilities.shape[1]], default, np.float32)
@@ -124,7 +125,11 @@ def tune_thresholds(probabilities, gold, default=0.5):
     if f1.max() <= 0:
       continue
     best = np.flatnonzero(f1 == f1.max())
-    thresholds[c] = candidates[best[np.argmin(np.abs(candidates[best] - default))]]
+    k = best[np.argmin(np.abs(candidates[best] - default))]
+    # Not the probability itself but halfway down to the next lower candidate: the same
+    # predictions on these examples, and a margin for the rounding of another run or device.
+    thresholds[c] = candidates[k] if candidates[k] == np.float32(default) else (
+        (candidates[k - 1] if k else np.float32(0.0)) + candidates[k]) / 2
   return thresholds
 
 

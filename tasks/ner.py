@@ -262,6 +262,7 @@ class TaggerTask(training.Task):
   count or accumulation. The model sees input_ids, input_mask and segment_ids [b, S]."""
 
   metric_name = "eval_f1"
+  reads_padding = False  # (the loss reads the tagged pieces only)
 
   def model_inputs(self, batch):
     return {k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")}

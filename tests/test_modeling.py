@@ -178,6 +178,50 @@ def test_padding_is_masked_as_key_only():
   assert not np.allclose(a[1, 4:], b[1, 4:])                  # padded queries still computed
 
 
+@pytest.mark.parametrize("mask_rows", [
+    [[1, 1, 1, 1, 1, 0, 0, 0], [1, 1, 0, 0, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1, 1, 1]],
+    [[1, 0, 1, 1, 0, 1, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0, 0, 1]]])
+def test_skip_padding_computes_the_same_at_the_real_tokens(mask_rows):
+  """BertModel.skip_padding (the dense layers on the real tokens only): the same outputs at
+  the real positions, pooled output and gradients as the full computation, zeros at the
+  padding; masks that are not a prefix and a row with no real token included."""
+  model = randomize(modeling.BertModel(CONFIG))
+  mask = np.array(mask_rows, np.int32)
+  rng = np.random.RandomState(3)
+  inputs = {"input_ids": rng.randint(1, 40, mask.shape).astype(np.int32), "input_mask": mask,
+            "segment_ids": rng.randint(0, 2, mask.shape).astype(np.int32)}
+  weight = tf.constant(rng.normal(size=(1, 1, CONFIG.hidden_size)), tf.float32)
+
+  def run(skip):
+    model.skip_padding = skip
+    with tf.GradientTape() as tape:
+      out = model(inputs, output_hidden_states=True)
+      real = tf.cast(mask, tf.float32)[:, :, None]
+      loss = (tf.reduce_sum(out["sequence_output"] * weight * real)
+              + tf.reduce_sum(out["pooled_output"] * mask[:, :1]))
+    grads = tape.gradient(loss, model.trainable_variables)
+    return out, [tf.convert_to_tensor(g).numpy() for g in grads]
+
+  (full, full_grads), (skip, skip_grads) = run(False), run(True)
+  real = mask.astype(bool)
+  for key in ("sequence_output", "embedding_output"):
+    np.testing.assert_allclose(skip[key].numpy()[real], full[key].numpy()[real], atol=1e-5)
+  for a, b in zip(skip["encoder_outputs"], full["encoder_outputs"]):
+    np.testing.assert_allclose(a.numpy()[real], b.numpy()[real], atol=1e-5)
+    assert not a.numpy()[~real].any()                       # zeros at the padding
+  assert full["sequence_output"].numpy()[~real].any()     # (where the full one has values)
+  has_cls = real[:, 0]
+  np.testing.assert_allclose(skip["pooled_output"].numpy()[has_cls],
+                             full["pooled_output"].numpy()[has_cls], atol=1e-5)
+  for a, b in zip(skip_grads, full_grads):
+    np.testing.assert_allclose(a, b, atol=1e-5)
+  # Traced with unknown shapes, as the scripts' steps are.
+  spec = {k: tf.TensorSpec([None, None], tf.int32) for k in inputs}
+  traced = tf.function(lambda x: model(x)["sequence_output"], input_signature=[spec])
+  np.testing.assert_allclose(traced(inputs).numpy()[real], full["sequence_output"].numpy()[real],
+                             atol=1e-5)
+
+
 def test_default_mask_and_segments_and_bare_ids():
   model = randomize(modeling.BertModel(CONFIG))
   ids = pair_features()["input_ids"]

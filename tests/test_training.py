@@ -98,3 +98,25 @@ def test_progress_line():
                            "sequences_per_sec": 12.5, "mfu": 0.0123})
   assert line == ("step = 8, loss = 1.25000, masked_lm_accuracy = 0.1250, learning_rate = 0.001, "
                   "sequences/s = 12.5, mfu = 1.23%, ETA 0:00:00 (8 of 8 steps)"), line
+
+
+@pytest.mark.parametrize("task_name, use_xla, skips", [
+    ("tagger", False, True), ("classifier", False, True), ("tagger", True, False),
+    ("squad", False, False)])
+def test_build_trainer_skips_the_padding_where_nothing_reads_it(task_name, use_xla, skips):
+  """Tagging and classification train on the real tokens only (BertModel.skip_padding);
+  SQuAD's loss reads every position, and XLA needs static shapes: not there."""
+  import tensorflow as tf
+  from bert_keras import modeling, run_classifier, run_ner, run_squad
+  from bert_keras.runtime import training
+  from bert_keras.tasks import ner
+  config = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=20)
+  make, task = {
+      "tagger": (lambda: modeling.BertTokenClassifier(config, 3), ner.TaggerTask()),
+      "classifier": (lambda: modeling.BertClassifier(config, 2),
+                     run_classifier.ClassifierTask()),
+      "squad": (lambda: modeling.BertSquad(config), run_squad.SquadTask())}[task_name]
+  options = run_ner.options(use_xla=use_xla)
+  trainer = training.build_trainer(options, tf.distribute.get_strategy(), make, task, 10, 1)
+  assert trainer.model.bert.skip_padding is skips
