@@ -328,8 +328,8 @@ def _export(options, config, labels, tags, preprocessor, multi_label=None):
                               for a, w in zip(initial, head.weights)):
     logging.warning("--init_checkpoint %s has no %s head: the exported head is randomly "
                     "initialised", options.init_checkpoint, options.task)
-  if options.task in ("classifier", "tagger") and options.format == "saved_model":
-    model.bert.skip_padding = True  # (their outputs read the real tokens only)
+  if options.format == "saved_model":  # (its outputs are 0 at the padding anyway)
+    getattr(model, "bert", model).skip_padding = True
   if options.task == "tagger":
     module = ner_serving.TaggerModule(model, preprocessor, tags)
     serving.save_atomic(module, options.export_dir, options.overwrite)
