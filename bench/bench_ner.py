@@ -163,6 +163,8 @@ def main():
   args = parser.parse_args()
   if not (os.path.isfile(args.hf_python) and os.access(args.hf_python, os.X_OK)):
     sys.exit(f"error: --hf_python={args.hf_python}: not an executable file")
+  if args.work_dir is not None and not os.path.isdir(args.work_dir):
+    sys.exit(f"error: --work_dir={args.work_dir}: not a directory")
   for name in ("epochs", "batch_size", "max_seq_length", "rounds"):
     if getattr(args, name) < 1:
       sys.exit(f"error: --{name}={getattr(args, name)}: must be >= 1")

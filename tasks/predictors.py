@@ -446,8 +446,9 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
       bert_config_file=description.get("bert_config_file"),
       vocab_file=description.get("vocab_file"),
       do_lower_case=description.get("do_lower_case"))
-  if kind != "squad":  # (its outputs read the real tokens only: BertModel.skip_padding)
-    getattr(model, "bert", model).skip_padding = True
+  # Every prediction reads the real tokens only (a span lies in its context): the encoder
+  # skips the padding (BertModel.skip_padding).
+  getattr(model, "bert", model).skip_padding = True
   positions = model.config.max_position_embeddings
   max_seq_length = int(given or description.get("max_seq_length") or min(128, positions))
   if max_seq_length > positions:
