@@ -39,6 +39,7 @@ from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import serving
+from bert_keras import task_registry
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import model_dir
 from bert_keras.runtime import outputs
@@ -61,7 +62,8 @@ DEFAULTS = dict(bert_config_file=None, init_checkpoint=None, vocab_file=None,
                 format="saved_model", quantize="none", labels=None, multi_label=False,
                 threshold=None)
 FORMATS = ("saved_model", "tflite", "onnx")
-TASKS = serving.TASKS + ("tagger",)
+# The --task values: the servable kinds of task_registry that are not another's variant.
+TASKS = task_registry.names(servable=True, variant_of=None)
 
 
 def options(**overrides):
@@ -223,15 +225,13 @@ def multi_label_head(options):
 
 
 def build_model(task, config, labels=None):
-  """The Keras model of `task`: BertClassifier or BertTokenClassifier (`labels` outputs),
-  BertSquad or BertModel."""
-  if task == "classifier":
-    return modeling.BertClassifier(config, labels)
-  if task == "tagger":
-    return modeling.BertTokenClassifier(config, labels)
-  if task == "squad":
-    return modeling.BertSquad(config)
-  return modeling.BertModel(config)
+  """The Keras model of the kind `task` (task_registry): BertClassifier or
+  BertTokenClassifier (`labels` outputs), BertSquad; embeddings are pooled from a BertModel's
+  outputs by the SavedModel, so their model is the encoder's."""
+  kind = task_registry.get(task)
+  if kind.outputs == "vectors":
+    kind = task_registry.get("encoder")
+  return kind.build(config, labels if kind.takes_num_labels else None)
 
 
 def _head(model):
@@ -239,9 +239,11 @@ def _head(model):
   return getattr(model, "classifier", None) or getattr(model, "squad", None)
 
 
-# A model directory's task (task.json) -> the --task that exports it.
-MODEL_DIR_TASKS = {"classifier": "classifier", "regression": "classifier", "tagger": "tagger",
-                   "squad": "squad", "pretraining": "embeddings"}
+def model_dir_task(description):
+  """The --task that exports a model directory (its task.json's kind, served as
+  task_registry.served says, a variant as the kind it is a variant of)."""
+  kind = task_registry.served(task_registry.get(description["task"]))
+  return kind.variant_of or kind.name
 
 
 def resolve_options(options):
@@ -255,7 +257,7 @@ def resolve_options(options):
     return options
   given = model["given"]
   if "task" not in given:
-    options.task = MODEL_DIR_TASKS[model["task"]]
+    options.task = model_dir_task(model)
   if options.task not in ("classifier", "tagger") or model["task"] not in (
       "classifier", "regression", "tagger"):
     return options
@@ -330,7 +332,7 @@ def _export(options, config, labels, tags, preprocessor, multi_label=None):
                     "initialised", options.init_checkpoint, options.task)
   if options.format == "saved_model":  # (its outputs are 0 at the padding anyway)
     getattr(model, "bert", model).skip_padding = True
-  if options.task == "tagger":
+  if task_registry.get(options.task).outputs == "tags":
     module = ner_serving.TaggerModule(model, preprocessor, tags)
     serving.save_atomic(module, options.export_dir, options.overwrite)
     logging.info("Wrote the SavedModel %s (task tagger, signature serving_default)",

@@ -51,6 +51,7 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
 from bert_keras import optimization
+from bert_keras import task_registry
 from bert_keras import tokenization
 from bert_keras.utils import errors
 
@@ -843,8 +844,6 @@ class BertPreprocessor(keras.layers.Layer):
 # A task model over text: BertPreprocessor + the model, compiled as the original trains
 # --------------------------------------------------------------------------
 
-TEXT_TASKS = ("classifier", "tagger", "squad", "embeddings", "encoder")
-
 
 @keras.saving.register_keras_serializable(package="bert_keras")
 class TextModel(keras.Model):
@@ -854,8 +853,11 @@ class TextModel(keras.Model):
 
   Inputs: {"text_a": string [B], "text_b": string [B]} (text_b "" for single texts); fit,
   evaluate and predict also take a list or 1-D array of B strings, a list of B (text_a,
-  text_b) pairs or a [B, 2] array of strings (text_inputs()). Outputs by task:
+  text_b) pairs or a [B, 2] array of strings (text_inputs()). task: a task_registry kind
+  with text_input. Outputs by kind (the kind's probabilities applied to its logits):
     classifier   probabilities float32 [B, num_labels] (softmax of the logits)
+    multi_label  probabilities float32 [B, num_labels] (sigmoid of each logit)
+    regression   the score float32 [B, 1]
     tagger       probabilities float32 [B, max_seq_length, num_labels]
     squad        {"start_logits", "end_logits"}: float32 [B, max_seq_length]
     embeddings   float32 [B, hidden]
@@ -863,13 +865,18 @@ class TextModel(keras.Model):
   """
 
   def __init__(self, preprocessor, model, task, **kwargs):
-    if task not in TEXT_TASKS:
-      raise ValueError(f"TextModel: task must be one of {', '.join(TEXT_TASKS)}, got {task!r}")
+    kind = task_registry.get(task)
+    if not kind.text_input:
+      raise ValueError(f"TextModel: task must be one of "
+                       f"{', '.join(task_registry.names(text_input=True))}, got {task!r}")
     inputs = {name: keras.Input(shape=(), dtype="string", name=name)
               for name in ("text_a", "text_b")}
     outputs = model(preprocessor(inputs))
-    if task in ("classifier", "tagger"):
+    if kind.probabilities == "softmax":
       outputs = keras.layers.Softmax(dtype="float32", name="probabilities")(outputs)
+    elif kind.probabilities == "sigmoid":
+      outputs = keras.layers.Activation("sigmoid", dtype="float32",
+                                        name="probabilities")(outputs)
     super().__init__(inputs=inputs, outputs=outputs, **kwargs)
     self.preprocessor, self.task_model, self.task = preprocessor, model, task
 
@@ -974,34 +981,20 @@ def _set_schedule_length(optimizer, x, batch_size, epochs, steps_per_epoch):
   schedule.num_warmup_steps = int(schedule.num_train_steps * 0.1)
 
 
-def _task_compile_options(task):
-  """keras.Model.compile's loss, loss_weights and metrics of each task (none for embeddings
-  and encoder: compile again with a loss of your own to train those)."""
-  if task == "classifier":
-    return dict(loss=keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"])
-  if task == "tagger":   # label -1: pieces after a word's first, [CLS], [SEP], padding
-    return dict(loss=keras.losses.SparseCategoricalCrossentropy(ignore_class=-1))
-  if task == "squad":   # the original's loss: the mean of both cross-entropies
-    xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    return dict(loss={"start_logits": xent, "end_logits": xent},
-                loss_weights={"start_logits": 0.5, "end_logits": 0.5})
-  return {}
-
-
 def text_model(model, task, vocab_file, do_lower_case, max_seq_length=128,
                learning_rate=2e-5):
-  """A compiled TextModel: `model` (modeling's model of `task`, one of TEXT_TASKS) behind a
-  BertPreprocessor(vocab_file, do_lower_case, max_seq_length), compiled with the original's
+  """A compiled TextModel: `model` (modeling's model of `task`, a task_registry kind with
+  text_input) behind a BertPreprocessor(vocab_file, do_lower_case, max_seq_length), compiled with the original's
   optimizer (optimization.create_optimizer: AdamWeightDecay, weight decay 0.01, gradients
   clipped to norm 1, warm-up then linear decay over the first fit's steps) at
-  `learning_rate` and the task's loss (classifier: cross-entropy and accuracy; tagger:
-  cross-entropy without labels -1; squad: the mean of the start and end cross-entropies).
-  Compile again to change them."""
+  `learning_rate` and the kind's compile_options (task_registry: classifier cross-entropy
+  and accuracy; tagger cross-entropy without labels -1; squad the mean of the start and end
+  cross-entropies; none for embeddings and encoder). Compile again to change them."""
   positions = model.config.max_position_embeddings
   if max_seq_length > positions:
     raise ValueError(f"max_seq_length={max_seq_length} is longer than the model's "
                      f"max_position_embeddings ({positions})")
   text = TextModel(BertPreprocessor(vocab_file, do_lower_case, max_seq_length), model, task)
   text.compile(optimizer=optimization.create_optimizer(learning_rate, 0, 0),
-               **_task_compile_options(task))
+               **task_registry.get(task).compile_options())
   return text

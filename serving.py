@@ -38,9 +38,16 @@ import keras
 import tensorflow as tf
 
 from bert_keras import modeling
+from bert_keras import task_registry
 from bert_keras.utils import file_io
 
-TASKS = ("classifier", "squad", "embeddings")
+# The kinds' outputs ServingModule serves (task_registry.OUTPUTS); the tagger's is
+# tasks/ner_serving.TaggerModule.
+OUTPUTS = ("classes", "multi_label", "score", "vectors", "spans")
+# export_saved_model's --task values served by ServingModule (a multi-label or regression
+# classifier is --task=classifier with its flags).
+TASKS = tuple(kind.name for kind in task_registry.kinds(servable=True, variant_of=None)
+              if kind.outputs in OUTPUTS)
 SIGNATURES = ("serving_default", "preprocess")
 _PER_POSITION = ("sequence_output", "start_logits", "end_logits")
 
@@ -88,24 +95,29 @@ class ServingModule(tf.Module):
   def __init__(self, model, preprocessor, task, max_answer_length=30, regression=False,
                trim_padding=True, pooling="mean", normalize=False, multi_label=None,
                labels=None):
-    """multi_label: None, or (label names [N], thresholds [N], separator) of a multi-label
-    classifier. labels: a (single-label) classifier's label names [N], or None."""
+    """task: a kind of task_registry whose outputs are in OUTPUTS (regression=True or
+    multi_label make a "classifier" the regression or multi_label kind). multi_label: None,
+    or (label names [N], thresholds [N], separator) of a multi-label classifier. labels: a
+    (single-label) classifier's label names [N], or None."""
     super().__init__(name="bert_serving")
     self._multi_label = None
     if multi_label is not None:
       names, thresholds, self._separator = multi_label
       self._label_names = tf.constant([str(n) for n in names], tf.string)
       self._multi_label = tf.constant(thresholds, tf.float32)
-    if task not in TASKS:
+    kind = task_registry.get(task) if task in task_registry.names() else None
+    if kind is not None and kind.name == "classifier" and (regression or multi_label):
+      kind = task_registry.get("regression" if regression else "multi_label")
+    if kind is None or kind.outputs not in OUTPUTS or (
+        kind.outputs == "multi_label" and multi_label is None):
       raise ValueError(f"task {task!r} is not one of {', '.join(TASKS)}")
     if pooling not in modeling.POOLINGS:
       raise ValueError(f"pooling {pooling!r} is not one of {', '.join(modeling.POOLINGS)}")
     self._pooling, self._normalize = pooling, bool(normalize)
     self.model = model
     self.preprocessor = preprocessor
-    self._task = task
+    self._outputs = kind.outputs
     self._max_answer_length = int(max_answer_length)
-    self._regression = bool(regression)
     self._trim_padding = bool(trim_padding)
     self._labels = None if labels is None else [str(label) for label in labels]
     spec = tf.TensorSpec([None], tf.string)
@@ -130,11 +142,11 @@ class ServingModule(tf.Module):
   def _task_outputs(self, features, outputs, spans=True):
     """serving_default's outputs of the task from the model's `outputs` on `features`
     (spans False: the numeric outputs only, as TFLite and ONNX give them)."""
-    if self._task == "classifier":
+    if self._outputs in ("classes", "multi_label", "score"):
       logits = tf.cast(_logits(outputs), tf.float32)
-      if self._regression:
+      if self._outputs == "score":
         return {"predictions": logits[:, 0], "logits": logits}
-      if self._multi_label is not None:
+      if self._outputs == "multi_label":
         return self._multi_label_outputs(logits, spans)
       probabilities = tf.nn.softmax(logits, axis=-1)
       if not spans:
@@ -144,7 +156,7 @@ class ServingModule(tf.Module):
       return {"probabilities": probabilities, "logits": logits,
               "label": tf.gather(names, tf.argmax(probabilities, axis=-1)),
               "label_names": tf.tile(names[None], [tf.shape(logits)[0], 1])}
-    if self._task == "embeddings":
+    if self._outputs == "vectors":
       return {"pooled_output": tf.cast(outputs["pooled_output"], tf.float32),
               "sequence_output": tf.cast(outputs["sequence_output"], tf.float32),
               "embeddings": modeling.pool_embeddings(outputs["sequence_output"],

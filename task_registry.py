@@ -1,0 +1,281 @@
+"""Every task kind, declared once.
+
+A task kind is a model of modeling.py (BertModel, BertClassifier, ...) and everything the
+rest of the package needs to know about it: its name (load_model's task=, task.json's
+"task", the scripts' --task), whether its outputs are named labels (labels.txt), how many
+outputs it has when that is fixed, the HuggingFace architecture it is written as, what its
+outputs are (`outputs`: what serving, export and predict read), how its logits become
+probabilities, the loss and metrics Keras compiles it with, whether a second text goes in,
+and what it is served as. checkpoints, preprocessing, serving, export_saved_model,
+convert_checkpoint, runtime/model_dir and tasks/predictors look kinds up here instead of
+comparing task names; tests/test_task_registry.py walks every registered kind through
+every surface, so a kind that misses one fails a test.
+
+Adding a kind: its head (a keras.Model in modeling.py or a module of its own), one
+`register(TaskKind(...))`, its data reader, its tests.
+
+    kind = task_registry.get("classifier")
+    model = kind.build(config, num_labels=2)     # modeling.BertClassifier(config, 2)
+    task_registry.of_model(model).hf_architecture   # "BertForSequenceClassification"
+"""
+
+import dataclasses
+import types
+from typing import Callable, Optional
+
+import keras
+
+from bert_keras import modeling
+
+# What a kind's outputs are; each surface reads a kind through this, never through its name.
+#   sequence     BertModel's {"sequence_output" [B, S, H], "pooled_output" [B, H]}
+#   vectors      one embedding per text, float32 [B, H]
+#   classes      logits [B, N] of N exclusive labels (softmax)
+#   multi_label  logits [B, N] of N independent labels (sigmoid each)
+#   score        one number per text or pair, logits [B, 1] (regression, relevance)
+#   tags         logits [B, S, N]: a label per word piece
+#   spans        {"start_logits", "end_logits"}: float32 [B, S]
+#   pretraining  the masked-LM and next-sentence outputs
+OUTPUTS = ("sequence", "vectors", "classes", "multi_label", "score", "tags", "spans",
+           "pretraining")
+# How a second text goes in: never, when given, always.
+PAIRS = ("no", "optional", "required")
+
+
+def _no_compile_options():
+  return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskKind:
+  """One task kind (see the module docstring).
+
+  name: the kind's name everywhere (load_model's task=, task.json's "task", --task).
+  model: the keras.Model class built for it, model(config_or_encoder, [num_labels,]
+    **model_options).
+  outputs: one of OUTPUTS.
+  hf_architecture: the transformers class it is written as (config.json's architectures).
+  labels: True when the model is built with num_labels named outputs (labels.txt beside it).
+  num_labels: the fixed number of outputs (a regression's 1), or None.
+  model_options: constructor keywords that make the kind (multi_label=True).
+  probabilities: "softmax", "sigmoid" or None: the logits -> probabilities of TextModel,
+    serving and predict.
+  compile_options: () -> keras.Model.compile's loss, loss_weights and metrics ({} for none).
+  pair: one of PAIRS: whether its inputs take a second text.
+  served_as: the kind a SavedModel or predict.py serves in its place (a pretrained encoder
+    is served as embeddings), or None: served as itself (when `servable`).
+  servable: SavedModel export and predict.py serve it.
+  text_input: preprocessing.TextModel takes it (load_model(..., text_input=True)).
+  task_json: task.json's "task" of a model directory of this kind (with model_options as
+    further entries: a multi-label classifier is "classifier" with "multi_label": true), or
+    None: no model directory of its own (a checkpoint directory).
+  variant_of: the kind whose scripts make this one by a flag (run_classifier's and export's
+    --multi_label, or one output: a regression), or None.
+  aliases: older names read as this kind (task.json's "pretraining").
+  description: one line for --help and errors.
+  """
+  name: str
+  model: type
+  outputs: str
+  hf_architecture: str
+  labels: bool = False
+  num_labels: Optional[int] = None
+  model_options: types.MappingProxyType = dataclasses.field(
+      default_factory=lambda: types.MappingProxyType({}))
+  probabilities: Optional[str] = None
+  compile_options: Callable[[], dict] = _no_compile_options
+  pair: str = "optional"
+  served_as: Optional[str] = None
+  servable: bool = True
+  text_input: bool = True
+  task_json: Optional[str] = None
+  variant_of: Optional[str] = None
+  aliases: tuple = ()
+  description: str = ""
+
+  def __post_init__(self):
+    if self.outputs not in OUTPUTS:
+      raise ValueError(f"task kind {self.name}: outputs {self.outputs!r} is not one of "
+                       f"{', '.join(OUTPUTS)}")
+    if self.pair not in PAIRS:
+      raise ValueError(f"task kind {self.name}: pair {self.pair!r} is not one of "
+                       f"{', '.join(PAIRS)}")
+    if self.probabilities not in (None, "softmax", "sigmoid"):
+      raise ValueError(f"task kind {self.name}: probabilities {self.probabilities!r}")
+    object.__setattr__(self, "model_options", types.MappingProxyType(dict(self.model_options)))
+
+  @property
+  def takes_num_labels(self):
+    """Whether the model's constructor takes num_labels (named labels or a fixed count)."""
+    return self.labels or self.num_labels is not None
+
+  def build(self, encoder_or_config, num_labels=None, **kwargs):
+    """The kind's model: model(encoder_or_config[, num_labels], **model_options, **kwargs).
+    num_labels: required for a kind with labels; a kind with a fixed count takes that (a
+    different num_labels is a ValueError)."""
+    options = {**self.model_options, **kwargs}
+    if not self.takes_num_labels:
+      return self.model(encoder_or_config, **options)
+    if self.num_labels is not None:
+      if num_labels not in (None, self.num_labels):
+        raise ValueError(f"a {self.name} model has {self.num_labels} output(s), not "
+                         f"num_labels={num_labels}")
+      num_labels = self.num_labels
+    if num_labels is None:
+      raise ValueError(f"a {self.name} model needs num_labels")
+    return self.model(encoder_or_config, int(num_labels), **options)
+
+  def task_file(self):
+    """(task.json's "task", its further entries) of this kind's model directories; (None, {})
+    for a kind without one."""
+    return self.task_json, (dict(self.model_options) if self.task_json else {})
+
+  def constraints(self):
+    """How many facts besides its class tell a model of this kind apart."""
+    return len(self.model_options) + (self.num_labels is not None)
+
+  def matches(self, model):
+    """Whether `model` (a keras.Model) is of this kind: its class and model_options."""
+    if type(model) is not self.model:  # noqa: E721 (subclasses are kinds of their own)
+      return False
+    if any(getattr(model, key, None) != value for key, value in self.model_options.items()):
+      return False
+    if self.num_labels is not None:
+      return getattr(model, "num_labels", None) == self.num_labels
+    return True
+
+
+_KINDS = {}
+_ALIASES = {}
+
+
+def register(kind):
+  """Adds `kind` (a TaskKind) to the registry; returns it. A name or alias already taken is a
+  ValueError."""
+  for name in (kind.name,) + tuple(kind.aliases):
+    if name in _KINDS or name in _ALIASES:
+      raise ValueError(f"task kind {name!r} is registered already")
+  _KINDS[kind.name] = kind
+  for alias in kind.aliases:
+    _ALIASES[alias] = kind.name
+  return kind
+
+
+def unregister(name):
+  """Removes the kind `name` (and its aliases): for tests that plant a kind."""
+  kind = _KINDS.pop(name)
+  for alias in kind.aliases:
+    _ALIASES.pop(alias, None)
+
+
+def get(name):
+  """The TaskKind called `name` (or one of its aliases); an unknown name is a ValueError
+  listing the kinds."""
+  kind = _KINDS.get(_ALIASES.get(name, name))
+  if kind is None:
+    raise ValueError(f"unknown task {name!r}: one of {', '.join(_KINDS)}")
+  return kind
+
+
+def kinds(**where):
+  """The registered kinds whose attributes equal `where`'s values, in registration order:
+  kinds(servable=True), kinds(text_input=True), kinds(outputs="classes")."""
+  return [kind for kind in _KINDS.values()
+          if all(getattr(kind, key) == value for key, value in where.items())]
+
+
+def names(**where):
+  """The names of kinds(**where), a tuple (for flag choices and messages)."""
+  return tuple(kind.name for kind in kinds(**where))
+
+
+def of_model(model):
+  """The kind of `model` (a keras.Model of modeling): of the kinds it matches, the one with
+  the most constraints (a one-output BertClassifier is a regression); a TypeError for a
+  model of no kind."""
+  matching = [kind for kind in _KINDS.values() if kind.matches(model)]
+  if not matching:
+    raise TypeError(f"{type(model).__name__} is no registered task kind")
+  return max(matching, key=lambda kind: kind.constraints())
+
+
+def of_description(description):
+  """The kind of a model directory's task.json (a dict: its "task" and further entries such
+  as "multi_label"): of the kinds written with that "task", the one whose model_options the
+  entries hold, the most constrained first; a ValueError for an unknown task."""
+  task = description.get("task")
+  matching = [kind for kind in _KINDS.values() if kind.task_json == task and all(
+      description.get(key) == value for key, value in kind.model_options.items())]
+  if not matching:
+    known = sorted({kind.task_json for kind in _KINDS.values() if kind.task_json})
+    raise ValueError(f"unknown task {task!r}: one of {', '.join(known)}")
+  return max(matching, key=lambda kind: kind.constraints())
+
+
+def task_json_names():
+  """The "task" values task.json may hold, in registration order."""
+  return tuple(dict.fromkeys(kind.task_json for kind in _KINDS.values() if kind.task_json))
+
+
+def served(kind):
+  """The kind a SavedModel or predict.py serves for `kind` (itself, or its served_as)."""
+  return get(kind.served_as) if kind.served_as else kind
+
+
+def _classifier_compile():
+  return dict(loss=keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"])
+
+
+def _multi_label_compile():
+  return dict(loss=keras.losses.BinaryCrossentropy(), metrics=["binary_accuracy"])
+
+
+def _regression_compile():
+  return dict(loss=keras.losses.MeanSquaredError())
+
+
+def _tagger_compile():  # label -1: pieces after a word's first, [CLS], [SEP], padding
+  return dict(loss=keras.losses.SparseCategoricalCrossentropy(ignore_class=-1))
+
+
+def _squad_compile():  # the original's loss: the mean of both cross-entropies
+  xent = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+  return dict(loss={"start_logits": xent, "end_logits": xent},
+              loss_weights={"start_logits": 0.5, "end_logits": 0.5})
+
+
+register(TaskKind(
+    "encoder", modeling.BertModel, "sequence", "BertModel", pair="optional",
+    served_as="embeddings", servable=False,
+    description="the encoder alone: sequence and pooled outputs"))
+register(TaskKind(
+    "embeddings", modeling.BertSentenceEncoder, "vectors", "BertModel", pair="no",
+    description="one vector per text (pooling mean, cls or max; normalize)"))
+register(TaskKind(
+    "classifier", modeling.BertClassifier, "classes", "BertForSequenceClassification",
+    labels=True, probabilities="softmax", compile_options=_classifier_compile,
+    task_json="classifier", description="one label of N per text or pair (run_classifier)"))
+register(TaskKind(
+    "multi_label", modeling.BertClassifier, "multi_label", "BertForSequenceClassification",
+    labels=True, model_options={"multi_label": True}, probabilities="sigmoid",
+    compile_options=_multi_label_compile, task_json="classifier", variant_of="classifier",
+    description="any number of N labels per text or pair (run_classifier --multi_label)"))
+register(TaskKind(
+    "regression", modeling.BertClassifier, "score", "BertForSequenceClassification",
+    num_labels=1, compile_options=_regression_compile, task_json="regression",
+    variant_of="classifier",
+    description="one number per text or pair (run_classifier on STS-B)"))
+register(TaskKind(
+    "tagger", modeling.BertTokenClassifier, "tags", "BertForTokenClassification",
+    labels=True, probabilities="softmax", compile_options=_tagger_compile, pair="no",
+    task_json="tagger",
+    description="a tag per word (run_ner)"))
+register(TaskKind(
+    "squad", modeling.BertSquad, "spans", "BertForQuestionAnswering",
+    compile_options=_squad_compile, pair="required", task_json="squad",
+    description="an answer span in a context (run_squad)"))
+register(TaskKind(
+    "pretrainer", modeling.BertPretrainer, "pretraining", "BertForPreTraining",
+    served_as="embeddings", servable=False, text_input=False, task_json="pretraining",
+    aliases=("pretraining",),
+    description="the masked-LM and next-sentence heads (run_pretraining)"))

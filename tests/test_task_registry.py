@@ -1,0 +1,263 @@
+"""Every registered task kind (task_registry) through every surface: build, get_config and
+.keras round trip, TF1 names, HuggingFace names, load_model from a model directory, the
+SavedModel export and predict.py. A kind that misses a surface fails here, not a user:
+test_a_kind_that_omits_a_surface_fails plants such kinds and shows the checks catch them."""
+
+import json
+import os
+import types
+
+import keras
+import numpy as np
+import pytest
+
+from bert_keras import checkpoints
+from bert_keras import export_saved_model
+from bert_keras import modeling
+from bert_keras import model_files
+from bert_keras import task_registry
+from bert_keras.tasks import predictors
+
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "is", "hairy", ".", "who",
+         "was", "jim", "henson", "?", "a", "puppet", "hello", "world", "b", "##ark", "##ed"]
+LABELS = ["x", "y", "z"]
+KINDS = task_registry.names()
+S = 12
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+  root = tmp_path_factory.mktemp("kinds")
+  vocab = root / "vocab.txt"
+  vocab.write_text("\n".join(WORDS) + "\n", encoding="utf-8")
+  config = modeling.BertConfig(vocab_size=len(WORDS), hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, intermediate_size=64,
+                               max_position_embeddings=32)
+  rng = np.random.default_rng(7)
+  ids = rng.integers(5, len(WORDS), size=(2, S)).astype(np.int32)
+  mask = np.ones((2, S), np.int32)
+  mask[1, 8:] = 0
+  segments = np.zeros((2, S), np.int32)
+  segments[:, 5:] = 1
+  inputs = {"input_ids": ids * mask, "input_mask": mask, "segment_ids": segments * mask}
+  return types.SimpleNamespace(root=root, vocab=str(vocab), config=config, inputs=inputs,
+                               models={})
+
+
+def _labels(kind):
+  return LABELS if kind.labels else None
+
+
+def _model(kind, setup):
+  """A model of `kind` with random weights (one per kind, cached)."""
+  if kind.name not in setup.models:
+    model = kind.build(setup.config, len(LABELS) if kind.labels else None)
+    rng = np.random.default_rng(len(kind.name))
+    for v in model.weights:
+      v.assign(rng.normal(0, 0.2, v.shape).astype(np.float32))
+    setup.models[kind.name] = model
+  return setup.models[kind.name]
+
+
+def _outputs(model, inputs):
+  """The model's outputs as {name: numpy array} (a tensor output is "output")."""
+  out = model(inputs, training=False)
+  if not isinstance(out, dict):
+    out = {"output": out}
+  return {k: np.asarray(v) for k, v in out.items() if k != "hidden_states"}
+
+
+def _assert_same(a, b, atol=1e-5):
+  assert sorted(a) == sorted(b)
+  for key in a:
+    np.testing.assert_allclose(a[key], b[key], atol=atol, err_msg=key)
+
+
+# The surfaces: each check takes a kind and the setup, and fails (an assertion or an error)
+# where the kind's declaration and the code disagree.
+
+def check_build(kind, setup):
+  model = _model(kind, setup)
+  assert task_registry.of_model(model) is kind
+  out = _outputs(model, setup.inputs)
+  expected = {"sequence": {"sequence_output": (2, S, 32), "pooled_output": (2, 32)},
+              "vectors": {"output": (2, 32)}, "classes": {"output": (2, 3)},
+              "multi_label": {"output": (2, 3)}, "score": {"output": (2, 1)},
+              "tags": {"output": (2, S, 3)},
+              "spans": {"start_logits": (2, S), "end_logits": (2, S)}}.get(kind.outputs)
+  if expected is not None:
+    assert {k: out[k].shape for k in expected} == expected
+  else:  # pretraining: the MLM and NSP outputs
+    assert out and all(np.isfinite(v).all() for v in out.values())
+
+
+def check_keras_round_trip(kind, setup):
+  model = _model(kind, setup)
+  clone = type(model).from_config(model.get_config())
+  clone.set_weights(model.get_weights())
+  assert task_registry.of_model(clone) is kind
+  _assert_same(_outputs(clone, setup.inputs), _outputs(model, setup.inputs))
+  path = setup.root / f"{kind.name}.keras"
+  model.save(path)
+  _assert_same(_outputs(keras.saving.load_model(path), setup.inputs),
+               _outputs(model, setup.inputs))
+
+
+def check_tf1_names(kind, setup):
+  model = _model(kind, setup)
+  prefix = setup.root / f"tf1_{kind.name}" / "model.ckpt"
+  checkpoints.save_tf1_checkpoint(model, str(prefix))
+  fresh = kind.build(setup.config, len(LABELS) if kind.labels else None)
+  result = checkpoints.load_checkpoint(fresh, str(prefix))
+  assert not result.missing, result.missing
+  _assert_same(_outputs(fresh, setup.inputs), _outputs(model, setup.inputs))
+
+
+def check_huggingface(kind, setup):
+  model = _model(kind, setup)
+  directory = setup.root / f"hf_{kind.name}"
+  checkpoints.save_huggingface(model, str(directory), vocab_file=setup.vocab,
+                               do_lower_case=True, label_names=_labels(kind))
+  config = json.loads((directory / "config.json").read_text())
+  assert config["architectures"] == [kind.hf_architecture]
+  loaded = checkpoints.load_model(str(directory), task=kind.name)
+  _assert_same(_outputs(loaded, setup.inputs), _outputs(model, setup.inputs))
+
+
+def model_directory(kind, setup):
+  """A run_* style model directory of `kind` (task.json and the model files, a TF1
+  checkpoint); a kind without a model-directory form: a checkpoint directory."""
+  directory = setup.root / f"dir_{kind.name}"
+  if directory.exists():
+    return str(directory)
+  directory.mkdir()
+  model = _model(kind, setup)
+  checkpoints.save_tf1_checkpoint(model, str(directory / "model.ckpt"))
+  options = types.SimpleNamespace(vocab_file=setup.vocab, do_lower_case=True,
+                                  max_seq_length=S)
+  task, task_options = kind.task_file()
+  if task is None:
+    (directory / "bert_config.json").write_text(setup.config.to_json_string())
+    (directory / "vocab.txt").write_text("\n".join(WORDS) + "\n", encoding="utf-8")
+  else:
+    model_files.write_model_dir(str(directory), options, setup.config, task,
+                                labels=_labels(kind), **task_options)
+  return str(directory)
+
+
+def check_model_directory(kind, setup):
+  directory = model_directory(kind, setup)
+  loaded = checkpoints.load_model(directory, task=kind.name)
+  assert task_registry.of_model(loaded) is kind
+  if kind.labels:
+    assert loaded.labels == LABELS
+  _assert_same(_outputs(loaded, setup.inputs), _outputs(_model(kind, setup), setup.inputs))
+  task, _ = kind.task_file()
+  if task is not None:
+    description = model_files.read_model_dir(directory)
+    assert task_registry.of_description(description) is kind
+
+
+def check_saved_model(kind, setup):
+  """The SavedModel export of the model directory: its serving_default's outputs."""
+  import tensorflow as tf
+  served = task_registry.served(kind)
+  export_dir = setup.root / f"saved_{kind.name}"
+  export_saved_model.run(export_saved_model.options(
+      init_checkpoint=model_directory(kind, setup), export_dir=str(export_dir),
+      bert_config_file=os.path.join(model_directory(kind, setup), "bert_config.json"),
+      vocab_file=setup.vocab, max_seq_length=S,
+      task=served.variant_of or served.name))
+  loaded = tf.saved_model.load(str(export_dir))
+  out = loaded.signatures["serving_default"](text_a=tf.constant(["the dog is hairy"]),
+                                             text_b=tf.constant(["who was jim"]))
+  expected = {"classes": "probabilities", "multi_label": "predicted", "score": "predictions",
+              "vectors": "embeddings", "tags": "entity_types", "spans": "answer"}
+  assert expected[served.outputs] in out, sorted(out)
+
+
+def check_predict(kind, setup):
+  """predict.py's predictor of the model directory: each row's fields."""
+  served = task_registry.served(kind)
+  predictor = predictors.load(model_directory(kind, setup),
+                              task=None if served is kind else served.name,
+                              max_seq_length=S)
+  rows = predictor.predict(["the dog is hairy", "who was jim"], ["hello world", "the dog"])
+  expected = {"classes": "label", "multi_label": "labels", "score": "score",
+              "vectors": "embedding", "tags": "entities", "spans": "answer"}
+  assert len(rows) == 2 and all(expected[served.outputs] in row for row in rows), rows
+
+
+FAST_SURFACES = (check_build, check_keras_round_trip, check_tf1_names, check_huggingface,
+                 check_model_directory)
+
+
+@pytest.mark.parametrize("surface", FAST_SURFACES, ids=lambda f: f.__name__[6:])
+@pytest.mark.parametrize("name", KINDS)
+def test_every_kind_on_every_surface(setup, name, surface):
+  surface(task_registry.get(name), setup)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("surface", (check_saved_model, check_predict),
+                         ids=lambda f: f.__name__[6:])
+@pytest.mark.parametrize("name", KINDS)
+def test_every_kind_is_served(setup, name, surface):
+  surface(task_registry.get(name), setup)
+
+
+@keras.saving.register_keras_serializable(package="test_task_registry")
+class PlantedHead(modeling.BertClassifier):
+  """A classifier head whose class no surface knows (its TF1 and HuggingFace names are
+  BertClassifier's, its kind is declared below without some of what the surfaces need)."""
+
+
+@pytest.mark.parametrize("planted, surface", [
+    # an HuggingFace architecture that is not the one written
+    (dict(hf_architecture="BertForMaskedLM"), check_huggingface),
+    # a kind that says its outputs are a score, on a model with three
+    (dict(outputs="score"), check_build),
+    # a fixed number of outputs the model does not have
+    (dict(num_labels=2, labels=False), check_build),
+])
+def test_a_kind_that_omits_a_surface_fails(setup, planted, surface):
+  declaration = dict(name="planted", model=PlantedHead, outputs="classes",
+                     hf_architecture="BertForSequenceClassification", labels=True)
+  declaration.update(planted)
+  kind = task_registry.register(task_registry.TaskKind(**declaration))
+  try:
+    surface(kind, setup)  # the same declaration without the omission passes (below)
+  except (AssertionError, ValueError, TypeError, KeyError):
+    pass
+  else:
+    pytest.fail(f"{surface.__name__} accepted the planted kind {planted}")
+  finally:
+    task_registry.unregister("planted")
+    setup.models.pop("planted", None)
+
+
+def test_the_planted_kind_without_its_omission_passes(setup):
+  kind = task_registry.register(task_registry.TaskKind(
+      "planted", PlantedHead, "classes", "BertForSequenceClassification", labels=True))
+  try:
+    check_build(kind, setup)
+    check_keras_round_trip(kind, setup)
+  finally:
+    task_registry.unregister("planted")
+    setup.models.pop("planted", None)
+
+
+def test_names_and_aliases():
+  assert task_registry.get("pretraining") is task_registry.get("pretrainer")
+  with pytest.raises(ValueError, match="unknown task 'nope': one of encoder"):
+    task_registry.get("nope")
+  with pytest.raises(ValueError, match="registered already"):
+    task_registry.register(task_registry.TaskKind("tagger", modeling.BertModel, "sequence",
+                                                  "BertModel"))
+  with pytest.raises(ValueError, match="outputs 'words'"):
+    task_registry.TaskKind("x", modeling.BertModel, "words", "BertModel")
+  description = {"task": "classifier", "multi_label": True, "labels": LABELS}
+  assert task_registry.of_description(description).name == "multi_label"
+  assert task_registry.get("multi_label").task_file() == ("classifier", {"multi_label": True})
+  assert task_registry.get("regression").task_file() == ("regression", {})
+  assert task_registry.get("encoder").task_file() == (None, {})
