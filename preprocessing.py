@@ -984,12 +984,13 @@ def _set_schedule_length(optimizer, x, batch_size, epochs, steps_per_epoch):
 def text_model(model, task, vocab_file, do_lower_case, max_seq_length=128,
                learning_rate=2e-5):
   """A compiled TextModel: `model` (modeling's model of `task`, a task_registry kind with
-  text_input) behind a BertPreprocessor(vocab_file, do_lower_case, max_seq_length), compiled with the original's
-  optimizer (optimization.create_optimizer: AdamWeightDecay, weight decay 0.01, gradients
-  clipped to norm 1, warm-up then linear decay over the first fit's steps) at
-  `learning_rate` and the kind's compile_options (task_registry: classifier cross-entropy
-  and accuracy; tagger cross-entropy without labels -1; squad the mean of the start and end
-  cross-entropies; none for embeddings and encoder). Compile again to change them."""
+  text_input) behind a BertPreprocessor(vocab_file, do_lower_case, max_seq_length),
+  compiled with the original's optimizer (optimization.create_optimizer: AdamWeightDecay,
+  weight decay 0.01, gradients clipped to norm 1, warm-up then linear decay over the first
+  fit's steps) at `learning_rate` and the kind's compile_options (task_registry: classifier
+  cross-entropy and accuracy; tagger cross-entropy without labels -1; squad the mean of the
+  start and end cross-entropies; none for embeddings and encoder). Compile again to change
+  them."""
   positions = model.config.max_position_embeddings
   if max_seq_length > positions:
     raise ValueError(f"max_seq_length={max_seq_length} is longer than the model's "
