@@ -166,3 +166,14 @@ def test_readme_paragraphs_are_at_most_8_lines():
   found = long_paragraphs(README.read_text(encoding="utf-8"))
   assert not found, "README.md paragraphs over %d lines (first line, length): %s" % (
       MAX_PARAGRAPH_LINES, found)
+
+
+def test_no_test_counts_or_suite_times_in_prose():
+  """A count of tests written by hand is wrong after the next commit: the README and test.sh
+  give none, and state one time only, the fast tier's."""
+  readme = README.read_text(encoding="utf-8")
+  test_sh = (REPO / "test.sh").read_text(encoding="utf-8")
+  for name, text in (("README.md", readme), ("test.sh", test_sh)):
+    assert not re.findall(r"\b\d[\d,]* (?:tests|test cases)\b", text), name
+  assert re.findall(r"\d+ minutes? on \d+ cores", readme) == ["5 minutes on 2 cores"]
+  assert not re.findall(r"\d+ minutes?", test_sh)
