@@ -14,9 +14,9 @@
 #  11. export_saved_model.py      the classifier as int8 TFLite (--format=tflite)
 # and prints a summary table (each step's figure, time and files), also in OUT/summary.md.
 #
-#   bash demo.sh             # built-in data, a tiny model: ~2 minutes on 2 cores after the install
-#   REAL=1 bash demo.sh      # real inputs: ../shared books, MRPC and SQuAD, all-MiniLM-L6-v2:
-#                            ~35 minutes on 2 cores after the install
+#   bash demo.sh             # built-in data, a tiny model (the summary gives each step's time)
+#   REAL=1 bash demo.sh      # real inputs: ../shared books, MRPC, SQuAD and WNUT-17,
+#                            # all-MiniLM-L6-v2 (docs/RESULTS.md#the-demo: its figures and time)
 #
 # Environment: OUT (default /tmp/bert_keras_demo), INPUT, VOCAB_SIZE, STEPS (pretraining),
 # SEQ, PREDS, EPOCHS (fine-tuning), REAL. Every step's files go under OUT.
@@ -256,10 +256,11 @@ rows = [line.rstrip("\n").split("\t") for line in open(os.path.join(out, "steps.
 table = ["| step | figure | time | files |", "|---|---|---|---|"]
 for step, seconds, path in rows:
   table.append("| %s | %s | %s s | %s |" % (step, figure(step, path), seconds, path))
-note = ("Real inputs: see the README's result tables for what these figures mean." if real else
+note = ("Real inputs: docs/RESULTS.md says what these figures mean." if real else
         "A tiny model on tiny built-in data: these figures show the pipeline runs; they are not "
-        "meaningful accuracies (REAL=1 runs it on real data; the README has real results).")
-text = "\n".join(table) + "\n\n" + note + "\n"
+        "meaningful accuracies (REAL=1 runs it on real data; docs/RESULTS.md has real results).")
+total = sum(int(seconds) for _, seconds, _ in rows)
+text = "\n".join(table) + "\n\n%d s in all, the install excepted. %s\n" % (total, note)
 with open(os.path.join(out, "summary.md"), "w") as f:
   f.write(text)
 print("\n== summary (%s)\n" % os.path.join(out, "summary.md"))

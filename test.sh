@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up .venv (from nothing but Python 3.11) and runs the test suite.
-#   bash test.sh [pytest args]       (all tests, about 13 minutes on 2 cores)
-#   bash test.sh -m "not slow"       (the inner loop: about 3 minutes)
+#   bash test.sh [pytest args]       (all tests; the 15 slowest are listed at the end)
+#   bash test.sh -m "not slow"       (the inner loop; the README says how long it takes)
 set -euo pipefail
 cd "$(dirname "$0")"
 unset TF_USE_LEGACY_KERAS  # Keras 3 only

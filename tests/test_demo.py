@@ -1,8 +1,11 @@
-"""demo.sh, the main job: its summary lists every step with a figure, and each step's files exist.
+"""demo.sh, the main job: its summary lists every step with a figure, and each step's files exist;
+the demo's summary quoted in docs/RESULTS.md and the README's table of steps stay those of today's
+demo.sh.
 
 When BERT_KERAS_DEMO_OUT names the OUT of a finished demo.sh run (.ci/run sets it after running
 the README's first command), that run is checked; otherwise demo.sh runs here on the built-in
-data with a shorter schedule (fewer pretraining steps and one fine-tuning epoch).
+data with a shorter schedule (fewer pretraining steps and one fine-tuning epoch). The checks of
+the documents read no run and are not `slow`.
 """
 
 import glob
@@ -12,8 +15,6 @@ import re
 import subprocess
 
 import pytest
-
-pytestmark = pytest.mark.slow  # it runs demo.sh (or reads a CI run's output)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = ("vocab", "pretraining_data", "pretraining", "classifier", "squad", "tagger", "features",
@@ -49,25 +50,86 @@ def demo_out(tmp_path_factory):
   return out
 
 
-def _summary_rows(out):
+def _table_rows(lines):
+  """{step: [step, figure, time, files]}: the rows of a summary table, in order."""
   rows = {}
-  for line in open(os.path.join(out, "summary.md"), encoding="utf-8"):
+  for line in lines:
     cells = [c.strip() for c in line.strip().strip("|").split("|")]
     if len(cells) == 4 and cells[0] in STEPS:
       rows[cells[0]] = cells
   return rows
 
 
-def test_summary_lists_every_step_with_its_figure_time_and_files(demo_out):
-  rows = _summary_rows(demo_out)
+def _summary_rows(out):
+  with open(os.path.join(out, "summary.md"), encoding="utf-8") as f:
+    return _table_rows(f)
+
+
+TOTAL = re.compile(r"^(\d+) s in all, the install excepted\.", re.M)
+
+
+def _check_summary(rows, text):
+  """Every step in order, each figure in its form and a time; the total is the times' sum."""
   assert list(rows) == list(STEPS)
-  for step, (_, figure, seconds, path) in rows.items():
+  for step, (_, figure, seconds, _) in rows.items():
     assert re.search(FIGURES[step], figure), (step, figure)
     assert re.fullmatch(r"\d+ s", seconds), (step, seconds)
+  total = TOTAL.search(text)
+  assert total, "no total line"
+  assert int(total.group(1)) == sum(int(row[2].split()[0]) for row in rows.values())
+
+
+@pytest.mark.slow  # it runs demo.sh (or reads a CI run's output)
+def test_summary_lists_every_step_with_its_figure_time_and_files(demo_out):
+  rows = _summary_rows(demo_out)
+  with open(os.path.join(demo_out, "summary.md"), encoding="utf-8") as f:
+    text = f.read()
+  _check_summary(rows, text)
+  for step, (_, _, _, path) in rows.items():
     assert path.startswith(demo_out) and glob.glob(path), (step, path)  # REAL=1: a glob
-  assert "not meaningful accuracies" in open(os.path.join(demo_out, "summary.md")).read()
+  assert "not meaningful accuracies" in text
 
 
+def _demo_blocks():
+  """The code blocks of docs/RESULTS.md's "## The demo" section, in order."""
+  with open(os.path.join(ROOT, "docs", "RESULTS.md"), encoding="utf-8") as f:
+    section = f.read().split("\n## The demo\n", 1)[1].split("\n## ", 1)[0]
+  return re.findall(r"^```[^\n]*\n(.*?)^```", section, re.M | re.S)
+
+
+def test_results_md_quotes_the_summary_of_todays_demo():
+  """docs/RESULTS.md's first demo block is a summary of today's demo.sh on the built-in data:
+  every step, in order, figures in the form the summary prints, times adding up to its total,
+  files under the default OUT. Later blocks (older REAL=1 runs) name only steps that still
+  exist, in the demo's order. A step added to or renamed in demo.sh fails here until RESULTS.md
+  quotes a new run."""
+  blocks = _demo_blocks()
+  assert blocks, "no summary block under '## The demo' in docs/RESULTS.md"
+  rows = _table_rows(blocks[0].splitlines())
+  _check_summary(rows, blocks[0])
+  assert all(row[3].startswith("/tmp/bert_keras_demo/") for row in rows.values())
+  assert "not meaningful accuracies" in blocks[0]
+  for block in blocks[1:]:
+    names = [line.strip("| ").split(" |")[0] for line in block.splitlines()
+             if line.startswith("| ") and not line.startswith("| step ")]
+    assert names == [step for step in STEPS if step in names], names
+
+
+def test_readme_lists_the_demo_steps():
+  """The README's table of demo.sh's steps has one numbered row per step of the summary, as
+  demo.sh's own header comment does."""
+  with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    readme = f.read()
+  section = readme.split("\n## Install and the two commands\n", 1)[1].split("\n## ", 1)[0]
+  numbers = [int(n) for n in re.findall(r"^\| (\d+) \| ", section, re.M)]
+  assert numbers == list(range(1, len(STEPS) + 1))
+  with open(os.path.join(ROOT, "demo.sh"), encoding="utf-8") as f:
+    header = f.read().split("\nset -euo pipefail", 1)[0]
+  numbers = [int(n) for n in re.findall(r"^#\s+(\d+)\. ", header, re.M)]
+  assert numbers == list(range(1, len(STEPS) + 1))
+
+
+@pytest.mark.slow
 def test_each_step_wrote_its_files_in_out(demo_out):
   expected = [
       "vocab.txt", "bert_config.json", "tf_examples.tfrecord",
@@ -87,6 +149,7 @@ def test_each_step_wrote_its_files_in_out(demo_out):
     assert len(f.read().splitlines()) == 8  # sample_tasks/pairs/test.tsv's 8 pairs
 
 
+@pytest.mark.slow
 def test_tagger_eval_f1_is_conllevals(demo_out):
   """run_ner's eval_f1 (a fraction) is evaluate_ner.py's FB1 of dev_predictions.txt."""
   out = os.path.join(demo_out, "ner_output")

@@ -110,3 +110,70 @@ def test_readme_python_block_runs(block, workdir, request, monkeypatch):
   monkeypatch.setenv("BERT_BASE_DIR", str(workdir / BERT_DIR))
   namespace = {"__name__": "__main__"}
   exec(compile("\n" * (line - 1) + code, str(README), "exec"), namespace)
+
+
+MAX_PARAGRAPH_LINES = 8
+_LIST_ITEM = re.compile(r"^\s*([-*+]|\d+[.)])\s")
+
+
+def long_paragraphs(text, limit=MAX_PARAGRAPH_LINES):
+  """[(line, length)]: the paragraphs of a Markdown text longer than `limit` lines, with the
+  line number of each one's first line. A paragraph is a run of consecutive non-blank lines
+  outside code fences, tables (lines starting with `|`), headings and lists (an item's line
+  and the indented lines that continue it)."""
+  found, start, length, fenced, in_list = [], 0, 0, False, False
+
+  def close():
+    if length > limit:
+      found.append((start, length))
+
+  for number, line in enumerate(text.splitlines(), 1):
+    if line.lstrip().startswith("```"):
+      fenced = not fenced
+      close()
+      length, in_list = 0, False
+      continue
+    if not line.strip():
+      in_list = False
+    elif _LIST_ITEM.match(line):
+      in_list = True
+    is_text = (not fenced and line.strip() and not in_list and not line.startswith(("|", "#")))
+    if is_text:
+      if length == 0:
+        start = number
+      length += 1
+    else:
+      close()
+      length = 0
+  close()
+  return found
+
+
+def test_long_paragraphs_finds_a_long_paragraph_and_skips_code_tables_and_lists():
+  """The check itself: a 9-line paragraph is found; as long a code block, table or list is not."""
+  para = "\n".join(f"word {i}" for i in range(9))
+  code = "```sh\n" + para + "\n```"
+  table = "\n".join(f"| {i} | x |" for i in range(9))
+  items = "- item\n" + "\n".join(f"  more {i}" for i in range(9))
+  assert long_paragraphs("# t\n\n" + para + "\n") == [(3, 9)]
+  assert long_paragraphs("\n\n".join([code, table, items, "one line"])) == []
+  assert long_paragraphs(para, limit=9) == []
+
+
+def test_readme_paragraphs_are_at_most_8_lines():
+  """A README paragraph over 8 lines hides what it says: make it a list or a table (flag |
+  default | meaning)."""
+  found = long_paragraphs(README.read_text(encoding="utf-8"))
+  assert not found, "README.md paragraphs over %d lines (first line, length): %s" % (
+      MAX_PARAGRAPH_LINES, found)
+
+
+def test_no_test_counts_or_suite_times_in_prose():
+  """A count of tests written by hand is wrong after the next commit: the README and test.sh
+  give none, and state one time only, the fast tier's."""
+  readme = README.read_text(encoding="utf-8")
+  test_sh = (REPO / "test.sh").read_text(encoding="utf-8")
+  for name, text in (("README.md", readme), ("test.sh", test_sh)):
+    assert not re.findall(r"\b\d[\d,]* (?:tests|test cases)\b", text), name
+  assert re.findall(r"\d+ minutes? on \d+ cores", readme) == ["5 minutes on 2 cores"]
+  assert not re.findall(r"\d+ minutes?", test_sh)
