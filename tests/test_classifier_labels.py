@@ -1,4 +1,4 @@
-"""run_classifier's multi-label tasks, class weights and long-document windows (issue 25):
+"""run_classifier's multi-label tasks, class weights and long-document windows:
 the metrics against scikit-learn, the losses against NumPy, the windows against the
 truncated features, two tiny end-to-end runs and the one-line errors."""
 

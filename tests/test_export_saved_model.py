@@ -94,7 +94,7 @@ for task, path in json.loads(sys.argv[2]).items():
     out.update(loaded.signatures["preprocess"](text_a=text_a, text_b=text_b))
     results[task + batch] = {k: (v.numpy().astype(str).tolist() if v.dtype == tf.string
                                  else v.numpy().tolist()) for k, v in out.items()}
-  refused = []  # text_a and text_b of different batch sizes (issue 26): an error, no broadcast
+  refused = []  # text_a and text_b of different batch sizes: an error, no broadcast
   for name in ("serving_default", "preprocess"):
     for rows_a, rows_b in ((2, 1), (3, 2), (0, 1)):
       try:

@@ -361,8 +361,8 @@ def test_bad_input_raises_one_line_errors(tiny, tmp_path):
   (tmp_path / "latin1.txt").write_bytes(b"the dog\nis \xe9 hairy\n")
   assert error(input_file=str(tmp_path / "latin1.txt")) == \
       f"--input_file {tmp_path}/latin1.txt, line 2: not valid UTF-8 (invalid continuation byte)"
-  # A vocab longer than the config's vocab_size: refused before the model (issue 26; it used
-  # to be found while writing, at the first id past the table).
+  # A vocab longer than the config's vocab_size: refused before the model, not
+  # while writing at the first id past the table.
   fewer_words = modeling.BertConfig(**{**CONFIG, "vocab_size": 24})
   (tmp_path / "fewer.json").write_text(fewer_words.to_json_string())
   checkpoints.save_tf1_checkpoint(modeling.BertModel(fewer_words), str(tmp_path / "fewer.ckpt"))
