@@ -303,11 +303,11 @@ def generate_instances(corpus, order, params, words, dupe_factor, store, progres
 
   `order` is the document shuffle (document_order), already drawn; draws come from
   `words` (a WordStream) in the original's order. Instances are appended to `store`
-  in creation order (before the final shuffle). `words_for` (not in the original;
-  used by create_pretraining_data_beam.py): if given, `words_for(pass_index,
-  document_index)` is called at the start of every document of every pass and
-  returns the WordStream that document's draws come from (then `words` is unused);
-  random-next documents are still drawn from the whole `corpus`.
+  in creation order (before the final shuffle). `words_for` (not in the original: a draw
+  stream per document, so that a document's instances do not depend on the other documents):
+  if given, `words_for(pass_index, document_index)` is called at the start of every document
+  of every pass and returns the WordStream that document's draws come from (then `words` is
+  unused); random-next documents are still drawn from the whole `corpus`.
   """
   random_replay.self_check()
   maker = _InstanceMaker(corpus, order, params, store)

@@ -1,114 +1,14 @@
 # coding=utf-8
-r"""create_pretraining_data on Apache Beam: the same records, at corpus scale, on any runner.
+"""create_pretraining_data on Apache Beam: the same records, at corpus scale, on any runner.
 
-The same flags as create_pretraining_data.py (the original's), the same
-TFRecord features, the same per-document instance logic, run as a Beam
-pipeline: locally with the DirectRunner, or on Dataflow, Flink or Spark with
-the usual Beam pipeline options (any argument that is not one of our flags is
-handed to Beam's PipelineOptions). This is the same job as
-create_pretraining_data.py on another runner, so it imports that module and
-calls its public functions (Config, make_tokenizer, decode_lines,
-line_encoder, InstanceParams, generate_instances, instance_features,
-log_example, ...) rather than rewriting them, and the modules they are built
-on: random_replay (WordStream, which DocumentWords extends), tfrecord_encoding
-and file_io.
-
-  python create_pretraining_data_beam.py --input_file='corpus/*.txt' \\
-    --output_file=/tmp/tf_examples.tfrecord --vocab_file=vocab.txt \\
-    --direct_num_workers=2 --direct_running_mode=multi_processing
-
-writes /tmp/tf_examples.tfrecord-00000-of-0000N ..., which run_pretraining.py
-reads with --input_file='/tmp/tf_examples.tfrecord-*'.
-
-The pipeline
-------------
-1. Read. The input files are matched on the launcher and cut into byte
-   ranges of --read_chunk_mb. A range owns the documents that start in it: a
-   document is the lines between two blank lines (a line that is empty after
-   strip(); "\\r" dropped and strict UTF-8, exactly as create_pretraining_data
-   reads), and it starts after its blank line or at the start of a file; a
-   range reads on past its end to finish its last document. Lines are
-   tokenized there (FullTokenizer.encode_batch); lines that tokenize to
-   nothing are skipped, documents without tokens dropped. The document key is
-   (the file's path relative to the inputs' common directory, the byte offset
-   of the document's first line): unique, and independent of the range size,
-   of the order of the files and of where the corpus is stored (a local copy
-   and a gs:// copy give the same records).
-   One difference from the single-process script: a document ends at the end
-   of its file (the original continues it into the next file when the file
-   does not end with a blank line); files can be read in any order here.
-2. Buckets. For each pass p (--dupe_factor passes), each document goes to
-   bucket hash(--random_seed, p, key) mod B, B = ceil(input size /
-   --bucket_size_mb), and a GroupByKey on (p, bucket) brings each bucket's
-   documents (sorted by key) to one worker: about --bucket_size_mb of text,
-   whatever the corpus size.
-3. Instances. The instances of document d in pass p are made exactly as the
-   single-process script makes them (target length, a/b split, random next,
-   truncation, masking), from an RNG seeded from (--random_seed, p, key of d):
-   the 32-bit words of a PCG64 whose 128-bit state and increment are the
-   SHA-256 digest of those three, replayed through the same draws. A random
-   next sentence comes from a document drawn uniformly from the document's
-   bucket of that pass (10 tries to avoid d itself, as the original), instead
-   of from the whole corpus. A worker thus never needs more than its bucket.
-   Effect on the statistics: none in distribution. The number of instances
-   of a document and whether each is random-next depend only on that
-   document and its draws; the random document is a uniform draw from a
-   uniform random sample of the corpus (the bucket; a different sample in
-   every pass) instead of from the whole corpus, so its segment lengths, and
-   so truncation and the number of masked tokens, have the same distribution.
-   With B = 1 (a corpus smaller than --bucket_size_mb) the sample is the whole
-   corpus, as in the original. What changes: a document's random partners in
-   one pass all come from its bucket (about --bucket_size_mb of text, i.e.
-   thousands of documents), and a bucket holding a single document takes its
-   random next from itself (as the original does with a one-document corpus).
-   tests/test_create_pretraining_data_beam.py compares instances per
-   document, random-next rate, masking rate and tokens per instance with the
-   single-process script on the same corpus.
-4. Shuffle and shards. Instance i of (p, d) has the key
-   blake2b(SHA-256 of (--random_seed, p, key of d), i), 128 bits: its high
-   64 bits choose the shard (mod the number of shards) and GroupByKey(shard)
-   is the shuffle across shards (Beam's reshuffle, with a key that makes it
-   deterministic); inside a shard the records are sorted by the whole key, a
-   uniform random permutation that is the same on every run (the per-shard
-   shuffle). Records are encoded (deterministic serialization, TFRecord
-   framing) where they are made, so a shard's bytes depend only on the
-   corpus and the flags.
-5. Write. Each shard is written to `<output_file>-SSSSS-of-NNNNN`
-   (--num_shards; by default one shard per 64 MB of input text times
-   --dupe_factor, about 110 MB of records at max_seq_length 128), first under
-   a temporary name `.<name>.tmp-<run id>` beside it; once every shard is
-   written, one step renames them all (and writes empty shards for shard
-   numbers that got no record), so a failed run leaves no final file, and the
-   launcher removes the temporary ones. Several comma-separated
-   --output_file values are kept as in the original: each is a prefix with
-   its own --num_shards shards, and instances are spread evenly over them.
-
-Deterministic: the records and the bytes of every shard depend only on the
-input files, their relative paths and the flags, not on the runner, the
-number of workers, their scheduling, or --read_chunk_mb (tested: DirectRunner
-in-process and with 2 worker processes give identical bytes).
-
-Bad input (no file matching --input_file, a missing or incomplete vocab, a
-flag out of range, a missing output directory, an argument that is neither
-our flag nor a Beam option) is found on the launcher before the pipeline
-starts, with create_pretraining_data.py's one-line error messages and a
-non-zero exit. Invalid UTF-8 and an empty corpus are found while the pipeline
-runs; they are not raised in the workers (runners would retry the bundle and
-log tracebacks) but sent to an "errors" output and metric: the rename step
-then deletes the shards instead, and the launcher reports the same one-line
-error as create_pretraining_data.py.
-
---runner=DirectRunner (the default) runs Beam's FnApiRunner, the
-DirectRunner's batch engine, in this process (--direct_running_mode=in_memory)
-or in --direct_num_workers worker processes (multi_processing). Beam 2.77's
-DirectRunner would first try its Prism runner, a binary it downloads at run
-time; --runner=PrismRunner still asks for that. Counters (documents, passes,
-buckets, instances, random-next instances, masked positions, tokens, records
-and bytes written) are logged at the end.
-
-The vocab is read by the launcher and shipped with the pipeline, so a local
---vocab_file works on any runner; input and output paths must be reachable
-from the workers (gs:// on Dataflow: apache-beam[gcp]).
+The same flags and TFRecord features as create_pretraining_data.py, run as a Beam pipeline:
+locally with the DirectRunner, or on Dataflow, Flink or Spark (an argument that is not one of
+our flags goes to Beam's PipelineOptions). It is the same job on another runner, so it imports
+create_pretraining_data and calls its public functions (and random_replay, tfrecord_encoding
+and file_io) instead of rewriting them. How the pipeline reads documents, buckets them, makes,
+shuffles and writes instances, why its bytes are deterministic, how it keeps the original's
+statistics and where bad input is caught: docs/DESIGN.md, "Pretraining data on Apache Beam"
+(docs/DESIGN.md#pretraining-data-on-apache-beam).
 """
 
 import hashlib

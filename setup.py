@@ -5,7 +5,7 @@ The repository root *is* the package directory (package_dir maps bert_keras to
 original, and `from bert_keras import modeling` works from anywhere after
 `pip install .` (or `pip install -e .`). Its subpackages (utils, runtime,
 pretraining_data, tasks) are the directories of the same names. A built wheel
-holds the package alone: not setup.py, tests/, bench/ or demo.sh.
+holds the package alone: not setup.py, tests/, bench/, results/ or demo.sh.
 """
 
 import hashlib

@@ -12,7 +12,7 @@
                      batches of 32, and (with --st_python) transformers' BertModel on the same
                      token ids (PyTorch, inference mode, in a Python of its own).
 
-  python bench/bench_breakdown.py [--part=ner,embeddings] [--st_python=/tmp/hf/bin/python]
+  python bench/bench_breakdown.py [--part=ner,embeddings] [--st_python=hf-venv/bin/python]
 Prints a table per part; the last line is a JSON object of the figures.
 """
 
@@ -30,7 +30,8 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.join(HERE, "..", "..", "shared", "data")
+sys.path.insert(0, HERE)
+from shared_data import shared_data  # noqa: E402
 
 TORCH_SIDE = """
 import json, sys, time, numpy as np, torch, transformers
@@ -245,8 +246,8 @@ def main():
   parser.add_argument("--part", default="ner,embeddings")
   parser.add_argument("--st_python", default=None,
                       help="a Python with torch and transformers: adds their encoder's rate")
-  parser.add_argument("--ner_data_dir", default=os.path.join(SHARED, "ner", "wnut17"))
-  parser.add_argument("--mrpc_dev", default=os.path.join(SHARED, "glue", "MRPC", "dev.tsv"))
+  parser.add_argument("--ner_data_dir", default=shared_data("ner", "wnut17"))
+  parser.add_argument("--mrpc_dev", default=shared_data("glue", "MRPC", "dev.tsv"))
   args = parser.parse_args()
   parts = [p.strip() for p in args.part.split(",") if p.strip()]
   for part in parts:

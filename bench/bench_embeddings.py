@@ -10,7 +10,7 @@ Both embed the same sentences (MRPC dev, both columns) at batch 1 (median latenc
 interleaved rounds (each side keeps its best); the table also gives the largest difference of
 the two sides' vectors.
 
-  python bench/bench_embeddings.py --st_python=/tmp/hf/bin/python
+  python bench/bench_embeddings.py --st_python=hf-venv/bin/python
 Prints a table; the last line is a JSON object of the figures.
 """
 
@@ -28,7 +28,8 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.join(HERE, "..", "..", "shared", "data")
+sys.path.insert(0, HERE)
+from shared_data import shared_data  # noqa: E402
 
 ST_SIDE = """
 import json, statistics, sys, time, numpy as np, torch, sentence_transformers
@@ -62,7 +63,7 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--st_python", required=True,
                       help="a Python with torch and sentence-transformers installed")
-  parser.add_argument("--input_file", default=os.path.join(SHARED, "glue", "MRPC", "dev.tsv"))
+  parser.add_argument("--input_file", default=shared_data("glue", "MRPC", "dev.tsv"))
   parser.add_argument("--max_sentences", type=int, default=816)
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--latency_requests", type=int, default=50)

@@ -3,7 +3,7 @@ examples/s, ours against KerasHub.
 
 Peers, all at MiniLM's size (6 layers, hidden 384, 12 heads, intermediate 1536, the
 bert-base-uncased vocab; random initial weights: nothing downloads), the same examples
-(the first --max_*_examples of /work/shared/data/glue/MRPC, or --data_dir):
+(the first --max_*_examples of ../shared/data/glue/MRPC, or --data_dir):
   ours            run_classifier.run (run_classifier.options(...)): tokenization, TFRecords,
                   training, evaluation and prediction as the script does them, every batch
                   trimmed to its longest sequence (--trim_train_batches,
@@ -56,7 +56,9 @@ from bert_keras import checkpoints  # noqa: E402  (pip install -e . in the clone
 from bert_keras import modeling  # noqa: E402
 from bert_keras import run_classifier  # noqa: E402
 
-SHARED = pathlib.Path(os.environ.get("BERT_SHARED_DIR", "/work/shared"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shared_data import shared_data  # noqa: E402
+
 MINILM = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
               intermediate_size=1536, type_vocab_size=2, max_position_embeddings=512)
 
@@ -241,9 +243,9 @@ def table(rows, counts):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--data_dir", default=str(SHARED / "data" / "glue" / "MRPC"))
+  parser.add_argument("--data_dir", default=shared_data("glue", "MRPC"))
   parser.add_argument("--vocab_file",
-                      default=str(SHARED / "data" / "vocab" / "bert-base-uncased-vocab.txt"))
+                      default=shared_data("vocab", "bert-base-uncased-vocab.txt"))
   parser.add_argument("--max_train_examples", type=int, default=256)
   parser.add_argument("--max_eval_examples", type=int, default=408, help="(all of dev)")
   parser.add_argument("--max_predict_examples", type=int, default=408)

@@ -10,8 +10,8 @@ Wall time is end to end (process start to the last prediction file), timed one a
 on the same machine.
 
 transformers and torch are not dependencies of this repository: give a Python that has them
-(e.g. `python3 -m venv /tmp/hf && /tmp/hf/bin/pip install torch transformers`):
-  python bench/bench_ner.py --hf_python=/tmp/hf/bin/python
+(e.g. `python3 -m venv hf-venv && hf-venv/bin/pip install torch transformers`):
+  python bench/bench_ner.py --hf_python=hf-venv/bin/python
 --rounds runs each side that often, interleaved (ours, theirs, ours, ...) so that a slow
 spell of a shared machine hits both; the table gives each side's fastest and median run.
 Prints a table; the last line is a JSON object of the figures.
@@ -29,7 +29,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-SHARED = os.path.join(REPO, "..", "shared", "data", "ner", "wnut17")
+sys.path.insert(0, HERE)
+from shared_data import shared_data  # noqa: E402
 TAGGING_BATCH = 64  # sentences a step when tagging dev and test, on both sides
 
 HF_SIDE = r"""
@@ -150,7 +151,8 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--hf_python", required=True,
                       help="a Python with torch and transformers installed")
-  parser.add_argument("--data_dir", default=SHARED, help="train/dev/test .txt or .conll")
+  parser.add_argument("--data_dir", default=shared_data("ner", "wnut17"),
+                      help="train/dev/test .txt or .conll")
   parser.add_argument("--epochs", type=int, default=3)
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--learning_rate", type=float, default=5e-5)

@@ -34,7 +34,8 @@ import types
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.join(HERE, "..", "..", "shared", "data")
+sys.path.insert(0, HERE)
+from shared_data import shared_data  # noqa: E402
 
 PEER = r"""
 import csv, json, sys, time
@@ -185,8 +186,8 @@ def main():
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--seed", type=int, default=0)
   args = parser.parse_args()
-  tsv = os.path.join(SHARED, "glue", "MRPC", "dev.tsv")
-  vocab = os.path.join(SHARED, "vocab", "bert-base-uncased-vocab.txt")
+  tsv = shared_data("glue", "MRPC", "dev.tsv")
+  vocab = shared_data("vocab", "bert-base-uncased-vocab.txt")
   with tempfile.TemporaryDirectory() as scratch:
     config = _build_model_dir(scratch, vocab, args)
     ours_out, peer_out = os.path.join(scratch, "ours.jsonl"), os.path.join(scratch, "peer.jsonl")

@@ -25,14 +25,15 @@ from absl import app
 from absl import flags
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.join(HERE, "..", "..", "shared", "data")
+sys.path.insert(0, HERE)
+from shared_data import shared_data  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("input_file",
-                    os.path.join(SHARED, "text", "gutenberg_sentence_per_line", "*.txt"),
+                    shared_data("text", "gutenberg_sentence_per_line", "*.txt"),
                     "Glob(s), comma-separated, of text files, one line per text.")
-flags.DEFINE_string("vocab_file", os.path.join(SHARED, "vocab", "bert-base-uncased-vocab.txt"),
+flags.DEFINE_string("vocab_file", shared_data("vocab", "bert-base-uncased-vocab.txt"),
                     "WordPiece vocab.")
 flags.DEFINE_bool("do_lower_case", True, "Uncased tokenization.")
 flags.DEFINE_integer("batch_size", 32, "Lines per batch.")

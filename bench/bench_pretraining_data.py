@@ -40,9 +40,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-SHARED = pathlib.Path(os.environ.get("BERT_SHARED_DIR", REPO.parent / "shared"))
-BOOKS = SHARED / "data" / "text" / "gutenberg_sentence_per_line"
-VOCAB = SHARED / "data" / "vocab" / "bert-base-uncased-vocab.txt"
+sys.path.insert(0, str(REPO / "bench"))
+from shared_data import shared_data  # noqa: E402
+BOOKS = pathlib.Path(shared_data("text", "gutenberg_sentence_per_line"))
+VOCAB = pathlib.Path(shared_data("vocab", "bert-base-uncased-vocab.txt"))
 
 
 def _original_script():

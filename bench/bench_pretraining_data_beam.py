@@ -34,11 +34,11 @@ HERE = pathlib.Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 
+from shared_data import shared_data  # noqa: E402
 from bench_pretraining_data import read_records, run_measured, statistics  # noqa: E402
 
-SHARED = pathlib.Path(os.environ.get("BERT_SHARED_DIR", REPO.parent / "shared"))
-BOOKS = SHARED / "data" / "text" / "gutenberg_sentence_per_line"
-VOCAB = SHARED / "data" / "vocab" / "bert-base-uncased-vocab.txt"
+BOOKS = pathlib.Path(shared_data("text", "gutenberg_sentence_per_line"))
+VOCAB = pathlib.Path(shared_data("vocab", "bert-base-uncased-vocab.txt"))
 
 
 def make_documents(books, directory, lines_per_doc):

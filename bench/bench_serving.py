@@ -28,6 +28,7 @@ Prints a table, then a JSON object of the figures as its last line.
 import csv
 import json
 import os
+import sys
 import statistics
 import tempfile
 import time
@@ -36,12 +37,13 @@ from absl import app
 from absl import flags
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.join(HERE, "..", "..", "shared", "data")
+sys.path.insert(0, HERE)
+from shared_data import shared_data  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("vocab_file", os.path.join(SHARED, "vocab", "bert-base-uncased-vocab.txt"),
+flags.DEFINE_string("vocab_file", shared_data("vocab", "bert-base-uncased-vocab.txt"),
                     "WordPiece vocab (uncased).")
-flags.DEFINE_string("input_file", os.path.join(SHARED, "glue", "MRPC", "dev.tsv"),
+flags.DEFINE_string("input_file", shared_data("glue", "MRPC", "dev.tsv"),
                     "GLUE MRPC TSV: the sentence pairs (columns 4 and 5).")
 flags.DEFINE_integer("num_layers", 4, "Encoder layers.")
 flags.DEFINE_integer("hidden_size", 256, "Hidden size (heads: hidden_size / 64; "

@@ -27,15 +27,16 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHARED = os.path.join(HERE, "..", "..", "shared", "data")
+sys.path.insert(0, HERE)
+from shared_data import shared_data  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 import oracle  # noqa: E402
 
 ORIGINAL = oracle.original("run_squad")  # defines the original's flags
 FLAGS = flags.FLAGS
-flags.DEFINE_string("file", os.path.join(SHARED, "squad", "squad2_part_a.json"), "SQuAD JSON.")
-flags.DEFINE_string("vocab", os.path.join(SHARED, "vocab", "bert-base-uncased-vocab.txt"),
+flags.DEFINE_string("file", shared_data("squad", "squad2_part_a.json"), "SQuAD JSON.")
+flags.DEFINE_string("vocab", shared_data("vocab", "bert-base-uncased-vocab.txt"),
                     "WordPiece vocab.")
 flags.DEFINE_bool("v2", True, "SQuAD 2.0 (is_impossible).")
 flags.DEFINE_bool("train", True, "Training mode (answer spans) rather than prediction.")

@@ -9,8 +9,8 @@ HuggingFace -> TF1 -> HuggingFace. Both sides run the same token ids; the table 
 largest difference of each output (real tokens only) beside its scale.
 
 transformers and torch are not dependencies of this repository: give a Python that has them
-(e.g. `python3 -m venv /tmp/hf && /tmp/hf/bin/pip install torch transformers`):
-  python bench/convert_vs_transformers.py --hf_python=/tmp/hf/bin/python
+(e.g. `python3 -m venv hf-venv && hf-venv/bin/pip install torch transformers`):
+  python bench/convert_vs_transformers.py --hf_python=hf-venv/bin/python
 Prints a table; the last line is a JSON object of the figures.
 """
 

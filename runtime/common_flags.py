@@ -89,8 +89,8 @@ def define_model_flags(max_seq_length, tokenizer=True, output_dir=True,
 
 
 def define_fine_tuning_flags():
-  """The original fine-tuning scripts' (run_classifier, run_squad) common optimisation and
-  loop flags, with their defaults."""
+  """The original fine-tuning scripts' common optimisation and loop flags (learning rate,
+  epochs, warmup, checkpoint steps, ...), with their defaults."""
   flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.")
   flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
   flags.DEFINE_float(
@@ -103,7 +103,8 @@ def define_fine_tuning_flags():
 
 
 def define_trim_train_batches_flag():
-  """--trim_train_batches (not in the original), for run_classifier and run_squad."""
+  """--trim_train_batches (not in the original): each training batch cut to its longest
+  sequence."""
   flags.DEFINE_bool(
       "trim_train_batches", False,
       "Cut each training batch to its longest sequence (rounded up to a multiple of 8): less "
@@ -165,8 +166,8 @@ def define_training_flags():
 
 
 def define_eval_during_training_flags():
-  """Flags beyond the original: evaluation during training and trimmed eval batches
-  (run_classifier, run_ner)."""
+  """Flags beyond the original: evaluation during training (every N steps, the best model
+  kept) and trimmed eval batches."""
   flags.DEFINE_integer(
       "eval_every_steps", 0,
       "Evaluate on the dev set every this many training steps and at the end (needs "

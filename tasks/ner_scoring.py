@@ -1,6 +1,7 @@
 # coding=utf-8
 """The CoNLL chunk score of conlleval (the CoNLL shared tasks' official script, version
-2004-01-26), in Python: evaluate_ner.py prints its report, run_ner.py scores itself with it.
+2004-01-26), in Python: chunk counts of gold against predicted tags, precision, recall and
+FB1 per type and overall, and conlleval's report.
 
 A tag is split at its first hyphen into a prefix and a type ("B-PER" -> "B", "PER";
 "I-MISC-X" -> "I", "MISC-X"; "O" -> "O", ""; a type "0" counts as no type, as Perl's

@@ -98,3 +98,45 @@ def pair_features(seq=6):
   return {"input_ids": ids, "input_mask": (ids != 0).astype(np.int32),
           "segment_ids": np.array([[0, 0, 0, 1, 1, 0][:seq], [0] * seq], np.int32),
           "masked_lm_positions": np.array([[1, 3], [2, 0]], np.int32)}
+
+
+def dead_pid():
+  """The pid of a process that has ended (and been reaped)."""
+  import subprocess
+  import sys
+  from bert_keras.utils import file_io
+  proc = subprocess.Popen([sys.executable, "-c", "pass"])
+  proc.wait()
+  assert not file_io.process_is_alive(proc.pid)
+  return proc.pid
+
+
+def one_device():
+  """The one-device strategy of a CPU run."""
+  import tensorflow as tf
+  return tf.distribute.OneDeviceStrategy("/cpu:0")
+
+
+class OtherWorker(object):
+  """A strategy as distribution.is_chief sees worker 1 of a multi-worker run."""
+
+  class cluster_resolver(object):  # noqa: N801
+    task_type, task_id = "worker", 1
+
+    @staticmethod
+    def cluster_spec():
+      import tensorflow as tf
+      return tf.train.ClusterSpec({"worker": ["localhost:1", "localhost:2"]})
+
+
+def config_file(tmp_path, name="big.json", **overrides):
+  """A tiny BertConfig (vocab 100, 2 layers, hidden 32, no dropout) as tmp_path/name, with
+  `overrides`; returns its path."""
+  import json
+  config = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                intermediate_size=64, hidden_act="gelu", max_position_embeddings=64,
+                type_vocab_size=2, initializer_range=0.02, hidden_dropout_prob=0.0,
+                attention_probs_dropout_prob=0.0)
+  path = tmp_path / name
+  path.write_text(json.dumps(dict(config, **overrides)))
+  return path

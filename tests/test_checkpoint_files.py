@@ -167,3 +167,71 @@ def test_crafted_safetensors_header_lengths(tmp_path):
                     {"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}},
                     np.arange(4, dtype=np.float32).tobytes())
   np.testing.assert_array_equal(checkpoints.read_safetensors(ok)["w"], [[0, 1], [2, 3]])
+
+
+def _peak_bytes(function):
+  """Python's peak allocation while function() runs (raises what it raises)."""
+  import tracemalloc
+  tracemalloc.start()
+  try:
+    function()
+  finally:
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+  return peak
+
+
+def test_pickle_bomb_is_refused_before_it_inflates(tmp_path):
+  import zipfile
+  path = tmp_path / "pytorch_model.bin"
+  with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+    with archive.open("archive/data.pkl", "w", force_zip64=True) as member:
+      chunk = b"\0" * (1 << 20)
+      for _ in range(checkpoints.MAX_PICKLE_BYTES // len(chunk) + 8):
+        member.write(chunk)
+  assert path.stat().st_size < 1 << 20                     # 72 MiB of pickle in under 1 MB
+  for read in (checkpoints.read_pytorch_bin, checkpoints.checkpoint_shapes):
+    def call():
+      with pytest.raises(checkpoints.CheckpointError,
+                         match=r"its pickle archive/data.pkl declares \d+ bytes .*limit"):
+        read(str(path))
+    assert _peak_bytes(call) < 8 << 20
+
+
+def test_storage_read_only_as_far_as_its_tensors(write_bin):  # noqa: F811
+  big = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)  # 4 MiB
+  path = write_bin({"w": _Tensor(_Storage("0", big), 2, [2, 2], [2, 1])})
+  del big
+  peak = _peak_bytes(lambda: np.testing.assert_array_equal(
+      checkpoints.read_pytorch_bin(path)["w"],
+      np.random.default_rng(0).standard_normal(6).astype(np.float32)[2:].reshape(2, 2)))
+  assert peak < 1 << 20
+
+
+def test_only_the_tensors_asked_for_are_read(write_bin, tmp_path):  # noqa: F811
+  """load_checkpoint reads a HF file's shapes first, then only the tensors the model takes
+  (read_pytorch_bin / read_safetensors with names): an unused tensor is never inflated."""
+  big = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)   # 4 MiB
+  path = write_bin({"small": _Tensor(_Storage("0", np.arange(4, dtype=np.float32)), 0, [4],
+                                     [1]),
+                    "unused": _Tensor(_Storage("1", big), 0, [1 << 20], [1])})
+  del big
+  read = {}
+  assert _peak_bytes(lambda: read.update(checkpoints.read_pytorch_bin(path, {"small"}))) < (
+      1 << 20)
+  assert list(read) == ["small"]
+  header = json.dumps({"small": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                       "unused": {"dtype": "F32", "shape": [1 << 20],
+                                  "data_offsets": [4, 4 + (4 << 20)]}}).encode()
+  st = tmp_path / "model.safetensors"
+  st.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * (4 + (4 << 20)))
+  assert _peak_bytes(lambda: read.update(checkpoints.read_safetensors(str(st), {"small"}))) < (
+      1 << 20)
+
+
+def test_safetensors_reads_only_its_tensors_bytes(tmp_path):
+  header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+  path = tmp_path / "model.safetensors"
+  path.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 8 + b"\1" * (4 << 20))
+  peak = _peak_bytes(lambda: checkpoints.read_safetensors(str(path)))
+  assert peak < 1 << 20

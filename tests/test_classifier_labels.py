@@ -1,14 +1,20 @@
-"""run_classifier's multi-label tasks, class weights and long-document windows (issue 25):
+"""run_classifier's multi-label tasks, class weights and long-document windows:
 the metrics against scikit-learn, the losses against NumPy, the windows against the
 truncated features, two tiny end-to-end runs and the one-line errors."""
 
+import csv
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import oracle
+from conftest import REPO, config_file
+from test_run_pretraining import ENV
 from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import run_classifier
@@ -429,3 +435,83 @@ def test_predict_on_the_multi_label_output_dir(multi_label_run, tmp_path):
     assert answer["labels"] == [name for name in row[1].split(",") if name]
     np.testing.assert_allclose([answer["probabilities"][name] for name in LABELS],
                                [float(x) for x in row[3:]], atol=1e-5)
+
+
+def test_tsv_field_over_the_csv_limit_is_read(tmp_path):
+  text = "word " * 60000                                   # 300,000 characters
+  path = tmp_path / "train.tsv"
+  path.write_text(f"sentence\tlabel\n{text}\t1\nshort\t0\n", encoding="utf-8")
+  rows = run_classifier.DataProcessor._read_tsv(str(path))
+  assert [len(row[0]) for row in rows] == [len("sentence"), len(text), len("short")]
+  assert rows[1] == [text, "1"]
+  # The original fails on this file (csv's default limit, 131,072 characters a field); a file
+  # within the limit reads the same rows in both.
+  original = oracle.original("run_classifier")
+  raised = csv.field_size_limit(131072)
+  try:
+    with pytest.raises(csv.Error, match="field larger than field limit"):
+      original.DataProcessor._read_tsv(str(path))
+  finally:
+    csv.field_size_limit(raised)
+  small = tmp_path / "small.tsv"
+  small.write_text(f"sentence\tlabel\n{'word ' * 20000}\t1\n", encoding="utf-8")
+  assert original.DataProcessor._read_tsv(str(small)) == run_classifier.DataProcessor._read_tsv(
+      str(small))
+
+
+def _custom(tmp_path, train, labels=None):
+  data_dir = tmp_path / "custom"
+  data_dir.mkdir(exist_ok=True)
+  (data_dir / "train.tsv").write_text(train, encoding="utf-8")
+  return run_classifier.CustomProcessor(str(data_dir), labels=labels), data_dir / "train.tsv"
+
+
+@pytest.mark.parametrize("train, expected", [
+    ("sentence\tlabel\na b\tx\nc\ty\textra\n", "line 3: 3 tab-separated fields, the header has 2"),
+    ("sentence\tlabel\na b\tx\nc\t\n", "line 3: empty label (column label)"),
+    ("sentence\tlabel\na b\tx\nc\t  \n", "line 3: empty label (column label)"),
+    ("sentence\tlabel\na b\tx\nc\tx\n", "its label column holds 1 distinct label ('x'); a "
+     "classifier needs at least two"),
+])
+def test_custom_task_labels_that_would_train_a_wrong_model(tmp_path, train, expected):
+  processor, path = _custom(tmp_path, train)
+  with pytest.raises(ValueError) as info:
+    processor.get_labels()
+  assert str(info.value).startswith(f"--data_dir: {path}")
+  assert expected in str(info.value)
+
+
+def test_custom_task_labels_with_spaces_are_stripped_with_a_warning(tmp_path, caplog):
+  processor, path = _custom(tmp_path, "sentence\tlabel\na\tx\nb\t y \nc\ty\n")
+  assert processor.get_labels() == ["x", "y"]
+  assert f"{path}: 1 label with surrounding spaces stripped (line 3)" in caplog.text
+  # test.tsv: an empty label is an unlabelled row (the dummy label).
+  (path.parent / "test.tsv").write_text("sentence\tlabel\nd\t\n")
+  assert [e.label for e in processor.get_test_examples(str(path.parent))] == ["x"]
+
+
+def test_custom_task_needs_two_labels_from_the_flag():
+  with pytest.raises(ValueError, match="--labels=only: a classifier needs at least two"):
+    run_classifier.get_processor(run_classifier.options(task_name="custom", labels="only",
+                                                        data_dir="x"))
+
+
+@pytest.mark.slow
+def test_command_line_custom_task_with_one_label(tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n")
+  config = config_file(tmp_path, "config.json")
+  data_dir = tmp_path / "custom"
+  data_dir.mkdir()
+  (data_dir / "train.tsv").write_text("sentence\tlabel\nthe\tyes\nthe the\tyes\n")
+  proc = subprocess.run(
+      [sys.executable, str(REPO / "run_classifier.py"), "--task_name=custom", "--do_train",
+       f"--data_dir={data_dir}", f"--vocab_file={vocab}", f"--bert_config_file={config}",
+       "--max_seq_length=16", f"--output_dir={tmp_path / 'out'}"],
+      env=ENV, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1] == (
+      f"error: --data_dir: {data_dir / 'train.tsv'}: its label column holds 1 distinct label "
+      "('yes'); a classifier needs at least two (give --labels to name the others)")
+  assert "Traceback" not in proc.stderr
+  assert not (tmp_path / "out").exists()

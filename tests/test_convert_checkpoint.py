@@ -13,7 +13,9 @@ import pytest
 from bert_keras import checkpoints
 from bert_keras import convert_checkpoint
 from bert_keras import modeling
-from conftest import randomize
+from conftest import dead_pid, randomize
+from test_run_pretraining import data  # noqa: F401  (a fixture)
+from bert_keras.runtime import outputs
 
 import numpy_bert
 
@@ -194,3 +196,30 @@ def test_a_run_ner_tagger_becomes_bert_for_token_classification(tmp_path):
   assert config["architectures"] == ["BertForTokenClassification"]
   assert config["id2label"] == {str(i): tag for i, tag in enumerate(tags)}
   _assert_same("tagger", _keras_outputs("tagger", model), numpy_out)
+
+
+def test_convert_checkpoint_lock_and_dead_temporaries(data, tmp_path, caplog):  # noqa: F811
+  """convert_checkpoint's --output_dir as export_saved_model's --export_dir: one run at a
+  time (a lock) and the temporaries of killed runs removed."""
+  from bert_keras import convert_checkpoint
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                           + [f"w{i}" for i in range(5, 100)]))
+  out = tmp_path / "converted"
+  dead = dead_pid()
+  (tmp_path / f".converted.tmp-{dead}").mkdir()
+  (tmp_path / f".converted.tmp-{dead}" / "bert_model.ckpt.index").write_text("x")
+
+  def convert():
+    return convert_checkpoint.run(convert_checkpoint.options(
+        init_checkpoint=str(data / "init" / "bert_model.ckpt"),
+        bert_config_file=str(data / "config.json"), vocab_file=str(vocab),
+        output_dir=str(out), format="tf1"))
+  with outputs.locked_output(str(out), "--output_dir"):
+    with pytest.raises(ValueError, match=f"^--output_dir {out}: another run \\(pid "):
+      convert()
+  assert not out.exists()
+  assert "bert_model.ckpt.index" in convert()
+  assert sorted(os.listdir(tmp_path)) == ["converted", "vocab.txt"]
+  assert any(f".converted.tmp-{dead}, a temporary left by" in r.getMessage()
+             for r in caplog.records)

@@ -625,3 +625,16 @@ def test_paths_with_a_scheme_go_through_tf_io_gfile(tmp_path):
     cpd.run(cpd.Config(files, [out], vocab, max_seq_length=40, dupe_factor=2, progress=False))
   assert (tmp_path / "local").read_bytes() == (tmp_path / "remote").read_bytes()
   assert not [p for p in os.listdir(tmp_path) if ".tmp-" in p]
+
+
+def test_pretraining_data_output_file_that_is_a_directory(tmp_path):
+  text = tmp_path / "in.txt"
+  text.write_text("a b\n")
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\nb\n")
+  for output, expected in ((tmp_path, f"--output_file {tmp_path}: is a directory"),
+                           (text / "x.tfrecord", f"--output_file {text}/x.tfrecord: {text} "
+                            "is not a directory")):
+    with pytest.raises(cpd.UsageError) as info:
+      cpd.Config([str(text)], [str(output)], str(vocab))
+    assert str(info.value).startswith(expected)

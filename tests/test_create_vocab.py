@@ -1,6 +1,7 @@
 """create_vocab.py: a WordPiece vocab in the released layout that tokenizes its corpus."""
 
 import collections
+import os
 import subprocess
 import sys
 
@@ -8,6 +9,7 @@ import pytest
 
 from conftest import REPO
 from bert_keras import create_vocab, tokenization
+from bert_keras.utils import file_io
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +84,28 @@ def test_invalid_utf8_is_an_error_naming_the_file_and_line(tmp_path):
   lenient = subprocess.run(command + ["--lenient_decoding"], capture_output=True, text=True)
   assert lenient.returncode == 0, lenient.stderr
   assert "byte" in out.read_text().split("\n")
+
+
+def test_create_vocab_with_a_directory_as_input_or_output(tmp_path):
+  import types
+  from bert_keras import create_vocab
+  text = tmp_path / "in.txt"
+  text.write_text("the dog runs\n")
+  folder = tmp_path / "folder"
+  folder.mkdir()
+
+  def flags(**overrides):
+    base = dict(input_file=str(text), output_file=str(tmp_path / "vocab.txt"),
+                do_lower_case=True, lenient_decoding=False, vocab_size=200, num_unused=2,
+                extra_reserved_tokens=[], max_unique_chars=1000, max_token_length=50)
+    return types.SimpleNamespace(**dict(base, **overrides))
+  with pytest.raises(ValueError, match=f"^--input_file={folder}: a directory, not a text file"):
+    create_vocab.run(flags(input_file=str(folder)))
+  with pytest.raises(ValueError, match=f"^--output_file={folder}: is a directory"):
+    create_vocab.run(flags(output_file=str(folder)))
+  assert sorted(os.listdir(tmp_path)) == ["folder", "in.txt"] and not os.listdir(folder)
+  # The shared atomic writer refuses a directory by name too, leaving no temporary.
+  with pytest.raises(IsADirectoryError, match="Is a directory") as info:
+    file_io.write_text_atomic(str(folder), "x\n")
+  assert info.value.filename == str(folder)
+  assert sorted(os.listdir(tmp_path)) == ["folder", "in.txt"] and not os.listdir(folder)

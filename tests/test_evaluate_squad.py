@@ -3,6 +3,7 @@ from the published definitions (normalisation, token-bag F1, maximum over gold a
 no-answer threshold and its search)."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -10,6 +11,7 @@ import pytest
 
 from bert_keras import evaluate_squad as ev
 from conftest import REPO
+from test_run_pretraining import ENV
 
 
 @pytest.mark.parametrize("text, normalized", [
@@ -137,3 +139,76 @@ def test_command_line(tmp_path):
   assert run.returncode != 0
   assert run.stderr.strip().startswith("error: predictions file %s" % preds)
   assert len(run.stderr.strip().splitlines()) == 1
+
+
+_SQUAD_QA = {"id": "q1", "question": "?", "answers": [{"text": "blue", "answer_start": 0}]}
+
+
+def _squad_data(qas=None, paragraphs=None, articles=None):
+  if articles is None:
+    if paragraphs is None:
+      paragraphs = [{"context": "blue", "qas": [_SQUAD_QA] if qas is None else qas}]
+    articles = [{"title": "t", "paragraphs": paragraphs}]
+  return {"version": "1.1", "data": articles}
+
+
+@pytest.mark.parametrize("dataset, predictions, na, out, expected", [
+    (_squad_data(), {"q1": 3}, None, None,
+     "predictions file {pred}: the prediction of question q1 is int, not a string"),
+    (_squad_data(), {"q1": None}, None, None, "the prediction of question q1 is NoneType"),
+    (_squad_data([{"id": "q1", "question": "?"}]), {"q1": "a"}, None, None,
+     "data file {data}: question q1 (data[0].paragraphs[0].qas[0]) has no \"answers\" list"),
+    (_squad_data([{"id": "q1", "answers": [{"answer_start": 0}]}]), {"q1": "a"}, None, None,
+     "has no \"answers\" list of {{\"text\": string}}"),
+    (_squad_data([{"question": "?", "answers": []}]), {"q1": "a"}, None, None,
+     "data file {data}: data[0].paragraphs[0].qas[0] has no string \"id\""),
+    (_squad_data(paragraphs=[{"context": "c"}]), {}, None, None,
+     "data file {data}: data[0].paragraphs[0] has no \"qas\" list"),
+    (_squad_data(articles=[{"title": "t"}]), {}, None, None,
+     "data file {data}: data[0] has no \"paragraphs\" list"),
+    (_squad_data(articles=[]), {}, None, None, "data file {data} has no questions"),
+    (dict(_squad_data(), version="v2.0"), {"other": "x"}, None, None,
+     "predictions file {pred} answers none of the questions of data file {data}"),
+    (dict(_squad_data(), version="v2.0"), {"q1": "a"}, {"q1": "high"}, None,
+     "no-answer file {na}: the probability of question q1 is \"high\", not a number"),
+    (dict(_squad_data(), version="v2.0"), {"q1": "a"}, [0.5], None,
+     "no-answer file {na} is not a JSON object"),
+    (_squad_data(), {"q1": "blue"}, None, "dir", "{out}: Is a directory"),
+    (_squad_data(), {"q1": "blue"}, None, "missing/eval.json", "No such file or directory"),
+])
+def test_evaluate_squad_bad_input_is_one_line(tmp_path, dataset, predictions, na, out,
+                                              expected):
+  from bert_keras import evaluate_squad
+  paths = {"data": tmp_path / "data.json", "pred": tmp_path / "pred.json",
+           "na": tmp_path / "na.json"}
+  paths["data"].write_text(json.dumps(dataset))
+  paths["pred"].write_text(json.dumps(predictions))
+  argv = [str(paths["data"]), str(paths["pred"])]
+  if na is not None:
+    paths["na"].write_text(json.dumps(na))
+    argv += ["-n", str(paths["na"])]
+  if out is not None:
+    paths["out"] = tmp_path / out
+    if out == "dir":
+      paths["out"].mkdir()
+    argv += ["-o", str(paths["out"])]
+  with pytest.raises(SystemExit) as info:
+    evaluate_squad.main(argv)
+  message = str(info.value.code)
+  assert message.startswith("error: ") and "\n" not in message
+  assert expected.format(**paths) in message
+  assert sorted(os.listdir(tmp_path)) == sorted(
+      p.name for p in tmp_path.iterdir() if not p.name.startswith("."))   # no temporary left
+
+
+@pytest.mark.slow
+def test_command_line_evaluate_squad_bad_prediction(tmp_path):
+  dataset = tmp_path / "data.json"
+  dataset.write_text(json.dumps(_squad_data()))
+  predictions = tmp_path / "pred.json"
+  predictions.write_text(json.dumps({"q1": ["blue"]}))
+  proc = subprocess.run([sys.executable, str(REPO / "evaluate_squad.py"), str(dataset),
+                         str(predictions)], env=ENV, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  assert proc.stderr.strip() == (f"error: predictions file {predictions}: the prediction of "
+                                 "question q1 is list, not a string")

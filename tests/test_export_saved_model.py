@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import dead_pid
+from test_run_pretraining import data  # noqa: F401  (a fixture)
 from bert_keras import checkpoints
 from bert_keras import export_saved_model
 from bert_keras import modeling
@@ -92,7 +94,7 @@ for task, path in json.loads(sys.argv[2]).items():
     out.update(loaded.signatures["preprocess"](text_a=text_a, text_b=text_b))
     results[task + batch] = {k: (v.numpy().astype(str).tolist() if v.dtype == tf.string
                                  else v.numpy().tolist()) for k, v in out.items()}
-  refused = []  # text_a and text_b of different batch sizes (issue 26): an error, no broadcast
+  refused = []  # text_a and text_b of different batch sizes: an error, no broadcast
   for name in ("serving_default", "preprocess"):
     for rows_a, rows_b in ((2, 1), (3, 2), (0, 1)):
       try:
@@ -365,3 +367,85 @@ def test_checkpoint_without_the_head_warns(setup, tmp_path, caplog):
   caplog.clear()
   export_saved_model.run(_options(setup, "classifier", tmp_path / "out2"))
   assert "has no classifier head" not in caplog.text
+
+
+def test_export_dir_below_a_file_or_on_an_unknown_scheme(data, tmp_path, monkeypatch):  # noqa: F811
+  from bert_keras import export_saved_model
+  monkeypatch.setattr(export_saved_model, "build_model", None)  # any model built would fail
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"w{i}\n" for i in range(100)))
+  for export_dir, expected in (
+      ("/etc/passwd/x", "--export_dir /etc/passwd/x: is below the file /etc/passwd"),
+      ("foo://x/y", "--export_dir foo://x/y: File system scheme 'foo' not implemented")):
+    with pytest.raises(ValueError) as info:
+      export_saved_model.run(export_saved_model.options(
+          bert_config_file=str(data / "config.json"), vocab_file=str(vocab), task="embeddings",
+          init_checkpoint=str(data / "init" / "bert_model.ckpt"), max_seq_length=16,
+          export_dir=export_dir))
+    assert str(info.value).startswith(expected)
+
+
+def test_export_lock_and_dead_exports_temporaries(data, tmp_path, monkeypatch,  # noqa: F811
+                                                  caplog):
+  from bert_keras import export_saved_model
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                           + [f"w{i}" for i in range(5, 100)]))
+  out = tmp_path / "exports" / "model"
+  out.parent.mkdir()
+  dead = dead_pid()
+  stale = [f".model.tmp-{dead}", f".model.old.tmp-{dead}"]
+  kept = [f".model.tmp-{os.getpid()}", f".other.tmp-{dead}"]   # a live one's, another's
+  for name in stale + kept:
+    (out.parent / name).mkdir()
+    (out.parent / name / "saved_model.pb").write_text("x")
+
+  def export_options(**overrides):
+    return export_saved_model.options(
+        bert_config_file=str(data / "config.json"), vocab_file=str(vocab), task="embeddings",
+        init_checkpoint=str(data / "init" / "bert_model.ckpt"), max_seq_length=16,
+        export_dir=str(out), **overrides)
+  seen = []
+
+  def fake_export(options, config, labels, tags, preprocessor, *unused):
+    seen.append(sorted(os.listdir(out.parent)))
+    with pytest.raises(ValueError) as info:                # a second export meanwhile
+      export_saved_model.run(export_options(overwrite=True))
+    assert str(info.value).startswith(f"--export_dir {out}: another run (pid {os.getpid()}")
+    out.mkdir()
+    (out / "saved_model.pb").write_text("x")
+  monkeypatch.setattr(export_saved_model, "_export", fake_export)
+  export_saved_model.run(export_options())
+  assert seen == [sorted(kept + [".model.lock"])]
+  assert sorted(os.listdir(out.parent)) == sorted(kept + ["model"])   # the lock released
+  assert sum("a temporary left by" in r.getMessage() for r in caplog.records) == 2
+  with pytest.raises(ValueError, match="exists and is not empty .*--overwrite"):
+    export_saved_model.run(export_options())
+
+
+def test_serving_signatures_refuse_mismatched_batches(tmp_path):
+  from bert_keras import export_saved_model
+  from bert_keras import preprocessing
+  from bert_keras import serving
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                              "the", "dog", "runs"]))
+  config = modeling.BertConfig(vocab_size=8, hidden_size=16, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=32)
+  preprocessor = preprocessing.BertPreprocessor(str(vocab), True, 16)
+  cases = [(["the dog", "runs"], ["runs"]), (["the", "dog", "runs"], ["a", "b"]),
+           ([], ["runs"])]
+  for text_a, text_b in cases:                            # the Keras layer, eagerly
+    with pytest.raises(tf.errors.InvalidArgumentError, match="text_a and text_b must have the "
+                       "same number of rows"):
+      preprocessor({"text_a": tf.constant(text_a, tf.string),
+                    "text_b": tf.constant(text_b, tf.string)})
+  for task in serving.TASKS:
+    module = serving.ServingModule(export_saved_model.build_model(task, config, 2),
+                                   preprocessor, task)
+    for function in (module.serve, module.preprocess)[:2 if task == "classifier" else 1]:
+      for text_a, text_b in cases:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="text_a and text_b must "
+                           "have the same number of rows"):
+          function(tf.constant(text_a, tf.string), tf.constant(text_b, tf.string))
+    assert module.serve(tf.constant(["the dog", "runs"]), tf.constant(["runs", ""]))

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import oracle
 from conftest import shared_path
+from test_run_pretraining import data  # noqa: F401  (a fixture)
 from bert_keras import checkpoints
 from bert_keras import extract_features
 from bert_keras import modeling
@@ -360,8 +361,8 @@ def test_bad_input_raises_one_line_errors(tiny, tmp_path):
   (tmp_path / "latin1.txt").write_bytes(b"the dog\nis \xe9 hairy\n")
   assert error(input_file=str(tmp_path / "latin1.txt")) == \
       f"--input_file {tmp_path}/latin1.txt, line 2: not valid UTF-8 (invalid continuation byte)"
-  # A vocab longer than the config's vocab_size: refused before the model (issue 26; it used
-  # to be found while writing, at the first id past the table).
+  # A vocab longer than the config's vocab_size: refused before the model, not
+  # while writing at the first id past the table.
   fewer_words = modeling.BertConfig(**{**CONFIG, "vocab_size": 24})
   (tmp_path / "fewer.json").write_text(fewer_words.to_json_string())
   checkpoints.save_tf1_checkpoint(modeling.BertModel(fewer_words), str(tmp_path / "fewer.ckpt"))
@@ -373,3 +374,21 @@ def test_bad_input_raises_one_line_errors(tiny, tmp_path):
   with pytest.raises(ValueError):
     extract_features.run(_options(tiny, output_file=str(out), layers="9"))
   assert out.read_text() == "previous\n"
+
+
+def test_extract_features_output_below_a_file_before_the_model(data, tmp_path,  # noqa: F811
+                                                               monkeypatch):
+  from bert_keras import extract_features
+  monkeypatch.setattr(modeling, "BertModel", None)          # any model built would fail
+  text = tmp_path / "in.txt"
+  text.write_text("a b\n")
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "b"]))
+  output = text / "sub" / "out.jsonl"
+  with pytest.raises(ValueError) as info:
+    extract_features.run(extract_features.options(
+        input_file=str(text), output_file=str(output), vocab_file=str(vocab),
+        bert_config_file=str(data / "config.json"), max_seq_length=16, layers="-1",
+        init_checkpoint=str(data / "init" / "bert_model.ckpt")))
+  assert str(info.value) == (f"--output_file {output}: its directory {text}/sub is, or is "
+                             "below, a file")

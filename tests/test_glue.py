@@ -1,5 +1,5 @@
 """run_classifier's GLUE tasks beyond the original four: the processors on hand-written files
-in the GLUE layouts (/work/shared/spec/glue_layouts.md), the task registry, --task_name=custom,
+in the GLUE layouts (../shared/spec/glue_layouts.md), the task registry, --task_name=custom,
 the metrics against scikit-learn / SciPy, create_model against the original's, STS-B
 regression, and one tiny end-to-end run per kind of task (classification, regression, custom).
 """

@@ -1,4 +1,4 @@
-"""A run's output directory is the model (runtime/model_dir.py, issue 23): the files
+"""A run's output directory is the model (runtime/model_dir.py): the files
 run_classifier writes into output_dir and best/, the runs and loaders that then need no
 model flags (predict-only run_classifier, export_saved_model, checkpoints.load_model),
 flags in conflict with the directory, reruns with changed options and

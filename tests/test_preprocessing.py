@@ -473,3 +473,30 @@ def test_character_tables_are_the_originals(original):
     assert bool(bits[cp] & preprocessing._TO_SPACE) == tokenization._is_whitespace(char)
     assert bool(bits[cp] & preprocessing._SPACE) == char.isspace()
     assert bool(bits[cp] & preprocessing._MN) == (unicodedata.category(char) == "Mn")
+
+
+def test_long_vocab_entries_in_the_tensorflow_text_path(tmp_path, monkeypatch):
+  pytest.importorskip("tensorflow_text")
+  from bert_keras import preprocessing
+  from bert_keras import tokenization
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in [
+      "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "##s", "a" * 300,
+      "##" + "b" * 300, "é" * 200, "c" * 250]), encoding="utf-8")
+  texts = ["the dogs", "a" * 300 + " the", "c" * 250, "é" * 200, "x " + "b" * 300]
+  tokenizer = tokenization.FullTokenizer(str(vocab), True)
+  expected = [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(t)) for t in texts]
+  preprocessor = preprocessing.BertPreprocessor(str(vocab), True, 16)
+  ids = preprocessor(tf.constant(texts))["input_ids"].numpy()
+  for row, want in zip(ids, expected):
+    assert list(row[1:1 + len(want)]) == want
+  # A refusal of tensorflow-text's builder quoting a huge entry: one capped line.
+  from tensorflow_text.core.pybinds import pywrap_fast_wordpiece_tokenizer_model_builder as b
+
+  def refuse(*args):
+    raise RuntimeError("The vocab token is: " + "z" * 10_000_000)
+  monkeypatch.setattr(b, "build_fast_wordpiece_model", refuse)
+  with pytest.raises(ValueError) as info:
+    preprocessing.BertPreprocessor(str(vocab), True, 16)
+  assert str(info.value).startswith("tensorflow-text's WordPiece builder refused the vocabulary")
+  assert len(str(info.value)) < 400

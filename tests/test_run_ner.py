@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import config_file
 from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import run_ner
@@ -198,3 +199,24 @@ def test_command_line_and_evaluate_ner(files, tmp_path):
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 1
   assert proc.stderr.strip().splitlines()[-1].startswith("error: --labels=O,B-PER differs")
+
+
+def test_tagger_needs_two_tags(tmp_path):
+  """The tagging reader (run_ner): a tag set of one tag trains a one-class softmax
+  whose loss is 0: refused, naming where the tags come from."""
+  from bert_keras import run_ner
+  data_dir = tmp_path / "data"
+  data_dir.mkdir()
+  (data_dir / "train.txt").write_text("the O\ndog O\n\nruns O\n")
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "dog",
+                                              "runs"]))
+  config = config_file(tmp_path, "config.json")
+  for labels, source in ((None, "train.txt"), ("O", "--labels")):
+    with pytest.raises(ValueError) as info:
+      run_ner.run(run_ner.options(data_dir=str(data_dir), vocab_file=str(vocab),
+                                  bert_config_file=str(config), output_dir=str(tmp_path / "o"),
+                                  do_train=True, labels=labels, max_seq_length=16))
+    assert str(info.value) == (f"{source}: the tag set has 1 tag (O); a tagger needs at least "
+                               "two (give --labels to name the others)")
+  assert not (tmp_path / "o").exists()

@@ -11,6 +11,7 @@ few (each ~5 s of import).
 
 import json
 import os
+import re
 import pathlib
 import signal
 import subprocess
@@ -29,6 +30,7 @@ from bert_keras.runtime import distribution
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import outputs
 from bert_keras.runtime import training_checkpoints
+from bert_keras.utils import errors
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SEQ, PRED, VOCAB = 32, 5, 100
@@ -503,3 +505,114 @@ def test_records_that_do_not_match_the_flags_or_config(data, tmp_path):
 ])
 def test_bad_training_numbers(data, tmp_path, flag, value, expected):
   assert _bad_run(data, tmp_path, **{flag: value}) == expected
+
+
+@pytest.mark.slow
+def test_truncated_or_incomplete_newest_checkpoint_falls_back(data, tmp_path, caplog):  # noqa: F811
+  out = tmp_path / "out"
+  run_pretraining.run(_options(data, out))                 # checkpoints 3 and 6
+  reference = _weights(out / "bert_model.ckpt")             # the final export (TF1 names)
+  assert training_checkpoints.checkpoint_problem(str(out / "model.ckpt-6")) is None
+  # A save cut short: half the data of the newest checkpoint, and TF's temporary directory.
+  data_file = out / "model.ckpt-6.data-00000-of-00001"
+  data_file.write_bytes(data_file.read_bytes()[:data_file.stat().st_size // 2])
+  (out / "model.ckpt-6_temp").mkdir()
+  assert "truncated" in training_checkpoints.checkpoint_problem(str(out / "model.ckpt-6"))
+  caplog.clear()
+  run_pretraining.run(_options(data, out))
+  assert (f"Checkpoint {out}/model.ckpt-6 is unreadable (its .data files hold" in caplog.text)
+  assert f"Restoring from {out}/model.ckpt-3" in caplog.text
+  assert not (out / "model.ckpt-6_temp").exists()
+  # Steps 4-6 again from checkpoint 3: the same weights as the first run's (no dropout).
+  _assert_same_weights(reference, _weights(out / "bert_model.ckpt"), atol=1e-6)
+
+  (out / "model.ckpt-6.index").unlink()                    # an index never written
+  caplog.clear()
+  results = run_pretraining.run(_options(data, out, do_train=False, do_eval=True))
+  assert "model.ckpt-6 is unreadable (no .index file)" in caplog.text
+  assert int(results["global_step"]) == 3
+
+  for name in ("model.ckpt-3.index",):
+    (out / name).unlink()
+  with pytest.raises(ValueError) as info:
+    run_pretraining.run(_options(data, out))
+  assert str(info.value) == (
+      f"{out}: none of the checkpoints its \"checkpoint\" file names is readable: "
+      "model.ckpt-6 (no .index file); model.ckpt-3 (no .index file)")
+
+
+def test_relative_output_dir_resumes(tmp_path, monkeypatch):
+  """tf.train.get_checkpoint_state joins relative entries with the directory already: a
+  relative --output_dir must find its own checkpoints (joined once, not twice)."""
+  monkeypatch.chdir(tmp_path)
+  step = tf.Variable(0)
+  manager = training_checkpoints.make_checkpoint_manager(tf.train.Checkpoint(step=step), "out")
+  for value in (1, 2):
+    step.assign(value)
+    manager.save(checkpoint_number=value)
+  assert training_checkpoints.latest_checkpoint("out") == os.path.join("out", "model.ckpt-2")
+  data_file = tmp_path / "out" / "model.ckpt-2.data-00000-of-00001"
+  data_file.write_bytes(b"")                                # cut short: the previous one
+  assert training_checkpoints.latest_checkpoint("out") == os.path.join("out", "model.ckpt-1")
+
+
+def _records_with_a_bad_id(path, n, bad_index, bad_id=150):
+  from test_run_pretraining import _write_records
+  _write_records(path, n, seed=3)
+  records = [r.numpy() for r in tf.data.TFRecordDataset(str(path))]
+  example = tf.train.Example.FromString(records[bad_index])
+  example.features.feature["input_ids"].int64_list.value[0] = bad_id
+  records[bad_index] = example.SerializeToString()
+  with tf.io.TFRecordWriter(str(path)) as writer:
+    for record in records:
+      writer.write(record)
+
+
+def test_id_check_of_every_batch_names_file_and_record(tmp_path):
+  path = tmp_path / "bad.tfrecord"
+  _records_with_a_bad_id(path, 20, 13)
+  decode = run_pretraining.decode_fn(32, 5)
+  check = input_pipeline.IdCheck(100, ("input_ids", "masked_lm_ids"), "--bert_config_file c",
+                                 "--input_file")
+  expected = (f"--input_file {path}: record 13 has token id 150 in input_ids, outside the "
+              "vocab_size 100 of --bert_config_file c")
+  for ds in (input_pipeline.training_dataset([str(path)], decode, 4, id_check=check),
+             input_pipeline.evaluation_dataset([str(path)], decode, 4, id_check=check)):
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+      for _ in ds.take(10):
+        pass
+    assert errors.data_error_text(info.value.message).startswith(expected)
+  good = list(input_pipeline.evaluation_dataset([str(path)], decode, 4, id_check=check).take(3))
+  assert len(good) == 3 and good[0]["input_ids"].shape == (4, 32)   # records 0-11 are fine
+
+
+def test_bad_id_past_the_first_records_is_one_line_mid_training(data, tmp_path):  # noqa: F811
+  path = tmp_path / "bad.tfrecord"
+  _records_with_a_bad_id(path, 72, 70)
+  options = _options(data, tmp_path / "out", input_file=str(path), num_train_steps=20,
+                     save_checkpoints_steps=100)
+  with pytest.raises(SystemExit) as info:
+    with errors.one_line_errors():
+      run_pretraining.run(options)
+  assert str(info.value.code).startswith(
+      f"error: --input_file {path}: record 70 has token id 150 in input_ids, outside the "
+      f"vocab_size 100 of --bert_config_file {data / 'config_nodropout.json'}")
+
+
+def test_damaged_record_past_the_first_records_is_one_line(data, tmp_path):  # noqa: F811
+  from test_run_pretraining import _write_records
+  path = tmp_path / "damaged.tfrecord"
+  _write_records(path, 90, seed=5)
+  raw = bytearray(path.read_bytes())
+  offset = 0
+  for _ in range(80):                                       # record 80's data: a CRC error
+    offset += 16 + int.from_bytes(raw[offset:offset + 8], "little")
+  raw[offset + 12 + 20] ^= 0xFF
+  path.write_bytes(bytes(raw))
+  options = _options(data, tmp_path / "out", input_file=str(path), num_train_steps=30,
+                     save_checkpoints_steps=100)
+  with pytest.raises(SystemExit) as info:
+    with errors.one_line_errors():
+      run_pretraining.run(options)
+  assert re.fullmatch(r"error: damaged data: corrupted record at \d+ of a TFRecord file \(its "
+                      r"checksum does not match: the file is damaged\)", str(info.value.code))

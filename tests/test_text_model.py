@@ -1,4 +1,4 @@
-"""Keras over text (issue 23): `import bert_keras` registers our Keras classes (a .keras file
+"""Keras over text: `import bert_keras` registers our Keras classes (a .keras file
 reloads in a fresh process after that one import), BertPreprocessor's vocabulary is a .keras
 asset (small configs), and checkpoints.load_model(..., text_input=True): a compiled model whose
 fit/evaluate/predict take Python lists of strings or pairs, checked against the token-id model

@@ -2,13 +2,14 @@
 # Proof of learning: pretrain a small BERT (L=4, H=256, A=4) from scratch on 16 of the
 # ../shared books and evaluate masked-LM accuracy on a held-out book at every checkpoint,
 # against the unigram baseline (always predicting the most frequent masked token).
-#   bash bench/pretrain_books.sh            # ~25 minutes on 2 cores
-# Env: OUT (default /tmp/bert_keras_books), STEPS (1500), DTYPE (bfloat16), SHARED (../shared).
+#   bash results/proof_of_learning.sh            # ~25 minutes on 2 cores
+# Env: OUT (default /tmp/bert_keras_books), STEPS (1500), DTYPE (bfloat16),
+# BERT_SHARED_DIR (../shared).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 PY=${PY:-.venv/bin/python}
-SHARED=${SHARED:-../shared}
+SHARED=${BERT_SHARED_DIR:-../shared}
 BOOKS=$SHARED/data/text/gutenberg_sentence_per_line
 VOCAB=$SHARED/data/vocab/bert-base-uncased-vocab.txt
 HELDOUT=$BOOKS/chesterton-thursday.txt

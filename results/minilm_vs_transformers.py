@@ -7,8 +7,8 @@ segment ids 0/1, padded to --max_seq_length with an attention mask); the table g
 difference of the sequence output (real tokens) and of the pooled output, beside their scale.
 
 transformers and torch are not dependencies of this repository: give a Python that has them
-(e.g. `python3 -m venv /tmp/hf && /tmp/hf/bin/pip install torch==2.13.0 transformers`):
-  python bench/minilm_vs_transformers.py --hf_python=/tmp/hf/bin/python
+(e.g. `python3 -m venv hf-venv && hf-venv/bin/pip install torch==2.13.0 transformers`):
+  python results/minilm_vs_transformers.py --hf_python=hf-venv/bin/python
 Prints a table; the last line is a JSON object of the figures.
 """
 

@@ -19,11 +19,11 @@ word-embedding gradient's IndexedSlices values (before repeated tokens are summe
 that of the summed gradient.
 
 Usage (xquad.en.json, the default file, has 40 articles and one answer per question):
-  python bench/squad_vs_original.py --train_articles=0:32 --predict_articles=32:40 \\
+  python results/squad_vs_original.py --train_articles=0:32 --predict_articles=32:40 \\
       --steps=150 --batch_size=16 --max_seq_length=256 --learning_rate=1e-4
       # 825 training questions (~2.6 epochs of windows), 174 to predict; on the 2-core CPU
       # machine 2.1 s/step ours, 2.3 s/step the original: about 12 minutes in all
-  python bench/squad_vs_original.py --train_articles=0:2 --predict_articles=2:3 --steps=3 \\
+  python results/squad_vs_original.py --train_articles=0:2 --predict_articles=2:3 --steps=3 \\
       --batch_size=4 --max_seq_length=128 --output_dir=/tmp/squad_vs_original_check
       # a quick check (~40 s)
 Prints progress, a table and, last, a JSON object with every figure. --output_dir must not
@@ -57,7 +57,10 @@ from bert_keras.runtime import input_pipeline  # noqa: E402
 from bert_keras.runtime import training  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-XQUAD = "/work/shared/data/squad/xquad.en.json"
+sys.path.insert(0, str(REPO / "bench"))
+from shared_data import shared_data  # noqa: E402
+
+XQUAD = shared_data("squad", "xquad.en.json")
 
 
 def minilm_dir():

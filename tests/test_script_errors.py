@@ -1,0 +1,119 @@
+"""A user's mistake found while a script runs is one `error:` line (utils/errors.py's
+script_main): out of memory, file errors the checks did not catch, a damaged TFRecord, an
+unreachable input or unknown file system on the command line; other errors keep their
+traceback."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from conftest import REPO, config_file
+from test_run_pretraining import ENV
+from bert_keras.runtime import input_pipeline
+from bert_keras.utils import errors
+from bert_keras.utils import file_io
+
+
+def test_out_of_memory_during_the_run_is_one_line():
+  def run(options):
+    raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with "
+                                           "shape[4096,30522]\nand more lines")
+  with pytest.raises(SystemExit) as info:
+    errors.script_main(run)(None)
+  assert str(info.value.code) == (
+      "error: out of memory (OOM when allocating tensor with shape[4096,30522] and more "
+      "lines): use a smaller --train_batch_size, --max_seq_length or model")
+
+
+@pytest.mark.parametrize("error, expected", [
+    (FileNotFoundError(2, "No such file or directory", "/data/x.txt"),
+     "error: /data/x.txt: No such file or directory"),
+    (IsADirectoryError(21, "Is a directory", "out"), "error: out: Is a directory"),
+    (tf.errors.UnimplementedError(None, None, "File system scheme 'foo' not implemented "
+                                  "(file: 'foo://x/train.tsv')"),
+     "error: File system scheme 'foo' not implemented (file: 'foo://x/train.tsv')"),
+    (tf.errors.NotFoundError(None, None, "gs://b/x.json; No such file\nmore"),
+     "error: gs://b/x.json; No such file more"),
+    (tf.errors.FailedPreconditionError(None, None, "Error executing an HTTP request: libcurl "
+                                       "code 6\n when reading gs://b/"),
+     "error: Error executing an HTTP request: libcurl code 6 when reading gs://b/"),
+])
+def test_file_errors_missed_by_the_checks_are_one_line(error, expected):
+  def run(options):
+    raise error
+  with pytest.raises(SystemExit) as info:
+    errors.script_main(run)(None)
+  assert str(info.value.code) == expected
+
+
+@pytest.mark.parametrize("error", [
+    tf.errors.UnimplementedError(None, None, "an op this build lacks"),
+    tf.errors.FailedPreconditionError(None, None, "uninitialized value x"),
+    KeyError("a bug"),
+])
+def test_other_errors_keep_their_traceback(error):
+  def run(options):
+    raise error
+  with pytest.raises(type(error)):
+    errors.script_main(run)(None)
+  assert file_io.file_error_text(error) is None
+
+
+def test_damaged_record_mid_run_is_one_line(tmp_path):
+  from test_run_pretraining import _write_records
+  path = tmp_path / "damaged.tfrecord"
+  _write_records(path, 10, seed=4)
+  raw = bytearray(path.read_bytes())
+  raw[len(raw) * 3 // 4] ^= 0xFF
+  path.write_bytes(bytes(raw))
+
+  def run(options):
+    for _ in tf.data.TFRecordDataset(str(path)):
+      pass
+  with pytest.raises(SystemExit) as info:
+    errors.script_main(run)(None)
+  assert str(info.value.code).startswith("error: damaged data: corrupted record at ")
+  assert str(info.value.code).endswith(" of a TFRecord file (its checksum does not match: the "
+                                       "file is damaged)")
+
+
+def test_directory_or_unreadable_file_as_input_file(tmp_path):
+  folder = tmp_path / "records"
+  folder.mkdir()
+  with pytest.raises(ValueError, match=f"^--input_file {folder}: a directory, not a TFRecord"):
+    input_pipeline.check_record_files([str(folder)], "--input_file", {})
+
+
+@pytest.mark.slow
+def test_command_line_unreachable_input_of_pretraining_data(tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\na\n")
+  proc = subprocess.run(
+      [sys.executable, str(REPO / "create_pretraining_data.py"), "--input_file=foo://x/in.txt",
+       f"--output_file={tmp_path / 'out.tfrecord'}", f"--vocab_file={vocab}"],
+      env=ENV, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1].startswith(
+      "error: File system scheme 'foo' not implemented")
+  assert "Traceback" not in proc.stderr
+  assert os.listdir(tmp_path) == ["vocab.txt"]
+
+
+@pytest.mark.slow
+def test_command_line_unknown_scheme_is_one_line(tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n")
+  config = config_file(tmp_path, "config.json")
+  proc = subprocess.run(
+      [sys.executable, str(REPO / "run_classifier.py"), "--task_name=CoLA", "--do_train",
+       "--data_dir=foo://x", f"--vocab_file={vocab}", f"--bert_config_file={config}",
+       "--max_seq_length=16", f"--output_dir={tmp_path / 'out'}"],
+      env=ENV, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "error: File system scheme 'foo' not implemented (file: 'foo://x/train.tsv')")
+  assert "Traceback" not in proc.stderr
+  assert not (tmp_path / "out").exists()
