@@ -187,26 +187,37 @@ MAX_PICKLE_BYTES = weight_files.MAX_PICKLE_BYTES
 
 def load_checkpoint(model, path):
   """Loads weights into a BertModel or a model holding one (BertPretrainer, BertClassifier,
-  BertSquad); returns a LoadResult.
+  BertSquad, ...).
 
-  `path` may be:
-    * a TF1 checkpoint prefix (Google's released `.../bert_model.ckpt`, a run_pretraining
-      `model.ckpt-N`; gs:// works), or the directory holding it: the names of tf1_variable_map;
-      global_step, adam_m/adam_v and heads the model lacks are ignored (LoadResult.unused);
-    * a HuggingFace directory with config.json and model.safetensors or pytorch_model.bin
-      (read without unpickling arbitrary objects), or such a file itself; HF names, [out, in]
-      Linear weights, with or without the "bert." prefix;
-    * a TF2 object-based checkpoint written by our training: training_checkpoints.make_checkpoint's
-      `model_variables` (TF1 names), or plainly
-      `tf.train.Checkpoint(model=model, optimizer=..., step=...).save(...)`; only the model
-      variables are read (optimizer slots and step are reported unused). A BertModel can
-      load from a BertPretrainer checkpoint and the other way around (heads then stay
-      initialised).
   A missing encoder variable (the pooler excepted: HF question-answering weights have none;
   it is then reported in LoadResult.missing and logged) or any shape mismatch raises
   CheckpointError naming the variable, both shapes and the likely cause (a bert_config.json
   that does not match). HF fine-tuned heads load too: BertForSequenceClassification's
   classifier.* into BertClassifier, BertForQuestionAnswering's qa_outputs.* into BertSquad.
+
+  Args:
+    model: a modeling.BertModel, or a task model with a `bert` BertModel attribute; its
+      variables (tf1_variable_map: kernels [in, out], output_weights [num_labels or 2, H]) are
+      assigned in place. It must be built.
+    path: str or path-like, one of
+      * a TF1 checkpoint prefix (Google's released `.../bert_model.ckpt`, a run_pretraining
+        `model.ckpt-N`; gs:// works), or the directory holding it: the names of
+        tf1_variable_map; global_step, adam_m/adam_v and heads the model lacks are ignored
+        (LoadResult.unused);
+      * a HuggingFace directory with config.json and model.safetensors or pytorch_model.bin
+        (read without unpickling arbitrary objects), or such a file itself; HF names,
+        [out, in] Linear weights, with or without the "bert." prefix;
+      * a TF2 object-based checkpoint written by our training:
+        training_checkpoints.make_checkpoint's `model_variables` (TF1 names), or plainly
+        `tf.train.Checkpoint(model=model, optimizer=..., step=...).save(...)`; only the model
+        variables are read (optimizer slots and step are reported unused). A BertModel can
+        load from a BertPretrainer checkpoint and the other way around (heads then stay
+        initialised).
+
+  Returns:
+    A LoadResult: the checkpoint's path and format ("tf1", "huggingface" or "tf2") and lists
+    of names (str): `loaded` (our TF1 names that got values), `unused` (checkpoint entries
+    not used), `missing` (head variables absent from the checkpoint, left initialised).
   """
   path = os.fspath(path)
   kind, resolved = _resolve_checkpoint(path)
@@ -553,36 +564,51 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
                do_lower_case=None, text_input=False, max_seq_length=128, **model_kwargs):
   """One call from a checkpoint directory to a ready model, its weights loaded.
 
-  path: Google's TF1 directory (bert_config.json, bert_model.ckpt.*, vocab.txt), a
-  HuggingFace directory (config.json, model.safetensors or pytorch_model.bin, vocab.txt), one
-  of our run_* output directories (its newest model.ckpt-N; pass bert_config_file unless a
-  bert_config.json lies beside it), what save_pretrained writes, or a checkpoint prefix/file
-  (its config is looked for in its directory).
-  task: "encoder" (modeling.BertModel), "classifier" (BertClassifier; num_labels defaults to
-  the rows of the checkpoint's classifier head), "tagger" (BertTokenClassifier; a run_ner
-  output_dir's labels.txt gives its tags, else num_labels as for "classifier"), "squad"
-  (BertSquad), "pretrainer" (BertPretrainer) or "embeddings" (BertSentenceEncoder: pass
-  pooling="mean"|"cls"|"max" and normalize); heads absent from the checkpoint keep their
-  initial values.
-  model_kwargs go to the model's constructor (dtype, name, output_hidden_states of a
-  BertModel). The returned model also carries:
-    model.vocab_file      vocab_file, else the directory's vocab.txt, else None
-    model.do_lower_case   do_lower_case, else tokenizer_config.json's "do_lower_case", else
-                          True unless the vocabulary has upper-case words; None without one
-    model.load_result     load_checkpoint's LoadResult
-    model.labels          (tasks "classifier", "tagger") the label of each output, from
-                          labels.txt in the directory (or, for an output_dir/best, its
-                          parent); else None (e.g. a regression)
-  Given a model directory (a run_* output_dir or its best/, with task.json), a
-  bert_config_file, vocab_file or do_lower_case that disagrees with its own files is a
-  ValueError naming both.
-  text_input=True: a compiled preprocessing.TextModel over text instead (BertPreprocessor of
-  the vocab and do_lower_case above with max_seq_length; the original's optimizer at 2e-5 and
-  the task's loss: preprocessing.text_model), the same attributes set on it; not for
-  "pretrainer".
   Problems (no checkpoint or config, unknown task, a config that does not fit the
   checkpoint's shapes: check_config_matches) are ValueErrors naming the file, raised before
-  the model is built (a wrong config must not first allocate gigabytes).
+  the model is built (a wrong config must not first allocate gigabytes). Given a model
+  directory (a run_* output_dir or its best/, with task.json), a bert_config_file, vocab_file
+  or do_lower_case that disagrees with its own files is a ValueError naming both.
+
+  Args:
+    path: str or path-like: Google's TF1 directory (bert_config.json, bert_model.ckpt.*,
+      vocab.txt), a HuggingFace directory (config.json, model.safetensors or
+      pytorch_model.bin, vocab.txt), one of our run_* output directories (its newest
+      model.ckpt-N; pass bert_config_file unless a bert_config.json lies beside it), what
+      save_pretrained writes, or a checkpoint prefix/file (its config is looked for in its
+      directory).
+    task: str, "encoder" (modeling.BertModel), "classifier" (BertClassifier; num_labels
+      defaults to the rows of the checkpoint's classifier head), "tagger"
+      (BertTokenClassifier; a run_ner output_dir's labels.txt gives its tags, else num_labels
+      as for "classifier"), "squad" (BertSquad), "pretrainer" (BertPretrainer) or
+      "embeddings" (BertSentenceEncoder: pass pooling="mean"|"cls"|"max" and normalize);
+      heads absent from the checkpoint keep their initial values.
+    num_labels: int or None, the outputs of a "classifier" or "tagger" head.
+    bert_config_file: str or None, the config to build from (default: bert_config.json or
+      config.json beside the checkpoint).
+    vocab_file: str or None (default: the directory's vocab.txt, else None).
+    do_lower_case: bool or None (default: tokenizer_config.json's "do_lower_case", else True
+      unless the vocabulary has upper-case words; None without a vocabulary).
+    text_input: bool; True returns a compiled preprocessing.TextModel over text instead
+      (BertPreprocessor of the vocab and do_lower_case above with max_seq_length; the
+      original's optimizer at 2e-5 and the task's loss: preprocessing.text_model); not for
+      "pretrainer".
+    max_seq_length: int, the TextModel's sequence length (text_input only).
+    **model_kwargs: go to the model's constructor (dtype, name, output_hidden_states of a
+      BertModel).
+
+  Returns:
+    The keras model of `task` (or its TextModel), weights loaded, carrying:
+      model.vocab_file      str or None, as above
+      model.do_lower_case   bool or None, as above
+      model.load_result     load_checkpoint's LoadResult
+      model.labels          (tasks "classifier", "tagger") the label (str) of each output,
+                            from labels.txt in the directory (or, for an output_dir/best,
+                            its parent); else None (e.g. a regression)
+    A BertModel maps int32 [B, S] input_ids (with input_mask, segment_ids) to a dict of
+    sequence_output [B, S, H] and pooled_output [B, H]; a classifier gives float32 logits
+    [B, num_labels], a tagger [B, S, num_labels], a BertSquad {"start_logits",
+    "end_logits"} [B, S] each.
   """
   path = os.fspath(path)
   if task not in _TASKS:
@@ -644,18 +670,27 @@ def _classifier_rows(shapes, resolved):
 
 
 def save_pretrained(model, directory, vocab_file=None, do_lower_case=None):
-  """Writes `model` (a BertModel or a task model holding one) as a checkpoint directory in
-  Google's layout: bert_config.json, bert_model.ckpt.{index,data-00000-of-00001} (the
-  original TF1 names, heads included: save_tf1_checkpoint), vocab.txt (a copy of vocab_file,
-  default model.vocab_file as load_model sets it) and tokenizer_config.json
-  ({"do_lower_case": ...}, default model.do_lower_case, left out when unknown); for a task
-  model built around a loaded encoder, the encoder's. load_model reads it back; the original
-  code reads bert_config.json and bert_model.ckpt (if hidden_act is one it knows: not
-  HuggingFace's erf "gelu_exact").
+  """Writes `model` as a checkpoint directory in Google's layout: bert_config.json,
+  bert_model.ckpt.{index,data-00000-of-00001} (the original TF1 names, heads included:
+  save_tf1_checkpoint), vocab.txt and tokenizer_config.json ({"do_lower_case": ...}, left
+  out when unknown). load_model reads it back; the original code reads bert_config.json and
+  bert_model.ckpt (if hidden_act is one it knows: not HuggingFace's erf "gelu_exact").
 
-  Atomic: written into a temporary sibling directory, then renamed to `directory`. An
-  existing `directory` is replaced only when it holds nothing but these files (a previous
-  save_pretrained); otherwise ValueError. Returns `directory`."""
+  Atomic (file_io.replaced_directory): written into a temporary sibling directory, then
+  renamed to `directory`. An existing `directory` is replaced only when it holds nothing but
+  these files (a previous save_pretrained); otherwise ValueError.
+
+  Args:
+    model: a modeling.BertModel or a task model holding one (`bert`); its variables are
+      written as float32.
+    directory: str or path-like, the directory to write (gs:// works).
+    vocab_file: str or None, copied as vocab.txt (default: model.vocab_file as load_model
+      sets it; for a task model built around a loaded encoder, the encoder's). Required.
+    do_lower_case: bool or None (default: model.do_lower_case, likewise).
+
+  Returns:
+    `directory` (str, without a trailing "/").
+  """
   directory = os.fspath(directory).rstrip("/") or "/"
   vocab_file = vocab_file or _loaded_attribute(model, "vocab_file")
   if do_lower_case is None:
@@ -757,11 +792,24 @@ def hf_config(model, label_names=None):
 
 def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, label_names=None):
   """Writes `model` in HuggingFace's layout, for transformers' from_pretrained and
-  sentence-transformers: config.json (hf_config), model.safetensors (hf_state_dict, float32),
-  vocab.txt and tokenizer_config.json (do_lower_case, the tokenizer class). vocab_file and
-  do_lower_case default to what load_model set. Atomic as save_pretrained: written into a
-  temporary sibling, then renamed; an existing `directory` is replaced only when it holds
-  nothing but these files. Returns `directory`."""
+  sentence-transformers: config.json (hf_config), model.safetensors (hf_state_dict, float32,
+  Linear weights [out, in]), vocab.txt and tokenizer_config.json (do_lower_case, the
+  tokenizer class). Atomic as save_pretrained: written into a temporary sibling, then
+  renamed; an existing `directory` is replaced only when it holds nothing but these files
+  (else ValueError).
+
+  Args:
+    model: a modeling.BertModel or a task model holding one (hf_architecture names its
+      transformers class).
+    directory: str or path-like, the directory to write.
+    vocab_file: str or None, copied as vocab.txt (default: what load_model set). Required.
+    do_lower_case: bool or None (default: what load_model set; left out when unknown).
+    label_names: list of str or None, a classifier's id2label / label2id (default:
+      model.labels, else LABEL_0, LABEL_1, ...); as many as the head's outputs.
+
+  Returns:
+    `directory` (str, without a trailing "/").
+  """
   directory = os.fspath(directory).rstrip("/") or "/"
   vocab_file = vocab_file or _loaded_attribute(model, "vocab_file")
   if do_lower_case is None:
