@@ -40,6 +40,7 @@ from absl import logging
 from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import preprocessing
+from bert_keras import task_registry
 from bert_keras.utils import file_io
 from bert_keras.utils import weight_files
 
@@ -548,10 +549,6 @@ def save_tf1_checkpoint(model, prefix):
 # 4. Checkpoint directories: load_model, save_pretrained
 # ----------------------------------------------------------------------------------------------
 
-_TASKS = {"encoder": modeling.BertModel, "classifier": modeling.BertClassifier,
-          "squad": modeling.BertSquad, "pretrainer": modeling.BertPretrainer,
-          "embeddings": modeling.BertSentenceEncoder, "tagger": modeling.BertTokenClassifier}
-_HEADED = ("classifier", "tagger")  # the tasks whose model takes num_labels
 # run_ner's tag set in its output_dir: one tag a line, in the order of the model's outputs.
 LABELS_FILE = model_files.LABELS_FILE
 read_labels = model_files.read_labels
@@ -611,11 +608,14 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
     "end_logits"} [B, S] each.
   """
   path = os.fspath(path)
-  if task not in _TASKS:
-    raise ValueError("task must be one of %s, got %r" % (", ".join(_TASKS), task))
-  if text_input and task not in preprocessing.TEXT_TASKS:
+  try:
+    task_kind = task_registry.get(task)
+  except ValueError:
+    raise ValueError("task must be one of %s, got %r"
+                     % (", ".join(task_registry.names()), task)) from None
+  if text_input and not task_kind.text_input:
     raise ValueError("text_input=True takes task %s, not %r" % (
-        ", ".join(preprocessing.TEXT_TASKS), task))
+        ", ".join(task_registry.names(text_input=True)), task))
   kind, resolved = _resolve_checkpoint(path)
   directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
   config_file = bert_config_file or model_files.config_file_in(directory, path)
@@ -628,18 +628,17 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
                           % (config_file, resolved, e)) from None
   model_files.check_model_files(directory, bert_config_file, config, vocab_file,
                                 do_lower_case)
-  labels = model_files.read_labels(directory) if task in _HEADED else None
+  labels = model_files.read_labels(directory) if task_kind.labels else None
   if labels is not None:
     if num_labels is not None and num_labels != len(labels):
       raise ValueError("num_labels=%d, but %s lists %d labels" % (
           num_labels, os.path.join(directory, LABELS_FILE), len(labels)))
     num_labels = len(labels)
-  if task in _HEADED and num_labels is None:
+  if task_kind.labels and num_labels is None:
     num_labels = _classifier_rows(shapes, resolved)
-  model = (_TASKS[task](config, num_labels, **model_kwargs) if task in _HEADED
-           else _TASKS[task](config, **model_kwargs))
+  model = task_kind.build(config, num_labels, **model_kwargs)
   result = load_checkpoint(model, resolved)
-  if task in _HEADED:
+  if task_kind.labels:
     model.labels = labels
   if vocab_file is None and tf.io.gfile.exists(os.path.join(directory, "vocab.txt")):
     vocab_file = os.path.join(directory, "vocab.txt")
@@ -728,22 +727,16 @@ def _loaded_attribute(model, name):
 # is the exact erf form, our "gelu_exact".
 _HF_ACTIVATION_NAMES = {"gelu": "gelu_new", "gelu_exact": "gelu", "gelu_erf": "gelu",
                         "relu": "relu", "tanh": "tanh", "silu": "silu", "swish": "silu"}
-# The transformers class each of our models is, and its state dict's encoder prefix.
-_HF_ARCHITECTURES = ((modeling.BertTokenClassifier, "BertForTokenClassification"),
-                     (modeling.BertPretrainer, "BertForPreTraining"),
-                     (modeling.BertClassifier, "BertForSequenceClassification"),
-                     (modeling.BertSquad, "BertForQuestionAnswering"),
-                     (modeling.BertSentenceEncoder, "BertModel"),
-                     (modeling.BertModel, "BertModel"))
 _HF_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json")
 
 
 def hf_architecture(model):
-  """The transformers class name of `model` (BertModel, BertForPreTraining, ...)."""
-  for cls, name in _HF_ARCHITECTURES:
-    if isinstance(model, cls):
-      return name
-  raise TypeError("no HuggingFace architecture for %s" % type(model).__name__)
+  """The transformers class name of `model` (BertModel, BertForPreTraining, ...): its task
+  kind's (task_registry); a TypeError for a model of no kind."""
+  try:
+    return task_registry.of_model(model).hf_architecture
+  except TypeError:
+    raise TypeError("no HuggingFace architecture for %s" % type(model).__name__) from None
 
 
 def hf_state_dict(model):

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from bert_keras import model_files
 from bert_keras import modeling
+from bert_keras import task_registry
 
 # The file format lives in model_files.py; these names stay for existing callers.
 LABELS_FILE = model_files.LABELS_FILE
@@ -26,7 +27,7 @@ MODEL_FILES = model_files.MODEL_FILES
 options_dict = model_files.options_dict
 model_dir_of = model_files.model_dir_of
 copy_model_files = model_files.copy_model_files
-TASKS = ("classifier", "regression", "tagger", "squad", "pretraining")
+TASKS = task_registry.task_json_names()  # task.json's "task" values
 
 
 def write_model_dir(directory, options, config, task, labels=None, write_options=True,
