@@ -36,14 +36,15 @@ from bert_keras.runtime import model_dir
 from bert_keras.tasks import doc_windows
 from bert_keras.tasks import multi_label
 from bert_keras.tasks import ner_serving
+from bert_keras.tasks import squad_data
 from bert_keras.tasks import squad_predictions
+from bert_keras.tasks import windows as windows_lib
 
 TASKS = ("classifier", "regression", "tagger", "squad", "embeddings")
 # The text fields looked for when no column is named (the first one present).
 TEXT_A_FIELDS = ("text_a", "sentence1", "sentence", "text", "question")
 TEXT_B_FIELDS = ("text_b", "sentence2", "context")
 SQUAD_FIELDS = ("question", "context")
-_SQUAD_WHITESPACE = frozenset(" \t\r\n\u202f")  # SQuAD's (run_squad.split_context's)
 
 
 def _decode(values):
@@ -215,7 +216,7 @@ class SquadPredictor(Predictor):
     """SQuAD's words of `context` (runs of non-whitespace) as (word, first char, end)."""
     words, start = [], None
     for i, c in enumerate(context + " "):
-      if c in _SQUAD_WHITESPACE:
+      if c in squad_data.SQUAD_WHITESPACE:
         if start is not None:
           words.append((context[start:i], start, i))
           start = None
@@ -239,26 +240,15 @@ class SquadPredictor(Predictor):
     if room < 1:
       raise ValueError(f"max_seq_length {self._max_seq_length} leaves no room for the context "
                        f"after a {len(query)}-piece question")
-    spans, start = [], 0
-    while start < len(pieces):
-      length = min(len(pieces) - start, room)
-      spans.append((start, length))
-      if start + length == len(pieces):
-        break
-      start += min(length, self._doc_stride)
-    best = {}  # piece -> (score, window) of the window where it has the most context
-    for w, (start, length) in enumerate(spans):
-      for p in range(start, start + length):
-        score = min(p - start, start + length - 1 - p) + 0.01 * length
-        if p not in best or score > best[p][0]:
-          best[p] = (score, w)
+    spans = windows_lib.doc_spans(len(pieces), room, self._doc_stride)
+    best = windows_lib.max_context_windows(spans, len(pieces))  # piece -> its window
     ids = self._tokenizer.convert_tokens_to_ids(pieces)
     windows = []
     for w, (start, length) in enumerate(spans):
       input_ids = [self._cls] + query + [self._sep] + ids[start:start + length] + [self._sep]
       segment_ids = [0] * (len(query) + 2) + [1] * (length + 1)
       position_piece = [-1] * (len(query) + 2) + list(range(start, start + length)) + [-1]
-      max_context = [p >= 0 and best[p][1] == w for p in position_piece]
+      max_context = [p >= 0 and best[p] == w for p in position_piece]
       windows.append((input_ids, segment_ids, position_piece, max_context))
     return windows, words, pieces, piece_word
 
