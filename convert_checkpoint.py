@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from bert_keras import checkpoints
 from bert_keras.runtime import common_flags
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.utils import errors
 
@@ -68,14 +69,8 @@ def define_flags():
 def run(options):
   """Loads --init_checkpoint with its head and writes it in --format to --output_dir; returns
   {file name: bytes} of what was written. A user's mistake is a ValueError naming the flag."""
-  if options.format not in FORMATS:
-    raise ValueError(f"--format={options.format}: one of {', '.join(FORMATS)}")
-  if options.task not in TASKS:
-    raise ValueError(f"--task={options.task}: one of {', '.join(TASKS)}")
-  for name in ("bert_config_file", "vocab_file"):
-    path = getattr(options, name)
-    if path and not tf.io.gfile.exists(path):
-      raise ValueError(f"--{name} {path}: no such file")
+  checks.check(options, {checks.CHOICES: {"format": FORMATS, "task": TASKS},
+                         checks.EXISTING_FILES: ("bert_config_file", "vocab_file")})
   try:
     task = (checkpoints.checkpoint_task(options.init_checkpoint) if options.task == "auto"
             else options.task)

@@ -41,6 +41,7 @@ from bert_keras import preprocessing
 from bert_keras import serving
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training_checkpoints
@@ -151,16 +152,11 @@ def _check_options(options, config):
     raise ValueError(f"--max_seq_length {options.max_seq_length}: must be at least 3")
   if options.task == "squad" and options.max_answer_length < 1:
     raise ValueError(f"--max_answer_length {options.max_answer_length}: must be at least 1")
-  if options.pooling not in modeling.POOLINGS:
-    raise ValueError(f"--pooling={options.pooling}: one of {', '.join(modeling.POOLINGS)}")
+  checks.check(options, {checks.CHOICES: {"pooling": modeling.POOLINGS}})
   if options.task != "embeddings" and (options.pooling != "mean" or options.normalize):
     raise ValueError(f"--pooling / --normalize are for --task=embeddings, not "
                      f"--task={options.task}")
-  if options.format not in FORMATS:
-    raise ValueError(f"--format={options.format}: one of {', '.join(FORMATS)}")
-  if options.quantize not in serving.QUANTIZATIONS:
-    raise ValueError(f"--quantize={options.quantize}: one of "
-                     f"{', '.join(serving.QUANTIZATIONS)}")
+  checks.check(options, {checks.CHOICES: {"format": FORMATS, "quantize": serving.QUANTIZATIONS}})
   if options.quantize != "none" and options.format != "tflite":
     raise ValueError("--quantize is for --format=tflite")
   if options.task == "tagger" and options.format != "saved_model":
@@ -172,8 +168,7 @@ def _check_options(options, config):
   if not (tf.io.gfile.exists(checkpoint) or tf.io.gfile.exists(checkpoint + ".index")):
     raise ValueError(f"--init_checkpoint {checkpoint}: no such file, directory or checkpoint "
                      "prefix")
-  if not tf.io.gfile.exists(options.vocab_file):
-    raise ValueError(f"--vocab_file {options.vocab_file}: no such file")
+  checks.check(options, {checks.EXISTING_FILES: ("vocab_file",)})
   outputs.check_output_dir(options.export_dir, "--export_dir")
   try:
     serving.check_export_dir(options.export_dir, options.overwrite)
@@ -210,8 +205,7 @@ def multi_label_head(options):
     raise ValueError("--multi_label needs --labels, or a thresholds.json (run_classifier "
                      f"--multi_label) or labels.txt in {directory}")
   if options.threshold is not None:
-    if not 0 < options.threshold < 1:
-      raise ValueError(f"--threshold={options.threshold}: must be between 0 and 1")
+    checks.check(options, {checks.FRACTION: ("threshold",)})
     thresholds = [options.threshold] * len(names)
   elif record and list(record["labels"]) == list(names):
     thresholds = record["thresholds"]
@@ -287,11 +281,9 @@ def run(options):
   With a model directory as --init_checkpoint, --export_dir is the only other flag needed
   (resolve_options)."""
   options = resolve_options(options)
-  for name in ("bert_config_file", "vocab_file", "init_checkpoint", "export_dir"):
-    if not getattr(options, name):
-      raise ValueError(f"--{name} is required" + (
-          " (or an --init_checkpoint that is a model directory)"
-          if name in ("bert_config_file", "vocab_file") else ""))
+  checks.check(options, {checks.REQUIRED: dict(
+      bert_config_file=checks.MODEL_DIR_CHECKPOINT, vocab_file=checks.MODEL_DIR_CHECKPOINT,
+      init_checkpoint=None, export_dir=None)})
   if options.task not in TASKS:
     raise ValueError(f"--task {options.task}: not one of {', '.join(TASKS)}")
   config = run_checks.load_and_check_config(options)

@@ -31,6 +31,7 @@ from bert_keras.runtime import common_flags
 from bert_keras.runtime import distribution
 from bert_keras.runtime import inference
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.utils import errors
@@ -262,26 +263,19 @@ def run(options, strategy=None):
   --max_seq_length default to its own (runtime/model_dir.py).
   """
   options, _ = model_dir.resolve_options(options, DEFAULTS)
-  for name in ("input_file", "output_file", "bert_config_file", "init_checkpoint",
-               "vocab_file"):
-    if not getattr(options, name):
-      raise ValueError(f"--{name} is required" + (
-          " (or an --init_checkpoint that is a model directory)"
-          if name in ("bert_config_file", "vocab_file") else ""))
+  checks.check(options, {checks.REQUIRED: dict(
+      input_file=None, output_file=None, bert_config_file=checks.MODEL_DIR_CHECKPOINT,
+      init_checkpoint=None, vocab_file=checks.MODEL_DIR_CHECKPOINT)})
   config = run_checks.load_and_check_config(options)
   layer_indexes = parse_layers(options.layers, config.num_hidden_layers)
-  if options.max_seq_length < 3:
-    raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3 ([CLS] a [SEP] b "
-                     "[SEP])")
+  checks.check(options, {checks.AT_LEAST: {"max_seq_length": (3, "[CLS] a [SEP] b [SEP]")}})
   if options.max_seq_length > config.max_position_embeddings:
     raise ValueError(
         f"--max_seq_length={options.max_seq_length}: cannot use sequence length "
         f"{options.max_seq_length} because the BERT model was only trained up to sequence length "
         f"{config.max_position_embeddings} (max_position_embeddings of --bert_config_file)")
-  if options.batch_size < 1:
-    raise ValueError(f"--batch_size={options.batch_size}: must be >= 1")
-  if not tf.io.gfile.exists(options.vocab_file):
-    raise ValueError(f"--vocab_file {options.vocab_file}: no such file")
+  checks.check(options, {checks.POSITIVE: ("batch_size",),
+                         checks.EXISTING_FILES: ("vocab_file",)})
   tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
                                          do_lower_case=options.do_lower_case)
   tokenization.check_vocab(tokenizer.vocab, options.vocab_file,

@@ -42,6 +42,7 @@ import tensorflow as tf
 
 from bert_keras import modeling
 from bert_keras.runtime import common_flags
+from bert_keras.runtime import option_checks as checks
 from bert_keras.tasks import predict_io
 from bert_keras.tasks import predictors
 from bert_keras.utils import errors
@@ -105,10 +106,8 @@ def _check_options(options):
     raise ValueError(f"--max_seq_length={options.max_seq_length}: must be at least 3")
   if options.task not in (None, "embeddings"):
     raise ValueError(f"--task={options.task}: only embeddings (else the model's own task)")
-  if options.pooling is not None and options.pooling not in modeling.POOLINGS:
-    raise ValueError(f"--pooling={options.pooling}: one of {', '.join(modeling.POOLINGS)}")
-  if options.threshold is not None and not 0 < options.threshold < 1:
-    raise ValueError(f"--threshold={options.threshold}: must be between 0 and 1")
+  checks.check(options, {checks.CHOICES: {"pooling": (None,) + modeling.POOLINGS},
+                         checks.FRACTION: ("threshold",)})
   if ((options.pooling is not None or options.normalize) and options.task != "embeddings"
       and not predictors.is_saved_model(options.model_dir)):
     raise ValueError("--pooling / --normalize are for --task=embeddings (or an embeddings "

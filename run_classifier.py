@@ -35,6 +35,7 @@ from bert_keras.runtime import distribution
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
@@ -898,29 +899,20 @@ def softmax(logits):
 
 def _validate(options):
   optional = ("data_dir", "task_name") if options.tfds_name else ()  # (--tfds_name: from TFDS)
-  if options.tfds_name and options.data_dir:
-    raise ValueError("--tfds_name replaces --data_dir: pass one or the other")
-  for name in ("data_dir", "task_name", "vocab_file", "bert_config_file", "output_dir"):
-    if not getattr(options, name) and name not in optional:
-      raise ValueError(f"--{name} is required" + (
-          " (or an --init_checkpoint or --output_dir that is a model directory)"
-          if name in ("vocab_file", "bert_config_file", "task_name") else ""))
+  required = dict(data_dir=None, task_name=checks.MODEL_DIR, vocab_file=checks.MODEL_DIR,
+                  bert_config_file=checks.MODEL_DIR, output_dir=None)
+  checks.check(options, {
+      checks.EXCLUSIVE: {"tfds_name": ("data_dir",)},
+      checks.REQUIRED: {k: v for k, v in required.items() if k not in optional}})
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
   if not options.do_train and not options.do_eval and not options.do_predict:
     raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
-  for name in ("bert_config_file", "vocab_file"):
-    if not tf.io.gfile.exists(getattr(options, name)):
-      raise ValueError(f"--{name} {getattr(options, name)}: no such file")
-  for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
-               "iterations_per_loop", "gradient_accumulation_steps", "max_seq_length"):
-    if getattr(options, name) < 1:
-      raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
-  if options.eval_every_steps and not (options.do_train and options.do_eval):
-    raise ValueError(f"--eval_every_steps={options.eval_every_steps} needs --do_train and "
-                     "--do_eval (it evaluates on the dev set during training)")
-  if options.max_seq_length < 3:
-    raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3 ([CLS] a [SEP] b "
-                     "[SEP])")
+  checks.check(options, {
+      checks.EXISTING_FILES: ("bert_config_file", "vocab_file"),
+      checks.POSITIVE: ("train_batch_size", "eval_batch_size", "predict_batch_size",
+                        "iterations_per_loop", "gradient_accumulation_steps", "max_seq_length"),
+      checks.REQUIRES: checks.EVAL_EVERY_STEPS,
+      checks.AT_LEAST: {"max_seq_length": (3, "[CLS] a [SEP] b [SEP]")}})
   training.check_training_numbers(options)
   classifier_options.validate(options)
 

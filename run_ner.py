@@ -46,6 +46,7 @@ from bert_keras import tokenization
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import distribution
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
@@ -174,27 +175,18 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, t
 # ----------------------------------------------------------------------------
 
 def _validate(options):
-  for name in ("data_dir", "vocab_file", "bert_config_file", "output_dir"):
-    if not getattr(options, name):
-      raise ValueError(f"--{name} is required" + (
-          " (or an --init_checkpoint or --output_dir that is a model directory)"
-          if name in ("vocab_file", "bert_config_file") else ""))
+  checks.check(options, {checks.REQUIRED: dict(
+      data_dir=None, vocab_file=checks.MODEL_DIR, bert_config_file=checks.MODEL_DIR,
+      output_dir=None)})
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
   if not options.do_train and not options.do_eval and not options.do_predict:
     raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
-  for name in ("bert_config_file", "vocab_file"):
-    if not tf.io.gfile.exists(getattr(options, name)):
-      raise ValueError(f"--{name} {getattr(options, name)}: no such file")
-  for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
-               "iterations_per_loop", "gradient_accumulation_steps", "doc_stride"):
-    if getattr(options, name) < 1:
-      raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
-  if options.max_seq_length < 3:
-    raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3 ([CLS] a "
-                     "piece [SEP])")
-  if options.eval_every_steps and not (options.do_train and options.do_eval):
-    raise ValueError(f"--eval_every_steps={options.eval_every_steps} needs --do_train and "
-                     "--do_eval (it evaluates on the dev set during training)")
+  checks.check(options, {
+      checks.EXISTING_FILES: ("bert_config_file", "vocab_file"),
+      checks.POSITIVE: ("train_batch_size", "eval_batch_size", "predict_batch_size",
+                        "iterations_per_loop", "gradient_accumulation_steps", "doc_stride"),
+      checks.AT_LEAST: {"max_seq_length": (3, "[CLS] a piece [SEP]")},
+      checks.REQUIRES: checks.EVAL_EVERY_STEPS})
   training.check_training_numbers(options)
 
 

@@ -32,6 +32,7 @@ from bert_keras.runtime import distribution
 from bert_keras.runtime import flops
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
@@ -173,19 +174,12 @@ class PretrainingTask(training.Task):
 def _validate(options):
   if not options.do_train and not options.do_eval:
     raise ValueError("At least one of `do_train` or `do_eval` must be True.")
-  for name in ("bert_config_file", "input_file", "output_dir"):
-    if not getattr(options, name):
-      raise ValueError(f"--{name} is required" + (
-          " (or an --init_checkpoint or --output_dir that is a model directory)"
-          if name == "bert_config_file" else ""))
-  if not tf.io.gfile.exists(options.bert_config_file):
-    raise ValueError(f"--bert_config_file {options.bert_config_file}: no such file")
-  for name in ("train_batch_size", "eval_batch_size", "num_train_steps",
-               "iterations_per_loop", "max_eval_steps", "gradient_accumulation_steps"):
-    if getattr(options, name) < 1:
-      raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
-  if options.num_warmup_steps < 0:
-    raise ValueError(f"--num_warmup_steps={options.num_warmup_steps}: must be >= 0")
+  checks.check(options, {
+      checks.REQUIRED: dict(bert_config_file=checks.MODEL_DIR, input_file=None, output_dir=None),
+      checks.EXISTING_FILES: ("bert_config_file",),
+      checks.POSITIVE: ("train_batch_size", "eval_batch_size", "num_train_steps",
+                        "iterations_per_loop", "max_eval_steps", "gradient_accumulation_steps"),
+      checks.NON_NEGATIVE: ("num_warmup_steps",)})
   training.check_training_numbers(options)
 
 

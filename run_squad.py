@@ -47,6 +47,7 @@ from bert_keras.runtime import distribution
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
@@ -743,21 +744,14 @@ class Progress(progress_lib.Progress):
 
 def _check_options(options):
   """Our checks before the original's: required flags, files, positive sizes."""
-  for name in ("vocab_file", "bert_config_file", "output_dir"):
-    if not getattr(options, name):
-      raise ValueError(f"--{name} is required" + (
-          " (or an --init_checkpoint or --output_dir that is a model directory)"
-          if name != "output_dir" else ""))
-  for name in ("bert_config_file", "vocab_file"):
-    if not tf.io.gfile.exists(getattr(options, name)):
-      raise ValueError(f"--{name} {getattr(options, name)}: no such file")
-  for name in ("train_batch_size", "predict_batch_size", "iterations_per_loop",
-               "gradient_accumulation_steps", "doc_stride", "n_best_size",
-               "max_answer_length"):
-    if getattr(options, name) < 1:
-      raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
-  if options.max_query_length < 0:
-    raise ValueError(f"--max_query_length={options.max_query_length}: must be >= 0")
+  checks.check(options, {
+      checks.REQUIRED: dict(vocab_file=checks.MODEL_DIR, bert_config_file=checks.MODEL_DIR,
+                            output_dir=None),
+      checks.EXISTING_FILES: ("bert_config_file", "vocab_file"),
+      checks.POSITIVE: ("train_batch_size", "predict_batch_size", "iterations_per_loop",
+                        "gradient_accumulation_steps", "doc_stride", "n_best_size",
+                        "max_answer_length"),
+      checks.NON_NEGATIVE: ("max_query_length",)})
   training.check_training_numbers(options)
 
 
@@ -766,8 +760,7 @@ def validate_flags_or_throw(options, bert_config):
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
   if not options.do_train and not options.do_predict:
     raise ValueError("At least one of `do_train` or `do_predict` must be True.")
-  if options.tfds_name and (options.train_file or options.predict_file):
-    raise ValueError("--tfds_name replaces --train_file and --predict_file: pass one or the other")
+  checks.check(options, {checks.EXCLUSIVE: {"tfds_name": ("train_file", "predict_file")}})
   if options.do_train and not options.train_file and not options.tfds_name:
     raise ValueError("If `do_train` is True, then `train_file` must be specified.")
   if options.do_predict and not options.predict_file and not options.tfds_name:

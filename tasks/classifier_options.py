@@ -10,6 +10,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
+from bert_keras.runtime import option_checks as checks
 from bert_keras.tasks import class_weights as class_weights_lib
 from bert_keras.tasks import doc_windows
 from bert_keras.tasks import multi_label as multi_label_lib
@@ -49,12 +50,11 @@ def validate(options):
     raise ValueError("--multi_label is only for --task_name=custom (not --tfds_name)")
   if options.multi_label and not options.label_separator:
     raise ValueError("--label_separator: must not be empty")
-  if not 0 < options.threshold < 1:
-    raise ValueError(f"--threshold={options.threshold}: must be between 0 and 1")
+  checks.check(options, {checks.FRACTION: ("threshold",)})
   if options.tune_threshold and not options.multi_label:
     raise ValueError("--tune_threshold is for --multi_label (per-label thresholds)")
-  if options.tune_threshold and not options.do_eval:
-    raise ValueError("--tune_threshold needs --do_eval (it tunes the thresholds on dev.tsv)")
+  checks.check(options, {checks.REQUIRES: {
+      "tune_threshold": (("do_eval",), "it tunes the thresholds on dev.tsv")}})
   if options.class_weights and not options.do_train:
     raise ValueError(f"--class_weights={options.class_weights} weighs the training loss: it "
                      "needs --do_train")
