@@ -55,12 +55,6 @@ from bert_keras.utils import errors
 NUM_LABELS = {"cola": 2, "mnli": 3, "mrpc": 2, "xnli": 3, "sst-2": 2, "sst2": 2, "qqp": 2,
               "qnli": 2, "rte": 2, "wnli": 2, "sts-b": 1, "stsb": 1}
 
-DEFAULTS = dict(bert_config_file=None, init_checkpoint=None, vocab_file=None,
-                do_lower_case=True, max_seq_length=128, task="classifier", num_labels=None,
-                task_name=None, max_answer_length=30, export_dir=None, overwrite=False,
-                tensorflow_text_ops=False, pooling="mean", normalize=False,
-                format="saved_model", quantize="none", labels=None, multi_label=False,
-                threshold=None)
 FORMATS = ("saved_model", "tflite", "onnx")
 TASKS = serving.TASKS + ("tagger",)
 
@@ -70,50 +64,62 @@ def options(**overrides):
   return common_flags.make_options(DEFAULTS, overrides)
 
 
-def define_flags():
-  common_flags.define_model_flags(max_seq_length=128, output_dir=False)
+def define_flags(fv=flags.FLAGS):
+  common_flags.define_model_flags(max_seq_length=128, output_dir=False, fv=fv)
   flags.DEFINE_enum("task", "classifier", TASKS,
                     "classifier (run_classifier's model), squad (run_squad's), tagger "
-                    "(run_ner's) or embeddings (the encoder alone).")
+                    "(run_ner's) or embeddings (the encoder alone).", flag_values=fv)
   flags.DEFINE_integer("num_labels", None, "--task=classifier: the number of labels "
-                       "(1: a regression such as STS-B).")
+                       "(1: a regression such as STS-B).", flag_values=fv)
   flags.DEFINE_string("task_name", None, "--task=classifier: a GLUE task name of "
-                      "run_classifier (gives --num_labels): " + ", ".join(sorted(NUM_LABELS)))
+                      "run_classifier (gives --num_labels): " + ", ".join(sorted(NUM_LABELS)),
+                      flag_values=fv)
   flags.DEFINE_integer("max_answer_length", 30,
-                       "--task=squad: the longest answer span, in word pieces.")
+                       "--task=squad: the longest answer span, in word pieces.", flag_values=fv)
   flags.DEFINE_enum("pooling", "mean", modeling.POOLINGS,
                     "--task=embeddings: how the `embeddings` output pools the tokens' vectors: "
-                    "mean or max over the real tokens, or the [CLS] position's (cls).")
+                    "mean or max over the real tokens, or the [CLS] position's (cls).",
+                    flag_values=fv)
   flags.DEFINE_bool("normalize", False, "--task=embeddings: divide each embedding by its L2 "
                     "norm (with --pooling=mean: what sentence-transformers' all-MiniLM-L6-v2 "
-                    "returns).")
+                    "returns).", flag_values=fv)
   flags.DEFINE_enum("format", "saved_model", FORMATS,
                     "saved_model: raw text in (the two signatures); tflite: model.tflite with "
                     "token ids in (input_ids, input_mask, segment_ids int32 [B, "
                     "max_seq_length]), with vocab.txt, labels.txt and model_config.json; onnx: "
-                    "model.onnx (tf2onnx, the [onnx] extra), the same inputs and files.")
+                    "model.onnx (tf2onnx, the [onnx] extra), the same inputs and files.",
+                    flag_values=fv)
   flags.DEFINE_enum("quantize", "none", serving.QUANTIZATIONS,
-                    "--format=tflite: none (float32), dynamic (int8 weights) or float16.")
+                    "--format=tflite: none (float32), dynamic (int8 weights) or float16.",
+                    flag_values=fv)
   flags.DEFINE_string("labels", None, "--task=classifier: the label names in order, "
                       "comma-separated (labels.txt of --format=tflite). --task=tagger: its "
-                      "tags in order (default: labels.txt beside --init_checkpoint).")
+                      "tags in order (default: labels.txt beside --init_checkpoint).",
+                      flag_values=fv)
   flags.DEFINE_bool("multi_label", False,
                     "--task=classifier: a run_classifier --multi_label model: sigmoid "
                     "probabilities, and the labels reaching their thresholds (thresholds.json "
-                    "beside --init_checkpoint, else --threshold).")
+                    "beside --init_checkpoint, else --threshold).", flag_values=fv)
   flags.DEFINE_float("threshold", None, "--multi_label: one threshold for every label "
-                     "(default: the tuned ones of thresholds.json, else 0.5).")
+                     "(default: the tuned ones of thresholds.json, else 0.5).", flag_values=fv)
   flags.DEFINE_string("export_dir", None, "The SavedModel directory to write (it must not "
-                      "exist, or be empty).")
-  flags.DEFINE_bool("overwrite", False, "Replace an existing non-empty --export_dir.")
+                      "exist, or be empty).", flag_values=fv)
+  flags.DEFINE_bool("overwrite", False, "Replace an existing non-empty --export_dir.",
+                    flag_values=fv)
   flags.DEFINE_bool(
       "tensorflow_text_ops", False,
       "Tokenize with tensorflow-text's WordPiece op (faster; the loading process must `import "
       "tensorflow_text` first, and a TensorFlow Serving build must include its ops). Off: "
-      "TensorFlow's own ops only, loadable anywhere TensorFlow is; the same outputs.")
+      "TensorFlow's own ops only, loadable anywhere TensorFlow is; the same outputs.",
+      flag_values=fv)
   for name in ("init_checkpoint", "export_dir"):  # (the others: also from a model directory)
-    flags.mark_flag_as_required(name)
-  flags.adopt_module_key_flags(common_flags)
+    flags.mark_flag_as_required(name, flag_values=fv)
+  flags.adopt_module_key_flags(common_flags, flag_values=fv)
+
+
+# The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
+# read from define_flags without parsing or touching absl's FLAGS.
+DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
 def num_labels(options):

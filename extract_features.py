@@ -39,37 +39,38 @@ from bert_keras.utils import file_io
 
 SEPARATOR = " ||| "
 
-# Programmatic defaults = the flags' defaults (see define_flags).
-DEFAULTS = dict(
-    input_file=None, output_file=None, layers="-1,-2,-3,-4", bert_config_file=None,
-    max_seq_length=128, init_checkpoint=None, vocab_file=None, do_lower_case=True,
-    batch_size=32, use_one_hot_embeddings=False, **common_flags.DEVICE_DEFAULTS,
-    **common_flags.TPU_DEFAULTS)
-
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
   return common_flags.make_options(DEFAULTS, overrides)
 
 
-def define_flags():
+def define_flags(fv=flags.FLAGS):
   """The original's flags (same names, types and defaults) plus strategy/dtype/XLA."""
   flags.DEFINE_string("input_file", None,
-                      "Text file, one example per line: `text` or `text a ||| text b`.")
-  flags.DEFINE_string("output_file", None, "JSON Lines output, one line per input line.")
+                      "Text file, one example per line: `text` or `text a ||| text b`.",
+                      flag_values=fv)
+  flags.DEFINE_string("output_file", None, "JSON Lines output, one line per input line.",
+                      flag_values=fv)
   flags.DEFINE_string("layers", "-1,-2,-3,-4",
-                      "Comma-separated encoder layer indexes (-1 = last layer).")
-  common_flags.define_model_flags(max_seq_length=128, output_dir=False)
-  flags.DEFINE_integer("batch_size", 32, "Batch size for predictions.")
-  common_flags.define_tpu_flags()
+                      "Comma-separated encoder layer indexes (-1 = last layer).", flag_values=fv)
+  common_flags.define_model_flags(max_seq_length=128, output_dir=False, fv=fv)
+  flags.DEFINE_integer("batch_size", 32, "Batch size for predictions.", flag_values=fv)
+  common_flags.define_tpu_flags(fv=fv)
   flags.DEFINE_bool("use_one_hot_embeddings", False,
                     "Accepted for the original's command lines; the embedding lookup is "
-                    "the same either way here.")
-  common_flags.define_device_flags(strategies=("one_device", "mirrored", "tpu"))
+                    "the same either way here.", flag_values=fv)
+  common_flags.define_device_flags(strategies=("one_device", "mirrored", "tpu"), fv=fv)
   # (--vocab_file, --bert_config_file: also from a model directory as --init_checkpoint)
   for name in ("input_file", "init_checkpoint", "output_file"):
-    flags.mark_flag_as_required(name)
-  flags.adopt_module_key_flags(common_flags)  # --help lists them too, not only --helpfull
+    flags.mark_flag_as_required(name, flag_values=fv)
+  flags.adopt_module_key_flags(common_flags,
+                               flag_values=fv)  # --help lists them too, not only --helpfull
+
+
+# The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
+# read from define_flags without parsing or touching absl's FLAGS.
+DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
 # ----------------------------------------------------------------------------

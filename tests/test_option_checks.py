@@ -68,3 +68,48 @@ def test_the_first_breach_in_the_table_order_is_raised():
 def test_an_unknown_kind_is_a_programming_error():
   with pytest.raises(KeyError, match="positiv"):
     checks.check(types.SimpleNamespace(), {"positiv": ("n",)})
+
+
+def test_flag_defaults_come_from_the_definitions_without_touching_absl_flags():
+  """common_flags.flag_defaults: the parsed defaults, in order, from a fresh FlagValues."""
+  from absl import flags
+
+  from bert_keras.runtime import common_flags
+
+  def define(fv=flags.FLAGS):
+    flags.DEFINE_integer("checks_steps", 8, "", flag_values=fv)
+    flags.DEFINE_float("checks_rate", 1, "", flag_values=fv)
+    flags.DEFINE_enum("checks_kind", None, ["a", "b"], "", flag_values=fv)
+    flags.DEFINE_bool("checks_flag", True, "", short_name="checks_f", flag_values=fv)
+    flags.mark_flag_as_required("checks_kind", flag_values=fv)
+
+  for _ in range(2):  # (a fresh FlagValues each time: no duplicate flags)
+    defaults = common_flags.flag_defaults(define)
+    assert list(defaults.items()) == [("checks_steps", 8), ("checks_rate", 1.0),
+                                      ("checks_kind", None), ("checks_flag", True)]
+    assert type(defaults["checks_rate"]) is float
+  assert "checks_steps" not in flags.FLAGS
+
+
+_IMPORT_SCRIPTS = """
+from absl import flags
+import importlib
+names = set()
+for script in {scripts!r}:
+  names |= set(importlib.import_module("bert_keras." + script).DEFAULTS)
+print(sorted(names & set(flags.FLAGS)), len(names))
+"""
+
+
+def test_importing_the_scripts_defines_no_absl_flag():
+  """Each script's DEFAULTS come from its define_flags through a fresh FlagValues: a definition
+  that missed `fv` would land in absl's FLAGS on import (and clash with the original's)."""
+  import subprocess
+  import sys
+  scripts = ["run_classifier", "run_ner", "run_pretraining", "run_squad", "extract_features",
+             "export_saved_model", "predict", "convert_checkpoint"]
+  proc = subprocess.run([sys.executable, "-c", _IMPORT_SCRIPTS.format(scripts=scripts)],
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  leaked, count = proc.stdout.strip().splitlines()[-1].rsplit(" ", 1)
+  assert leaked == "[]" and int(count) > 60
