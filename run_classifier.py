@@ -39,6 +39,7 @@ from bert_keras.runtime import distribution
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
@@ -54,75 +55,70 @@ from bert_keras.tasks import tfds_input
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
 
-# Programmatic defaults = the flags' defaults (see define_flags).
-DEFAULTS = dict(
-    data_dir=None, bert_config_file=None, task_name=None, vocab_file=None, output_dir=None,
-    init_checkpoint=None, do_lower_case=True, max_seq_length=128, do_train=False,
-    do_eval=False, do_predict=False, train_batch_size=32, eval_batch_size=8,
-    predict_batch_size=8, learning_rate=5e-5, num_train_epochs=3.0, warmup_proportion=0.1,
-    save_checkpoints_steps=1000, iterations_per_loop=1000,
-    tpu_job_name=None, tfds_name=None, tfds_data_dir=None, eval_every_steps=0,
-    early_stopping_patience=0, trim_eval_batches=True,
-    trim_train_batches=False, **common_flags.TPU_DEFAULTS, **common_flags.TRAINING_DEFAULTS)
-# --task_name=custom's columns and labels (CustomProcessor).
-DEFAULTS.update(text_a_column=None, text_b_column=None, label_column=None, labels=None)
-# Multi-label, class weights and long documents (issue 25; all off by default).
-DEFAULTS.update(classifier_options.DEFAULTS)
-
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
   return common_flags.make_options(DEFAULTS, overrides)
 
 
-def define_flags():
+def define_flags(fv=flags.FLAGS):
   """The original's flags (same names, types and defaults) plus training.py's."""
   flags.DEFINE_string(
       "data_dir", None,
-      "The input data dir. Should contain the .tsv files (or other data files) for the task.")
-  common_flags.define_model_flags(max_seq_length=128)
-  flags.DEFINE_string("task_name", None, "The name of the task to train.")
-  _define_custom_task_flags()
-  classifier_options.define_flags()
-  flags.DEFINE_bool("do_train", False, "Whether to run training.")
-  flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
+      "The input data dir. Should contain the .tsv files (or other data files) for the task.",
+      flag_values=fv)
+  common_flags.define_model_flags(max_seq_length=128, fv=fv)
+  flags.DEFINE_string("task_name", None, "The name of the task to train.", flag_values=fv)
+  _define_custom_task_flags(fv=fv)
+  classifier_options.define_flags(fv=fv)
+  flags.DEFINE_bool("do_train", False, "Whether to run training.", flag_values=fv)
+  flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.", flag_values=fv)
   flags.DEFINE_bool("do_predict", False,
-                    "Whether to run the model in inference mode on the test set.")
-  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
-  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
-  flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.")
-  common_flags.define_fine_tuning_flags()
-  common_flags.define_tpu_flags()
+                    "Whether to run the model in inference mode on the test set.", flag_values=fv)
+  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.", flag_values=fv)
+  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.", flag_values=fv)
+  flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.", flag_values=fv)
+  common_flags.define_fine_tuning_flags(fv=fv)
+  common_flags.define_tpu_flags(fv=fv)
   # bert-tensorflow 1.0.4's extra TPU flag: accepted (TPUStrategy finds the TPU workers).
   flags.DEFINE_string("tpu_job_name", None,
-                      "Name of TPU worker, if anything other than 'tpu_worker'")
-  common_flags.define_training_flags()
-  common_flags.define_trim_train_batches_flag()
+                      "Name of TPU worker, if anything other than 'tpu_worker'", flag_values=fv)
+  common_flags.define_training_flags(fv=fv)
+  common_flags.define_trim_train_batches_flag(fv=fv)
   flags.DEFINE_string(
       "tfds_name", None,
       "Read the task through TensorFlow Datasets instead of --data_dir: glue/<config> (e.g. "
-      "glue/mrpc, glue/mnli); it implies --task_name. Never downloads.")
+      "glue/mrpc, glue/mnli); it implies --task_name. Never downloads.", flag_values=fv)
   flags.DEFINE_string("tfds_data_dir", None,
-                      "TensorFlow Datasets data directory of --tfds_name (default: TFDS's).")
-  common_flags.define_eval_during_training_flags()
+                      "TensorFlow Datasets data directory of --tfds_name (default: TFDS's).",
+                      flag_values=fv)
+  common_flags.define_eval_during_training_flags(fv=fv)
   # (data_dir, task_name: below; vocab_file, bert_config_file: also from a model directory)
-  flags.mark_flag_as_required("output_dir")
-  flags.adopt_module_key_flags(common_flags)  # --help lists them too, not only --helpfull
+  flags.mark_flag_as_required("output_dir", flag_values=fv)
+  flags.adopt_module_key_flags(common_flags,
+                               flag_values=fv)  # --help lists them too, not only --helpfull
 
 
-def _define_custom_task_flags():
+def _define_custom_task_flags(fv=flags.FLAGS):
   flags.DEFINE_string("text_a_column", None,
                       "--task_name=custom: the header name of the first text's column "
-                      "(default sentence1, or sentence where there is no sentence1).")
+                      "(default sentence1, or sentence where there is no sentence1).",
+                      flag_values=fv)
   flags.DEFINE_string("text_b_column", None,
                       "--task_name=custom: the second text's column (default sentence2 where "
-                      "there is one, else single sentences; 'none': single sentences).")
+                      "there is one, else single sentences; 'none': single sentences).",
+                      flag_values=fv)
   flags.DEFINE_string("label_column", None,
                       "--task_name=custom: the label column (default label; test.tsv may "
-                      "lack it).")
+                      "lack it).", flag_values=fv)
   flags.DEFINE_string("labels", None,
                       "--task_name=custom: comma-separated labels in the order of the model's "
-                      "outputs (default: the sorted distinct labels of train.tsv).")
+                      "outputs (default: the sorted distinct labels of train.tsv).", flag_values=fv)
+
+
+# The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
+# read from define_flags without parsing or touching absl's FLAGS.
+DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
 # ----------------------------------------------------------------------------
@@ -429,29 +425,20 @@ def softmax(logits):
 
 def _validate(options):
   optional = ("data_dir", "task_name") if options.tfds_name else ()  # (--tfds_name: from TFDS)
-  if options.tfds_name and options.data_dir:
-    raise ValueError("--tfds_name replaces --data_dir: pass one or the other")
-  for name in ("data_dir", "task_name", "vocab_file", "bert_config_file", "output_dir"):
-    if not getattr(options, name) and name not in optional:
-      raise ValueError(f"--{name} is required" + (
-          " (or an --init_checkpoint or --output_dir that is a model directory)"
-          if name in ("vocab_file", "bert_config_file", "task_name") else ""))
+  required = dict(data_dir=None, task_name=checks.MODEL_DIR, vocab_file=checks.MODEL_DIR,
+                  bert_config_file=checks.MODEL_DIR, output_dir=None)
+  checks.check(options, {
+      checks.EXCLUSIVE: {"tfds_name": ("data_dir",)},
+      checks.REQUIRED: {k: v for k, v in required.items() if k not in optional}})
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
   if not options.do_train and not options.do_eval and not options.do_predict:
     raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
-  for name in ("bert_config_file", "vocab_file"):
-    if not tf.io.gfile.exists(getattr(options, name)):
-      raise ValueError(f"--{name} {getattr(options, name)}: no such file")
-  for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
-               "iterations_per_loop", "gradient_accumulation_steps", "max_seq_length"):
-    if getattr(options, name) < 1:
-      raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
-  if options.eval_every_steps and not (options.do_train and options.do_eval):
-    raise ValueError(f"--eval_every_steps={options.eval_every_steps} needs --do_train and "
-                     "--do_eval (it evaluates on the dev set during training)")
-  if options.max_seq_length < 3:
-    raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3 ([CLS] a [SEP] b "
-                     "[SEP])")
+  checks.check(options, {
+      checks.EXISTING_FILES: ("bert_config_file", "vocab_file"),
+      checks.POSITIVE: ("train_batch_size", "eval_batch_size", "predict_batch_size",
+                        "iterations_per_loop", "gradient_accumulation_steps", "max_seq_length"),
+      checks.REQUIRES: checks.EVAL_EVERY_STEPS,
+      checks.AT_LEAST: {"max_seq_length": (3, "[CLS] a [SEP] b [SEP]")}})
   training.check_training_numbers(options)
   classifier_options.validate(options)
 

@@ -46,6 +46,7 @@ from bert_keras.runtime import distribution
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
@@ -58,78 +59,78 @@ from bert_keras.utils import errors
 from bert_keras.utils import file_io
 from bert_keras.utils import progress as progress_lib
 
-# Programmatic defaults = the flags' defaults (see define_flags).
-DEFAULTS = dict(
-    bert_config_file=None, vocab_file=None, output_dir=None, train_file=None,
-    predict_file=None, init_checkpoint=None, do_lower_case=True, max_seq_length=384,
-    doc_stride=128, max_query_length=64, do_train=False, do_predict=False,
-    train_batch_size=32, predict_batch_size=8, learning_rate=5e-5, num_train_epochs=3.0,
-    warmup_proportion=0.1, save_checkpoints_steps=1000, iterations_per_loop=1000,
-    n_best_size=20, max_answer_length=30, verbose_logging=False,
-    version_2_with_negative=False, null_score_diff_threshold=0.0, tfds_name=None,
-    tfds_data_dir=None, trim_predict_batches=False,
-    trim_train_batches=False, **common_flags.TPU_DEFAULTS, **common_flags.TRAINING_DEFAULTS)
-
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
   return common_flags.make_options(DEFAULTS, overrides)
 
 
-def define_flags():
+def define_flags(fv=flags.FLAGS):
   """The original's flags (same names, types and defaults) plus training.py's."""
-  common_flags.define_model_flags(max_seq_length=384)
-  flags.DEFINE_string("train_file", None, "SQuAD json for training. E.g., train-v1.1.json")
+  common_flags.define_model_flags(max_seq_length=384, fv=fv)
+  flags.DEFINE_string("train_file", None, "SQuAD json for training. E.g., train-v1.1.json",
+                      flag_values=fv)
   flags.DEFINE_string("predict_file", None,
-                      "SQuAD json for predictions. E.g., dev-v1.1.json or test-v1.1.json")
+                      "SQuAD json for predictions. E.g., dev-v1.1.json or test-v1.1.json",
+                      flag_values=fv)
   flags.DEFINE_integer(
       "doc_stride", 128,
-      "When splitting up a long document into chunks, how much stride to take between chunks.")
+      "When splitting up a long document into chunks, how much stride to take between chunks.",
+      flag_values=fv)
   flags.DEFINE_integer(
       "max_query_length", 64,
       "The maximum number of tokens for the question. Questions longer than "
-      "this will be truncated to this length.")
-  flags.DEFINE_bool("do_train", False, "Whether to run training.")
-  flags.DEFINE_bool("do_predict", False, "Whether to run eval on the dev set.")
-  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
-  flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predictions.")
-  common_flags.define_fine_tuning_flags()
+      "this will be truncated to this length.", flag_values=fv)
+  flags.DEFINE_bool("do_train", False, "Whether to run training.", flag_values=fv)
+  flags.DEFINE_bool("do_predict", False, "Whether to run eval on the dev set.", flag_values=fv)
+  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.", flag_values=fv)
+  flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predictions.", flag_values=fv)
+  common_flags.define_fine_tuning_flags(fv=fv)
   flags.DEFINE_integer(
       "n_best_size", 20,
       "The total number of n-best predictions to generate in the "
-      "nbest_predictions.json output file.")
+      "nbest_predictions.json output file.", flag_values=fv)
   flags.DEFINE_integer(
       "max_answer_length", 30,
       "The maximum length of an answer that can be generated. This is needed "
-      "because the start and end predictions are not conditioned on one another.")
-  common_flags.define_tpu_flags()
+      "because the start and end predictions are not conditioned on one another.", flag_values=fv)
+  common_flags.define_tpu_flags(fv=fv)
   flags.DEFINE_bool(
       "verbose_logging", False,
       "If true, all of the warnings related to data processing will be printed. "
-      "A number of warnings are expected for a normal SQuAD evaluation.")
+      "A number of warnings are expected for a normal SQuAD evaluation.", flag_values=fv)
   flags.DEFINE_bool(
       "version_2_with_negative", False,
-      "If true, the SQuAD examples contain some that do not have an answer.")
+      "If true, the SQuAD examples contain some that do not have an answer.", flag_values=fv)
   flags.DEFINE_float(
       "null_score_diff_threshold", 0.0,
-      "If null_score - best_non_null is greater than the threshold predict null.")
-  common_flags.define_training_flags()
-  common_flags.define_trim_train_batches_flag()
+      "If null_score - best_non_null is greater than the threshold predict null.", flag_values=fv)
+  common_flags.define_training_flags(fv=fv)
+  common_flags.define_trim_train_batches_flag(fv=fv)
   flags.DEFINE_string(
       "tfds_name", None,
       "Read SQuAD through TensorFlow Datasets instead of --train_file/--predict_file: "
       "squad/v1.1 or squad/v2.0 (train split for training, validation for predictions). "
-      "Never downloads.")
+      "Never downloads.", flag_values=fv)
   flags.DEFINE_string("tfds_data_dir", None,
-                      "TensorFlow Datasets data directory of --tfds_name (default: TFDS's).")
+                      "TensorFlow Datasets data directory of --tfds_name (default: TFDS's).",
+                      flag_values=fv)
   flags.DEFINE_bool(
       "trim_predict_batches", False,
       "Cut each prediction batch to its longest window (rounded up to a multiple of 64) and "
       "rank answer candidates over each window's own tokens only: faster, the same logits; "
       "the original also ranks the padding positions (never an answer) for its n_best_size "
-      "candidates, so an undertrained model's answers can differ. Off: the original's.")
-  flags.mark_flag_as_required("output_dir")  # (the model flags: also from a model directory)
-  flags.adopt_module_key_flags(common_flags)  # --help lists them too, not only --helpfull
+      "candidates, so an undertrained model's answers can differ. Off: the original's.",
+      flag_values=fv)
+  flags.mark_flag_as_required("output_dir",
+                              flag_values=fv)  # (the model flags: also from a model directory)
+  flags.adopt_module_key_flags(common_flags,
+                               flag_values=fv)  # --help lists them too, not only --helpfull
+
+
+# The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
+# read from define_flags without parsing or touching absl's FLAGS.
+DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
 # ----------------------------------------------------------------------------
@@ -359,21 +360,14 @@ class Progress(progress_lib.Progress):
 
 def _check_options(options):
   """Our checks before the original's: required flags, files, positive sizes."""
-  for name in ("vocab_file", "bert_config_file", "output_dir"):
-    if not getattr(options, name):
-      raise ValueError(f"--{name} is required" + (
-          " (or an --init_checkpoint or --output_dir that is a model directory)"
-          if name != "output_dir" else ""))
-  for name in ("bert_config_file", "vocab_file"):
-    if not tf.io.gfile.exists(getattr(options, name)):
-      raise ValueError(f"--{name} {getattr(options, name)}: no such file")
-  for name in ("train_batch_size", "predict_batch_size", "iterations_per_loop",
-               "gradient_accumulation_steps", "doc_stride", "n_best_size",
-               "max_answer_length"):
-    if getattr(options, name) < 1:
-      raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
-  if options.max_query_length < 0:
-    raise ValueError(f"--max_query_length={options.max_query_length}: must be >= 0")
+  checks.check(options, {
+      checks.REQUIRED: dict(vocab_file=checks.MODEL_DIR, bert_config_file=checks.MODEL_DIR,
+                            output_dir=None),
+      checks.EXISTING_FILES: ("bert_config_file", "vocab_file"),
+      checks.POSITIVE: ("train_batch_size", "predict_batch_size", "iterations_per_loop",
+                        "gradient_accumulation_steps", "doc_stride", "n_best_size",
+                        "max_answer_length"),
+      checks.NON_NEGATIVE: ("max_query_length",)})
   training.check_training_numbers(options)
 
 
@@ -382,8 +376,7 @@ def validate_flags_or_throw(options, bert_config):
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
   if not options.do_train and not options.do_predict:
     raise ValueError("At least one of `do_train` or `do_predict` must be True.")
-  if options.tfds_name and (options.train_file or options.predict_file):
-    raise ValueError("--tfds_name replaces --train_file and --predict_file: pass one or the other")
+  checks.check(options, {checks.EXCLUSIVE: {"tfds_name": ("train_file", "predict_file")}})
   if options.do_train and not options.train_file and not options.tfds_name:
     raise ValueError("If `do_train` is True, then `train_file` must be specified.")
   if options.do_predict and not options.predict_file and not options.tfds_name:

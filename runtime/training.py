@@ -39,6 +39,7 @@ from bert_keras import model_files
 from bert_keras import optimization
 from bert_keras.runtime import distribution
 from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import option_checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import training_checkpoints
 from bert_keras.utils import file_io
@@ -589,11 +590,9 @@ def check_training_numbers(options):
   outside [0, 1] would warm up past the end of training or not at all)."""
   if not options.learning_rate > 0:
     raise ValueError(f"--learning_rate={options.learning_rate}: must be > 0")
-  for name in ("save_checkpoints_steps", "log_every_steps", "keep_checkpoint_max",
-               "eval_every_steps", "early_stopping_patience", "num_warmup_steps"):
-    value = getattr(options, name, 0)
-    if value is not None and value < 0:
-      raise ValueError(f"--{name}={value}: must be >= 0")
+  option_checks.check(options, {option_checks.NON_NEGATIVE: (
+      "save_checkpoints_steps", "log_every_steps", "keep_checkpoint_max", "eval_every_steps",
+      "early_stopping_patience", "num_warmup_steps")})
   proportion = getattr(options, "warmup_proportion", None)
   if proportion is not None and not 0 <= proportion <= 1:
     raise ValueError(f"--warmup_proportion={proportion}: must be in [0, 1] (the fraction of "
