@@ -30,13 +30,15 @@ from absl import logging
 import tensorflow as tf
 
 from bert_keras import checkpoints
+from bert_keras import task_registry
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.utils import errors
 
 FORMATS = ("huggingface", "tf1")
-TASKS = ("auto", "encoder", "pretrainer", "classifier", "tagger", "squad")
+# auto: the head the checkpoint holds; else a kind of task_registry (not another's variant).
+TASKS = ("auto",) + task_registry.names(variant_of=None)
 
 
 def options(**overrides):
@@ -82,7 +84,7 @@ def run(options):
   except checkpoints.CheckpointError as e:
     raise ValueError(f"--init_checkpoint {e}") from None
   labels = [x.strip() for x in options.labels.split(",")] if options.labels else None
-  if labels is not None and task not in ("classifier", "tagger"):
+  if labels is not None and not task_registry.get(task).labels:
     raise ValueError(f"--labels is for a classifier or a tagger; --init_checkpoint holds a "
                      f"{task} model")
   # One conversion at a time into --output_dir (a lock beside it), a killed one's temporary

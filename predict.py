@@ -142,7 +142,7 @@ class Columns(object):
     self.a_flag, self.b_flag = text_a_column, text_b_column
     self.a, self.b = text_a_column or trained_a, text_b_column or trained_b
     self.pair = predictor.pair
-    self.squad = predictor.task == "squad"
+    self.squad = predictor.kind.outputs == "spans"
     self.resolved = False
 
   def resolve(self, fields, where):
