@@ -484,7 +484,8 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
                                    "embeddings" if kind.outputs == "vectors" else "classifier",
                                    regression=kind.outputs == "score", pooling=pooling or "mean",
                                    normalize=normalize,
-                                   labels=labels if kind.outputs == "classes" else None)
+                                   labels=(labels if kind.outputs in ("classes", "multi_label")
+                                           else None))
     predictor = GraphPredictor(module.serve, kind.name, labels=labels,
                                multi_label=kind.outputs == "multi_label",
                                thresholds=_thresholds(description, labels, threshold),

@@ -17,6 +17,7 @@ from test_run_pretraining import _options
 from test_run_pretraining import data  # noqa: F401  (a fixture)
 from bert_keras import checkpoints
 from bert_keras import modeling
+from bert_keras import task_registry
 from bert_keras import run_classifier
 from bert_keras import run_pretraining
 from bert_keras.runtime import run_checks
@@ -102,7 +103,7 @@ def test_config_sizes_of_every_checkpoint_format(data, tmp_path, write_bin):  # 
 def test_load_model_checks_the_config_before_building(data, tmp_path, monkeypatch):  # noqa: F811
   def build(*args, **kwargs):
     raise AssertionError("a model was built")
-  monkeypatch.setattr(checkpoints, "_TASKS", {"encoder": build, "classifier": build})
+  monkeypatch.setattr(task_registry.TaskKind, "build", build)
   config = config_file(tmp_path, hidden_size=16384, num_attention_heads=16)
   prefix = str(data / "init" / "bert_model.ckpt")
   for task in ("encoder", "classifier"):
