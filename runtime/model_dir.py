@@ -7,8 +7,9 @@ export, predict and checkpoints.load_model need nothing else.
   tokenizer_config.json  {"do_lower_case": bool} (HuggingFace's name for it)
   labels.txt             one label a line, in the order of the model's outputs (classifiers,
                          multi-label classifiers and taggers; absent otherwise)
-  task.json              {"task": "classifier"|"regression"|"tagger"|"squad", "multi_label",
-                         "labels", "max_seq_length", "do_lower_case", and the task's options}
+  task.json              {"task": "classifier"|"regression"|"tagger"|"squad"|"embeddings",
+                         "multi_label", "labels", "max_seq_length", "do_lower_case", and the
+                         task's options (an embeddings model's "pooling" and "normalize")}
   run_options.json       the run's options (its flags) as JSON
 
 Each is written atomically; read_model_dir reads them back.
@@ -28,7 +29,7 @@ from bert_keras.utils import file_io
 LABELS_FILE = "labels.txt"
 TASK_FILE = "task.json"
 OPTIONS_FILE = "run_options.json"
-TASKS = ("classifier", "regression", "tagger", "squad", "pretraining")
+TASKS = ("classifier", "regression", "tagger", "squad", "pretraining", "embeddings")
 
 
 def _json_value(value):
