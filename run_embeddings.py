@@ -161,10 +161,11 @@ def _validate(options):
     raise ValueError(f"--mini_batch_size={options.mini_batch_size}: must be >= 0")
   if not options.scale > 0:
     raise ValueError(f"--scale={options.scale}: must be > 0")
-  measure = options.metric.split("@")[0]
-  if measure not in retrieval_metrics.MEASURES or "@" not in options.metric:
-    raise ValueError(f"--metric={options.metric}: a measure ({', '.join(retrieval_metrics."
-                     f"MEASURES)}) at a cut-off in {embeddings.K_VALUES}, e.g. NDCG@10")
+  measure, _, cut = options.metric.partition("@")
+  if measure not in retrieval_metrics.MEASURES or cut not in map(str, embeddings.K_VALUES):
+    measures = ", ".join(retrieval_metrics.MEASURES)
+    raise ValueError(f"--metric={options.metric}: a measure ({measures}) at a cut-off in "
+                     f"{', '.join(map(str, embeddings.K_VALUES))}, e.g. NDCG@10")
   if options.eval_every_steps and not (options.do_train and options.do_eval):
     raise ValueError(f"--eval_every_steps={options.eval_every_steps} needs --do_train and "
                      "--do_eval (it evaluates on the dev set during training)")
