@@ -7,9 +7,12 @@ Read top to bottom:
                                   HuggingFace weights and our TF2 object checkpoints; LoadResult,
                                   CheckpointError
   3. save_tf1_checkpoint          writes the original's TF1 names, readable by the original code
-  4. HuggingFace weight files     read_safetensors, read_pytorch_bin (no pickled code runs)
-  5. checkpoint directories       load_model (a directory -> a ready model, its vocab and
+  4. checkpoint directories       load_model (a directory -> a ready model, its vocab and
                                   casing), save_pretrained (a model -> Google's layout)
+  5. HuggingFace's layout         hf_config, hf_state_dict, save_huggingface
+The weight files themselves (safetensors, pytorch_model.bin: read_safetensors,
+read_pytorch_bin, write_safetensors) are read and written by utils/weight_files.py, the files of
+a model directory (labels.txt, task.json, tokenizer_config.json, ...) by model_files.py.
 
 Every function takes a modeling.BertModel or a model holding one as `bert` (BertPretrainer,
 BertClassifier, BertSquad); the models themselves live in modeling.py.
@@ -25,23 +28,21 @@ BertClassifier, BertSquad); the models themselves live in modeling.py.
 from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
 import collections
 import dataclasses
-import io
 import json
-import math
 import os
-import pickle
 import re
-import struct
-import zipfile
 
 import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import preprocessing
+from bert_keras import task_registry
 from bert_keras.utils import file_io
+from bert_keras.utils import weight_files
 
 
 # ----------------------------------------------------------------------------------------------
@@ -173,32 +174,51 @@ def _preview(names, n=5):
   return " (" + ", ".join(names[:n]) + more + ")"
 
 
-class CheckpointError(ValueError):
-  """A checkpoint does not fit the model (names the variable, shapes and the likely cause)."""
+# A checkpoint does not fit the model, or cannot be read (names the variable, shapes and the
+# likely cause); the weight-file readers' own classes, so that one `except` catches both.
+CheckpointError = weight_files.CheckpointError
+UnsafeCheckpointError = weight_files.UnsafeCheckpointError
+# HuggingFace weight files (utils/weight_files.py), under the names callers know.
+read_safetensors = weight_files.read_safetensors
+write_safetensors = weight_files.write_safetensors
+read_pytorch_bin = weight_files.read_pytorch_bin
+read_archive_member = weight_files.read_archive_member
+MAX_PICKLE_BYTES = weight_files.MAX_PICKLE_BYTES
 
 
 def load_checkpoint(model, path):
   """Loads weights into a BertModel or a model holding one (BertPretrainer, BertClassifier,
-  BertSquad); returns a LoadResult.
+  BertSquad, ...).
 
-  `path` may be:
-    * a TF1 checkpoint prefix (Google's released `.../bert_model.ckpt`, a run_pretraining
-      `model.ckpt-N`; gs:// works), or the directory holding it: the names of tf1_variable_map;
-      global_step, adam_m/adam_v and heads the model lacks are ignored (LoadResult.unused);
-    * a HuggingFace directory with config.json and model.safetensors or pytorch_model.bin
-      (read without unpickling arbitrary objects), or such a file itself; HF names, [out, in]
-      Linear weights, with or without the "bert." prefix;
-    * a TF2 object-based checkpoint written by our training: training_checkpoints.make_checkpoint's
-      `model_variables` (TF1 names), or plainly
-      `tf.train.Checkpoint(model=model, optimizer=..., step=...).save(...)`; only the model
-      variables are read (optimizer slots and step are reported unused). A BertModel can
-      load from a BertPretrainer checkpoint and the other way around (heads then stay
-      initialised).
   A missing encoder variable (the pooler excepted: HF question-answering weights have none;
   it is then reported in LoadResult.missing and logged) or any shape mismatch raises
   CheckpointError naming the variable, both shapes and the likely cause (a bert_config.json
   that does not match). HF fine-tuned heads load too: BertForSequenceClassification's
   classifier.* into BertClassifier, BertForQuestionAnswering's qa_outputs.* into BertSquad.
+
+  Args:
+    model: a modeling.BertModel, or a task model with a `bert` BertModel attribute; its
+      variables (tf1_variable_map: kernels [in, out], output_weights [num_labels or 2, H]) are
+      assigned in place. It must be built.
+    path: str or path-like, one of
+      * a TF1 checkpoint prefix (Google's released `.../bert_model.ckpt`, a run_pretraining
+        `model.ckpt-N`; gs:// works), or the directory holding it: the names of
+        tf1_variable_map; global_step, adam_m/adam_v and heads the model lacks are ignored
+        (LoadResult.unused);
+      * a HuggingFace directory with config.json and model.safetensors or pytorch_model.bin
+        (read without unpickling arbitrary objects), or such a file itself; HF names,
+        [out, in] Linear weights, with or without the "bert." prefix;
+      * a TF2 object-based checkpoint written by our training:
+        training_checkpoints.make_checkpoint's `model_variables` (TF1 names), or plainly
+        `tf.train.Checkpoint(model=model, optimizer=..., step=...).save(...)`; only the model
+        variables are read (optimizer slots and step are reported unused). A BertModel can
+        load from a BertPretrainer checkpoint and the other way around (heads then stay
+        initialised).
+
+  Returns:
+    A LoadResult: the checkpoint's path and format ("tf1", "huggingface" or "tf2") and lists
+    of names (str): `loaded` (our TF1 names that got values), `unused` (checkpoint entries
+    not used), `missing` (head variables absent from the checkpoint, left initialised).
   """
   path = os.fspath(path)
   kind, resolved = _resolve_checkpoint(path)
@@ -257,9 +277,7 @@ def checkpoint_shapes(path):
       raise CheckpointError("%s: unreadable checkpoint: %s"
                             % (resolved, " ".join(str(e.message).split())[:200])) from None
     return {k: tuple(v) for k, v in shapes.items()}
-  if resolved.endswith(".safetensors"):
-    return _safetensors_shapes(resolved)
-  return _read_pytorch_state(resolved, read_storages=False)
+  return weight_files.weight_file_shapes(resolved)
 
 
 _CONFIG_SHAPES = (  # (config field, key pattern, axis of the field in that variable's shape)
@@ -314,25 +332,13 @@ def checkpoint_task(path):
           architectures = json.loads(f.read()).get("architectures") or []
         except (ValueError, AttributeError):
           architectures = []
-    described = _model_dir_task(directory)  # a run_* output_dir's task.json says which
+    described = model_files.read_task(directory)  # a run_* output_dir's task.json says which
     if described is not None:
       return "tagger" if described == "tagger" else "classifier"
-    if "BertForTokenClassification" in architectures or read_labels(directory) is not None:
+    if ("BertForTokenClassification" in architectures
+        or model_files.read_labels(directory) is not None):
       return "tagger"
   return task
-
-
-def _model_dir_task(directory):
-  """The "task" of a run_* script's task.json in `directory` (runtime/model_dir.py), or None
-  (none there, or unreadable)."""
-  path = os.path.join(directory, "task.json")
-  if not tf.io.gfile.exists(path):
-    return None
-  with tf.io.gfile.GFile(path) as f:
-    try:
-      return json.loads(f.read()).get("task")
-    except (ValueError, AttributeError):
-      return None
 
 
 def _task_of_names(names):
@@ -442,7 +448,7 @@ def _assign_from_hf(model, path):
 
   def value(name):
     if not read:  # (after _assign checked every shape: the tensors it takes, at once)
-      read.update(_read_hf_weights(path, needed))
+      read.update(weight_files.read_weight_file(path, needed))
     return read[original[name]]
   values = {k: (lambda k=k: value(k)) for k in shapes}
   return _assign(model, values, shapes, path, "huggingface", checkpoint_name)
@@ -540,359 +546,12 @@ def save_tf1_checkpoint(model, prefix):
 
 
 # ----------------------------------------------------------------------------------------------
-# 4. HuggingFace weight files
+# 4. Checkpoint directories: load_model, save_pretrained
 # ----------------------------------------------------------------------------------------------
 
-_SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
-                       "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8,
-                       "U8": np.uint8, "BOOL": np.bool_}
-
-
-def _read_hf_weights(path, names=None):
-  if path.endswith(".safetensors"):
-    return read_safetensors(path, names)
-  return read_pytorch_bin(path, names)
-
-
-def _bf16_to_f32(raw):
-  return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
-
-
-_MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit on the JSON header
-
-
-def read_safetensors(path, names=None):
-  """{name: np.ndarray} from a .safetensors file (8-byte header length, JSON header, data).
-
-  The header is read first (at most the format's 100 MB) and checked before any tensor data
-  is read: every tensor's byte range lies inside the file's data and holds exactly its
-  shape's elements of its dtype; CheckpointError otherwise. Then only the data bytes the
-  declared tensors span are read. names: only these tensors (None: all).
-  """
-  with tf.io.gfile.GFile(path, "rb") as f:
-    header = _safetensors_header(path, f)
-    body_size = tf.io.gfile.stat(path).length - 8 - header["__length__"]
-    entries = {name: info for name, info in header.items()
-               if name not in _HEADER_KEYS and (names is None or name in names)}
-    spans = [_safetensors_span(path, name, info, body_size) for name, info in entries.items()]
-    end = max((stop for _, stop in spans), default=0)
-    data = f.read(end)
-  if len(data) != end:
-    raise CheckpointError("%s: the file ends before its tensors' data (%d of %d bytes)"
-                          % (path, len(data), end))
-  body = memoryview(data)
-  return {name: _safetensors_array(path, name, info, body) for name, info in entries.items()}
-
-
-_HEADER_KEYS = ("__metadata__", "__length__")
-
-
-def _safetensors_header(path, f):
-  """The JSON header of an open .safetensors file (with "__length__": its byte length); the
-  file is left at the start of the data."""
-  head = f.read(8)
-  if len(head) < 8:
-    raise CheckpointError("%s: not a safetensors file (%d bytes)" % (path, len(head)))
-  (header_len,) = struct.unpack("<Q", head)
-  if header_len > _MAX_HEADER_BYTES:
-    raise CheckpointError("%s: header length %d exceeds the file or the format's limit of "
-                          "%d bytes" % (path, header_len, _MAX_HEADER_BYTES))
-  raw = f.read(header_len)
-  if len(raw) != header_len:
-    raise CheckpointError("%s: header length %d exceeds the file" % (path, header_len))
-  try:
-    header = json.loads(raw)
-  except ValueError as e:
-    raise CheckpointError("%s: unreadable safetensors header: %s"
-                          % (path, str(e)[:200])) from None
-  if not isinstance(header, dict):
-    raise CheckpointError("%s: the safetensors header is not a JSON object" % path)
-  header["__length__"] = header_len
-  return header
-
-
-def _safetensors_shapes(path):
-  """{name: shape} from a .safetensors file's header alone."""
-  with tf.io.gfile.GFile(path, "rb") as f:
-    header = _safetensors_header(path, f)
-  shapes = {}
-  for name, info in header.items():
-    shape = info.get("shape") if isinstance(info, dict) else None
-    if name not in _HEADER_KEYS and isinstance(shape, list) and all(map(_is_count, shape)):
-      shapes[name] = tuple(shape)
-  return shapes
-
-
-def _safetensors_span(path, name, info, body_size):
-  """(start, stop) of a header entry's data, checked against its dtype and shape and the
-  file's `body_size` data bytes."""
-  def bad(what):
-    return CheckpointError("%s: tensor %s: %s" % (path, name, what))
-  if not isinstance(info, dict):
-    raise bad("its header entry is not an object")
-  dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-  if dtype != "BF16" and dtype not in _SAFETENSORS_DTYPES:
-    raise bad("unsupported dtype %r" % (dtype,))
-  if not (isinstance(shape, list) and all(_is_count(d) for d in shape)):
-    raise bad("shape %r is not a list of non-negative integers" % (shape,))
-  if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_count, offsets))
-          and offsets[0] <= offsets[1] <= body_size):
-    raise bad("data_offsets %r are not a range inside the file's %d data bytes"
-              % (offsets, body_size))
-  itemsize = 2 if dtype == "BF16" else np.dtype(_SAFETENSORS_DTYPES[dtype]).itemsize
-  if offsets[1] - offsets[0] != math.prod(shape) * itemsize:
-    raise bad("shape %s of %s needs %d bytes, its data_offsets span %d"
-              % (shape, dtype, math.prod(shape) * itemsize, offsets[1] - offsets[0]))
-  return offsets[0], offsets[1]
-
-
-def _safetensors_array(path, name, info, body):
-  """The array of a header entry that _safetensors_span checked."""
-  dtype, shape = info["dtype"], info["shape"]
-  start, stop = info["data_offsets"]
-  raw = body[start:stop]
-  if dtype == "BF16":
-    return _bf16_to_f32(raw).reshape(shape)
-  return np.frombuffer(raw, _SAFETENSORS_DTYPES[dtype]).reshape(shape)
-
-
-def _is_count(value):
-  return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-# pytorch_model.bin (torch.save's zip format) is a pickle whose tensors are rebuilt by a few
-# torch functions from storages kept as raw files in the zip. The unpickler below resolves
-# only those names, to NumPy stand-ins; any other global is refused, so no arbitrary code runs.
-_TORCH_STORAGES = {"FloatStorage": np.float32, "DoubleStorage": np.float64,
-                   "HalfStorage": np.float16, "BFloat16Storage": "bfloat16",
-                   "LongStorage": np.int64, "IntStorage": np.int32, "ShortStorage": np.int16,
-                   "CharStorage": np.int8, "ByteStorage": np.uint8, "BoolStorage": np.bool_}
-_TORCH_DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16,
-                 "bfloat16": "bfloat16", "int64": np.int64, "int32": np.int32,
-                 "int16": np.int16, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_}
-
-
-class _TensorSpec(collections.namedtuple("_TensorSpec", "storage offset size stride")):
-  """What torch._utils._rebuild_tensor_v2 receives: made into an array only after unpickling,
-  when its name is known and its extent has been checked against its storage."""
-
-
-def _rebuild_tensor(storage, offset, size, stride, *unused):
-  return _TensorSpec(storage, offset, size, stride)
-
-
-def _rebuild_parameter(data, *unused):
-  return data
-
-
-def _spec_extent(path, name, spec):
-  """The number of elements of its storage that the _TensorSpec `spec` reads (0 for an empty
-  tensor); CheckpointError naming the tensor if its offset, sizes or strides are not
-  integers of a view inside its storage's declared length (a crafted file could otherwise read
-  process memory past the storage, or allocate without limit)."""
-  def bad(what):
-    return CheckpointError("%s: tensor %s: %s" % (path, name, what))
-  storage, offset = spec.storage, spec.offset
-  size, stride = tuple(spec.size or ()), tuple(spec.stride or ())
-  if not isinstance(storage, _StorageRef):
-    raise bad("its storage is not a storage of the archive")
-  if not (_is_count(offset) and all(map(_is_count, size)) and all(map(_is_count, stride))):
-    raise bad("offset %r, size %r, stride %r are not non-negative integers"
-              % (spec.offset, spec.size, spec.stride))
-  if len(size) != len(stride):
-    raise bad("size %s and stride %s differ in rank" % (size, stride))
-  count = math.prod(size)
-  if count == 0:
-    return 0
-  last = offset + sum((n - 1) * step for n, step in zip(size, stride))
-  if last >= storage.length or count > storage.length:
-    raise bad("size %s with stride %s at offset %d needs elements past its storage of %d"
-              % (size, stride, offset, storage.length))
-  return last + 1
-
-
-def _tensor_from_spec(spec):
-  """The array of a _TensorSpec whose extent _spec_extent checked and whose storage is read."""
-  size, stride = tuple(spec.size or ()), tuple(spec.stride or ())
-  array = spec.storage.array
-  if math.prod(size) == 0:
-    return np.zeros(size, array.dtype)
-  return np.lib.stride_tricks.as_strided(
-      array[spec.offset:], shape=size,
-      strides=tuple(n * array.itemsize for n in stride)).copy()
-
-
-class _StorageRef(object):
-  """A storage of the archive, not yet read: its member, element type and declared length."""
-
-  def __init__(self, key, dtype, info):
-    self.key, self.dtype, self.info = key, dtype, info
-    self.itemsize = 2 if dtype == "bfloat16" else np.dtype(dtype or np.uint8).itemsize
-    self.length = info.file_size // self.itemsize
-    self.array = None
-
-  def read(self, archive, path, elements):
-    """Reads (inflates) only the first `elements` elements of the member: the most the
-    tensors over it use, so what is inflated is bounded by the declared tensors."""
-    raw = read_archive_member(archive, self.info, elements * self.itemsize, path)
-    if self.dtype == "bfloat16":
-      self.array = _bf16_to_f32(raw)
-    else:
-      self.array = np.frombuffer(raw, self.dtype or np.uint8)
-
-
-def read_archive_member(archive, info, limit, path):
-  """At most `limit` bytes of zip member `info`, its declared size checked before anything is
-  inflated (zipfile then inflates no more than it declares, and we read no more than `limit`);
-  reading less than the whole member reads only its first `limit` bytes. CheckpointError when
-  the member is shorter than `limit` bytes would need."""
-  want = min(limit, info.file_size)
-  with archive.open(info) as f:
-    raw = f.read(want)
-  if len(raw) != want:
-    raise CheckpointError("%s: archive member %s holds %d bytes, it declares %d"
-                          % (path, info.filename, len(raw), info.file_size))
-  return raw
-
-
-class _StorageType(object):
-  def __init__(self, dtype):
-    self.dtype = dtype
-
-
-class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
-  """A pytorch_model.bin that asks for something other than tensors, or whose storages are
-  not what they claim."""
-
-
-class _RestrictedUnpickler(pickle.Unpickler):
-  """Unpickles a torch state dict into _TensorSpecs over NumPy storages, refusing every other
-  global."""
-
-  def __init__(self, file, archive, root, path):
-    super().__init__(file)
-    self._archive, self._root, self._path = archive, root, path
-    self._storages = {}
-
-  def _refuse(self, what):
-    return UnsafeCheckpointError("%s: %s" % (self._path, what))
-
-  def find_class(self, module, name):
-    if module == "torch._utils" and name in ("_rebuild_tensor_v2", "_rebuild_tensor"):
-      return _rebuild_tensor
-    if module == "torch._utils" and name == "_rebuild_parameter":
-      return _rebuild_parameter
-    if module == "collections" and name == "OrderedDict":
-      return collections.OrderedDict
-    if module == "torch" and name in _TORCH_STORAGES:
-      return _StorageType(_TORCH_STORAGES[name])
-    if module == "torch" and name in _TORCH_DTYPES:
-      return _TORCH_DTYPES[name]
-    if module == "torch" and name == "UntypedStorage":
-      return _StorageType(None)
-    raise self._refuse("refusing to load %s.%s from a pytorch_model.bin (only tensors are "
-                       "allowed)" % (module, name))
-
-  def persistent_load(self, pid):
-    # ("storage", storage type, key, location, numel)
-    if not (isinstance(pid, tuple) and pid and pid[0] == "storage"):
-      raise self._refuse("unexpected persistent id %r" % (pid,))
-    storage_type, key = pid[1], pid[2]
-    dtype = storage_type.dtype if isinstance(storage_type, _StorageType) else storage_type
-    if dtype not in _TORCH_STORAGES.values() and dtype is not None:
-      raise self._refuse("storage %r has an unknown type" % (key,))
-    try:
-      info = self._archive.getinfo("%s/data/%s" % (self._root, key))
-    except (KeyError, TypeError):
-      raise self._refuse("storage %r is not in the archive" % (key,)) from None
-    if info.file_size > 64 * info.compress_size + (1 << 20):
-      raise self._refuse("storage %r expands %d bytes to %d: refused"
-                         % (key, info.compress_size, info.file_size))
-    if key not in self._storages:
-      storage = _StorageRef(key, dtype, info)
-      if info.file_size % storage.itemsize:
-        raise self._refuse("storage %r: %d bytes is not a whole number of %d-byte elements"
-                           % (key, info.file_size, storage.itemsize))
-      self._storages[key] = storage
-    return self._storages[key]
-
-
-def read_pytorch_bin(path, names=None):
-  """{name: np.ndarray} from a torch.save zip file, without executing pickled code. Every
-  archive member is read with a limit set before it is inflated: the pickle at most
-  MAX_PICKLE_BYTES, a storage only the elements its tensors' declared shapes use. names:
-  only these tensors (None: all; the others' storages are not read)."""
-  return _read_pytorch_state(path, names=names)
-
-
-def _read_pytorch_state(path, read_storages=True, names=None):
-  """read_storages: {name: np.ndarray} of a torch.save zip file; without, {name: shape
-  tuple} from its pickle alone (no storage is read)."""
-  with file_io.open_read(path) as f:
-    try:
-      return _unpickle_state(path, f, read_storages, names)
-    except zipfile.BadZipFile:
-      raise CheckpointError("%s: legacy (non-zip) torch format is not supported; re-save it "
-                            "with a recent torch or convert it to model.safetensors"
-                            % path) from None
-
-
-MAX_PICKLE_BYTES = 64 << 20  # a BERT state dict's pickle is a few hundred KB
-
-
-def _unpickle_state(path, file, read_storages, names=None):
-  try:
-    is_zip = zipfile.is_zipfile(file)
-  except Exception:  # a remote file shorter than the zip trailer it seeks to
-    is_zip = False
-  if not is_zip:
-    raise zipfile.BadZipFile(path)
-  try:
-    with zipfile.ZipFile(file) as archive:
-      pickles = [info for info in archive.infolist() if info.filename.endswith("/data.pkl")]
-      if len(pickles) != 1:
-        raise CheckpointError("%s: expected one data.pkl in the archive" % path)
-      if pickles[0].file_size > MAX_PICKLE_BYTES:
-        raise UnsafeCheckpointError(
-            "%s: its pickle %s declares %d bytes (%d compressed), more than a state dict's "
-            "limit of %d: refused" % (path, pickles[0].filename, pickles[0].file_size,
-                                      pickles[0].compress_size, MAX_PICKLE_BYTES))
-      root = pickles[0].filename[:-len("/data.pkl")]
-      raw = read_archive_member(archive, pickles[0], MAX_PICKLE_BYTES, path)
-      state = _RestrictedUnpickler(io.BytesIO(raw), archive, root, path).load()
-      if not isinstance(state, dict):
-        raise CheckpointError("%s: expected a state dict, got %s"
-                              % (path, type(state).__name__))
-      specs = {name: spec for name, spec in state.items() if isinstance(spec, _TensorSpec)}
-      if not read_storages:
-        return {name: tuple(spec.size or ()) for name, spec in specs.items()}
-      if names is not None:
-        specs = {name: spec for name, spec in specs.items() if name in names}
-      need = {}
-      for name, spec in specs.items():
-        extent = _spec_extent(path, name, spec)
-        need[id(spec.storage)] = max(need.get(id(spec.storage), 0), extent)
-      for spec in specs.values():
-        if spec.storage.array is None:
-          spec.storage.read(archive, path, need[id(spec.storage)])
-      return {name: _tensor_from_spec(spec) for name, spec in specs.items()}
-  except CheckpointError:
-    raise
-  except Exception as e:  # a damaged archive or pickle
-    raise CheckpointError("%s: unreadable torch archive: %s: %s"
-                          % (path, type(e).__name__, str(e)[:300])) from None
-
-
-# ----------------------------------------------------------------------------------------------
-# 5. Checkpoint directories: load_model, save_pretrained
-# ----------------------------------------------------------------------------------------------
-
-_TASKS = {"encoder": modeling.BertModel, "classifier": modeling.BertClassifier,
-          "squad": modeling.BertSquad, "pretrainer": modeling.BertPretrainer,
-          "embeddings": modeling.BertSentenceEncoder, "tagger": modeling.BertTokenClassifier}
-_HEADED = ("classifier", "tagger")  # the tasks whose model takes num_labels
 # run_ner's tag set in its output_dir: one tag a line, in the order of the model's outputs.
-LABELS_FILE = "labels.txt"
+LABELS_FILE = model_files.LABELS_FILE
+read_labels = model_files.read_labels
 # The files save_pretrained writes: what it may replace in an existing directory.
 _PRETRAINED_FILES = ("bert_config.json", "bert_model.ckpt.index",
                      "bert_model.ckpt.data-00000-of-00001", "vocab.txt", "tokenizer_config.json")
@@ -902,46 +561,64 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
                do_lower_case=None, text_input=False, max_seq_length=128, **model_kwargs):
   """One call from a checkpoint directory to a ready model, its weights loaded.
 
-  path: Google's TF1 directory (bert_config.json, bert_model.ckpt.*, vocab.txt), a
-  HuggingFace directory (config.json, model.safetensors or pytorch_model.bin, vocab.txt), one
-  of our run_* output directories (its newest model.ckpt-N; pass bert_config_file unless a
-  bert_config.json lies beside it), what save_pretrained writes, or a checkpoint prefix/file
-  (its config is looked for in its directory).
-  task: "encoder" (modeling.BertModel), "classifier" (BertClassifier; num_labels defaults to
-  the rows of the checkpoint's classifier head), "tagger" (BertTokenClassifier; a run_ner
-  output_dir's labels.txt gives its tags, else num_labels as for "classifier"), "squad"
-  (BertSquad), "pretrainer" (BertPretrainer) or "embeddings" (BertSentenceEncoder: pass
-  pooling="mean"|"cls"|"max" and normalize); heads absent from the checkpoint keep their
-  initial values.
-  model_kwargs go to the model's constructor (dtype, name, output_hidden_states of a
-  BertModel). The returned model also carries:
-    model.vocab_file      vocab_file, else the directory's vocab.txt, else None
-    model.do_lower_case   do_lower_case, else tokenizer_config.json's "do_lower_case", else
-                          True unless the vocabulary has upper-case words; None without one
-    model.load_result     load_checkpoint's LoadResult
-    model.labels          (tasks "classifier", "tagger") the label of each output, from
-                          labels.txt in the directory (or, for an output_dir/best, its
-                          parent); else None (e.g. a regression)
-  Given a model directory (a run_* output_dir or its best/, with task.json), a
-  bert_config_file, vocab_file or do_lower_case that disagrees with its own files is a
-  ValueError naming both.
-  text_input=True: a compiled preprocessing.TextModel over text instead (BertPreprocessor of
-  the vocab and do_lower_case above with max_seq_length; the original's optimizer at 2e-5 and
-  the task's loss: preprocessing.text_model), the same attributes set on it; not for
-  "pretrainer".
   Problems (no checkpoint or config, unknown task, a config that does not fit the
   checkpoint's shapes: check_config_matches) are ValueErrors naming the file, raised before
-  the model is built (a wrong config must not first allocate gigabytes).
+  the model is built (a wrong config must not first allocate gigabytes). Given a model
+  directory (a run_* output_dir or its best/, with task.json), a bert_config_file, vocab_file
+  or do_lower_case that disagrees with its own files is a ValueError naming both.
+
+  Args:
+    path: str or path-like: Google's TF1 directory (bert_config.json, bert_model.ckpt.*,
+      vocab.txt), a HuggingFace directory (config.json, model.safetensors or
+      pytorch_model.bin, vocab.txt), one of our run_* output directories (its newest
+      model.ckpt-N; pass bert_config_file unless a bert_config.json lies beside it), what
+      save_pretrained writes, or a checkpoint prefix/file (its config is looked for in its
+      directory).
+    task: str, "encoder" (modeling.BertModel), "classifier" (BertClassifier; num_labels
+      defaults to the rows of the checkpoint's classifier head), "tagger"
+      (BertTokenClassifier; a run_ner output_dir's labels.txt gives its tags, else num_labels
+      as for "classifier"), "squad" (BertSquad), "pretrainer" (BertPretrainer) or
+      "embeddings" (BertSentenceEncoder: pass pooling="mean"|"cls"|"max" and normalize);
+      heads absent from the checkpoint keep their initial values.
+    num_labels: int or None, the outputs of a "classifier" or "tagger" head.
+    bert_config_file: str or None, the config to build from (default: bert_config.json or
+      config.json beside the checkpoint).
+    vocab_file: str or None (default: the directory's vocab.txt, else None).
+    do_lower_case: bool or None (default: tokenizer_config.json's "do_lower_case", else True
+      unless the vocabulary has upper-case words; None without a vocabulary).
+    text_input: bool; True returns a compiled preprocessing.TextModel over text instead
+      (BertPreprocessor of the vocab and do_lower_case above with max_seq_length; the
+      original's optimizer at 2e-5 and the task's loss: preprocessing.text_model); not for
+      "pretrainer".
+    max_seq_length: int, the TextModel's sequence length (text_input only).
+    **model_kwargs: go to the model's constructor (dtype, name, output_hidden_states of a
+      BertModel).
+
+  Returns:
+    The keras model of `task` (or its TextModel), weights loaded, carrying:
+      model.vocab_file      str or None, as above
+      model.do_lower_case   bool or None, as above
+      model.load_result     load_checkpoint's LoadResult
+      model.labels          (tasks "classifier", "tagger") the label (str) of each output,
+                            from labels.txt in the directory (or, for an output_dir/best,
+                            its parent); else None (e.g. a regression)
+    A BertModel maps int32 [B, S] input_ids (with input_mask, segment_ids) to a dict of
+    sequence_output [B, S, H] and pooled_output [B, H]; a classifier gives float32 logits
+    [B, num_labels], a tagger [B, S, num_labels], a BertSquad {"start_logits",
+    "end_logits"} [B, S] each.
   """
   path = os.fspath(path)
-  if task not in _TASKS:
-    raise ValueError("task must be one of %s, got %r" % (", ".join(_TASKS), task))
-  if text_input and task not in preprocessing.TEXT_TASKS:
+  try:
+    task_kind = task_registry.get(task)
+  except ValueError:
+    raise ValueError("task must be one of %s, got %r"
+                     % (", ".join(task_registry.names()), task)) from None
+  if text_input and not task_kind.text_input:
     raise ValueError("text_input=True takes task %s, not %r" % (
-        ", ".join(preprocessing.TEXT_TASKS), task))
+        ", ".join(task_registry.names(text_input=True)), task))
   kind, resolved = _resolve_checkpoint(path)
   directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
-  config_file = bert_config_file or _config_file_in(directory, path)
+  config_file = bert_config_file or model_files.config_file_in(directory, path)
   config = modeling.BertConfig.from_json_file(config_file)
   shapes = checkpoint_shapes(resolved)  # headers and pickles only: no tensor is read
   try:
@@ -949,24 +626,24 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   except CheckpointError as e:
     raise CheckpointError("%s does not fit the checkpoint %s: %s"
                           % (config_file, resolved, e)) from None
-  _check_model_dir(directory, bert_config_file, config, vocab_file, do_lower_case)
-  labels = read_labels(directory) if task in _HEADED else None
+  model_files.check_model_files(directory, bert_config_file, config, vocab_file,
+                                do_lower_case)
+  labels = model_files.read_labels(directory) if task_kind.labels else None
   if labels is not None:
     if num_labels is not None and num_labels != len(labels):
       raise ValueError("num_labels=%d, but %s lists %d labels" % (
           num_labels, os.path.join(directory, LABELS_FILE), len(labels)))
     num_labels = len(labels)
-  if task in _HEADED and num_labels is None:
+  if task_kind.labels and num_labels is None:
     num_labels = _classifier_rows(shapes, resolved)
-  model = (_TASKS[task](config, num_labels, **model_kwargs) if task in _HEADED
-           else _TASKS[task](config, **model_kwargs))
+  model = task_kind.build(config, num_labels, **model_kwargs)
   result = load_checkpoint(model, resolved)
-  if task in _HEADED:
+  if task_kind.labels:
     model.labels = labels
   if vocab_file is None and tf.io.gfile.exists(os.path.join(directory, "vocab.txt")):
     vocab_file = os.path.join(directory, "vocab.txt")
   if do_lower_case is None:
-    do_lower_case = _do_lower_case_of(directory, vocab_file)
+    do_lower_case = model_files.read_do_lower_case(directory, vocab_file)
   model.vocab_file, model.do_lower_case, model.load_result = vocab_file, do_lower_case, result
   if text_input:
     if vocab_file is None or do_lower_case is None:
@@ -977,54 +654,6 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
     text.labels = labels
     return text
   return model
-
-
-def _check_model_dir(directory, bert_config_file, config, vocab_file, do_lower_case):
-  """load_model's arguments against a model directory's own files (only where `directory`
-  holds a run_* script's task.json): a ValueError naming the argument and the file."""
-  if not tf.io.gfile.exists(os.path.join(directory, "task.json")):
-    return
-  own = os.path.join(directory, "bert_config.json")
-  if bert_config_file and tf.io.gfile.exists(own) and (
-      modeling.BertConfig.from_json_file(own).to_dict() != config.to_dict()):
-    raise ValueError("bert_config_file=%s conflicts with the model directory's %s"
-                     % (bert_config_file, own))
-  own = os.path.join(directory, "vocab.txt")
-  if vocab_file and tf.io.gfile.exists(own):
-    with tf.io.gfile.GFile(own) as a, tf.io.gfile.GFile(vocab_file) as b:
-      if a.read().split() != b.read().split():
-        raise ValueError("vocab_file=%s conflicts with the model directory's %s"
-                         % (vocab_file, own))
-  lower = _do_lower_case_of(directory, None)
-  if do_lower_case is not None and lower is not None and bool(do_lower_case) != lower:
-    raise ValueError("do_lower_case=%s conflicts with the model directory %s (trained with "
-                     "do_lower_case=%s)" % (do_lower_case, directory, lower))
-
-
-def read_labels(directory):
-  """The tags of labels.txt (one a line) in `directory`, or in its parent when `directory` is
-  a run_ner output_dir's best/; None without one. An empty or repeated tag is a ValueError."""
-  for where in (directory, os.path.dirname(directory.rstrip("/"))
-                if os.path.basename(directory.rstrip("/")) == "best" else None):
-    path = where is not None and os.path.join(where, LABELS_FILE)
-    if path and tf.io.gfile.exists(path):
-      with tf.io.gfile.GFile(path) as f:
-        labels = [line.strip() for line in f.read().splitlines()]
-      while labels and not labels[-1]:
-        labels.pop()
-      if not labels or "" in labels or len(set(labels)) != len(labels):
-        raise ValueError("%s: expected distinct non-empty tags, one a line" % path)
-      return labels
-  return None
-
-
-def _config_file_in(directory, path):
-  for name in ("bert_config.json", "config.json"):
-    candidate = os.path.join(directory, name)
-    if tf.io.gfile.exists(candidate):
-      return candidate
-  raise ValueError("%s: no bert_config.json or config.json beside the checkpoint; pass "
-                   "bert_config_file" % path)
 
 
 def _classifier_rows(shapes, resolved):
@@ -1039,38 +668,28 @@ def _classifier_rows(shapes, resolved):
                    "num_labels" % resolved)
 
 
-def _do_lower_case_of(directory, vocab_file):
-  """tokenizer_config.json's do_lower_case, else what the vocabulary suggests (a cased
-  vocabulary has upper-case words besides the [CLS]-style special tokens), else None."""
-  tokenizer_config = os.path.join(directory, "tokenizer_config.json")
-  if tf.io.gfile.exists(tokenizer_config):
-    with tf.io.gfile.GFile(tokenizer_config) as f:
-      try:
-        value = json.loads(f.read()).get("do_lower_case")
-      except (ValueError, AttributeError):
-        value = None
-    if isinstance(value, bool):
-      return value
-  if vocab_file is None:
-    return None
-  with tf.io.gfile.GFile(vocab_file) as f:
-    words = [line.strip() for line in f]
-  return not any(w != w.lower() for w in words if not (w.startswith("[") and w.endswith("]")))
-
-
 def save_pretrained(model, directory, vocab_file=None, do_lower_case=None):
-  """Writes `model` (a BertModel or a task model holding one) as a checkpoint directory in
-  Google's layout: bert_config.json, bert_model.ckpt.{index,data-00000-of-00001} (the
-  original TF1 names, heads included: save_tf1_checkpoint), vocab.txt (a copy of vocab_file,
-  default model.vocab_file as load_model sets it) and tokenizer_config.json
-  ({"do_lower_case": ...}, default model.do_lower_case, left out when unknown); for a task
-  model built around a loaded encoder, the encoder's. load_model reads it back; the original
-  code reads bert_config.json and bert_model.ckpt (if hidden_act is one it knows: not
-  HuggingFace's erf "gelu_exact").
+  """Writes `model` as a checkpoint directory in Google's layout: bert_config.json,
+  bert_model.ckpt.{index,data-00000-of-00001} (the original TF1 names, heads included:
+  save_tf1_checkpoint), vocab.txt and tokenizer_config.json ({"do_lower_case": ...}, left
+  out when unknown). load_model reads it back; the original code reads bert_config.json and
+  bert_model.ckpt (if hidden_act is one it knows: not HuggingFace's erf "gelu_exact").
 
-  Atomic: written into a temporary sibling directory, then renamed to `directory`. An
-  existing `directory` is replaced only when it holds nothing but these files (a previous
-  save_pretrained); otherwise ValueError. Returns `directory`."""
+  Atomic (file_io.replaced_directory): written into a temporary sibling directory, then
+  renamed to `directory`. An existing `directory` is replaced only when it holds nothing but
+  these files (a previous save_pretrained); otherwise ValueError.
+
+  Args:
+    model: a modeling.BertModel or a task model holding one (`bert`); its variables are
+      written as float32.
+    directory: str or path-like, the directory to write (gs:// works).
+    vocab_file: str or None, copied as vocab.txt (default: model.vocab_file as load_model
+      sets it; for a task model built around a loaded encoder, the encoder's). Required.
+    do_lower_case: bool or None (default: model.do_lower_case, likewise).
+
+  Returns:
+    `directory` (str, without a trailing "/").
+  """
   directory = os.fspath(directory).rstrip("/") or "/"
   vocab_file = vocab_file or _loaded_attribute(model, "vocab_file")
   if do_lower_case is None:
@@ -1083,20 +702,13 @@ def save_pretrained(model, directory, vocab_file=None, do_lower_case=None):
   _check_replaceable(directory, _PRETRAINED_FILES)
   config = {k: v for k, v in _encoder_of(model).config.to_dict().items()
             if k not in ("model_type", "architectures")}   # read back as our format
-  tmp = file_io.temp_name(directory.rstrip("/") or directory)  # (.<name>.tmp-<pid>)
-  try:
-    gfile.makedirs(tmp)
-    with gfile.GFile(os.path.join(tmp, "bert_config.json"), "w") as f:
+  with file_io.replaced_directory(directory) as tmp:  # (.<name>.tmp-<pid>)
+    with gfile.GFile(os.path.join(tmp, model_files.CONFIG_FILE), "w") as f:
       f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
     save_tf1_checkpoint(model, os.path.join(tmp, "bert_model.ckpt"))
-    gfile.copy(vocab_file, os.path.join(tmp, "vocab.txt"), overwrite=True)
+    gfile.copy(vocab_file, os.path.join(tmp, model_files.VOCAB_FILE), overwrite=True)
     if do_lower_case is not None:
-      with gfile.GFile(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
-        f.write(json.dumps({"do_lower_case": bool(do_lower_case)}) + "\n")
-    _replace_directory(tmp, directory)
-  finally:
-    if gfile.exists(tmp):
-      gfile.rmtree(tmp)
+      model_files.write_tokenizer_config(tmp, do_lower_case)
   return directory
 
 
@@ -1106,28 +718,8 @@ def _loaded_attribute(model, name):
   return getattr(_encoder_of(model), name, None) if value is None else value
 
 
-def _replace_directory(new, directory):
-  """Renames `new` to `directory`; an existing `directory` is moved aside first and deleted
-  after."""
-  gfile = tf.io.gfile
-  if not gfile.exists(directory):
-    parent = os.path.dirname(directory)
-    if parent:
-      gfile.makedirs(parent)
-    gfile.rename(new, directory)
-    return
-  old = file_io.temp_name((directory.rstrip("/") or directory) + ".old")
-  gfile.rename(directory, old)
-  try:
-    gfile.rename(new, directory)
-  except BaseException:
-    gfile.rename(old, directory)
-    raise
-  gfile.rmtree(old)
-
-
 # ----------------------------------------------------------------------------------------------
-# 6. HuggingFace's layout, written
+# 5. HuggingFace's layout, written
 # ----------------------------------------------------------------------------------------------
 
 # Our activation names -> HuggingFace's, so that each side computes the same function: the
@@ -1135,22 +727,16 @@ def _replace_directory(new, directory):
 # is the exact erf form, our "gelu_exact".
 _HF_ACTIVATION_NAMES = {"gelu": "gelu_new", "gelu_exact": "gelu", "gelu_erf": "gelu",
                         "relu": "relu", "tanh": "tanh", "silu": "silu", "swish": "silu"}
-# The transformers class each of our models is, and its state dict's encoder prefix.
-_HF_ARCHITECTURES = ((modeling.BertTokenClassifier, "BertForTokenClassification"),
-                     (modeling.BertPretrainer, "BertForPreTraining"),
-                     (modeling.BertClassifier, "BertForSequenceClassification"),
-                     (modeling.BertSquad, "BertForQuestionAnswering"),
-                     (modeling.BertSentenceEncoder, "BertModel"),
-                     (modeling.BertModel, "BertModel"))
 _HF_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json")
 
 
 def hf_architecture(model):
-  """The transformers class name of `model` (BertModel, BertForPreTraining, ...)."""
-  for cls, name in _HF_ARCHITECTURES:
-    if isinstance(model, cls):
-      return name
-  raise TypeError("no HuggingFace architecture for %s" % type(model).__name__)
+  """The transformers class name of `model` (BertModel, BertForPreTraining, ...): its task
+  kind's (task_registry); a TypeError for a model of no kind."""
+  try:
+    return task_registry.of_model(model).hf_architecture
+  except TypeError:
+    raise TypeError("no HuggingFace architecture for %s" % type(model).__name__) from None
 
 
 def hf_state_dict(model):
@@ -1197,35 +783,26 @@ def hf_config(model, label_names=None):
   return out
 
 
-def write_safetensors(path, tensors):
-  """Writes {name: array} (float32, int32, ...) as a .safetensors file: the little-endian
-  header length, the JSON header (dtype, shape, data_offsets; padded with spaces to a multiple
-  of 8 bytes), then the tensors' bytes in name order."""
-  dtypes = {np.dtype(v): k for k, v in _SAFETENSORS_DTYPES.items()}
-  header, offset, arrays = {}, 0, []
-  for name in sorted(tensors):
-    array = np.ascontiguousarray(tensors[name])
-    if array.dtype not in dtypes:
-      raise ValueError("%s: dtype %s has no safetensors name" % (name, array.dtype))
-    header[name] = {"dtype": dtypes[array.dtype], "shape": list(array.shape),
-                    "data_offsets": [offset, offset + array.nbytes]}
-    offset += array.nbytes
-    arrays.append(array.astype(array.dtype.newbyteorder("<"), copy=False))
-  text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-  text += b" " * (-len(text) % 8)
-  with tf.io.gfile.GFile(path, "wb") as f:
-    f.write(struct.pack("<Q", len(text)) + text)
-    for array in arrays:
-      f.write(array.tobytes())
-
-
 def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, label_names=None):
   """Writes `model` in HuggingFace's layout, for transformers' from_pretrained and
-  sentence-transformers: config.json (hf_config), model.safetensors (hf_state_dict, float32),
-  vocab.txt and tokenizer_config.json (do_lower_case, the tokenizer class). vocab_file and
-  do_lower_case default to what load_model set. Atomic as save_pretrained: written into a
-  temporary sibling, then renamed; an existing `directory` is replaced only when it holds
-  nothing but these files. Returns `directory`."""
+  sentence-transformers: config.json (hf_config), model.safetensors (hf_state_dict, float32,
+  Linear weights [out, in]), vocab.txt and tokenizer_config.json (do_lower_case, the
+  tokenizer class). Atomic as save_pretrained: written into a temporary sibling, then
+  renamed; an existing `directory` is replaced only when it holds nothing but these files
+  (else ValueError).
+
+  Args:
+    model: a modeling.BertModel or a task model holding one (hf_architecture names its
+      transformers class).
+    directory: str or path-like, the directory to write.
+    vocab_file: str or None, copied as vocab.txt (default: what load_model set). Required.
+    do_lower_case: bool or None (default: what load_model set; left out when unknown).
+    label_names: list of str or None, a classifier's id2label / label2id (default:
+      model.labels, else LABEL_0, LABEL_1, ...); as many as the head's outputs.
+
+  Returns:
+    `directory` (str, without a trailing "/").
+  """
   directory = os.fspath(directory).rstrip("/") or "/"
   vocab_file = vocab_file or _loaded_attribute(model, "vocab_file")
   if do_lower_case is None:
@@ -1234,23 +811,18 @@ def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, labe
     raise ValueError("save_huggingface: a vocab file is needed (%s)" % (vocab_file or "none"))
   _check_replaceable(directory, _HF_FILES)
   config = hf_config(model, label_names)
-  tmp = file_io.temp_name(directory.rstrip("/") or directory)  # (.<name>.tmp-<pid>)
   gfile = tf.io.gfile
-  try:
-    gfile.makedirs(tmp)
-    with gfile.GFile(os.path.join(tmp, "config.json"), "w") as f:
+  with file_io.replaced_directory(directory) as tmp:  # (.<name>.tmp-<pid>)
+    with gfile.GFile(os.path.join(tmp, model_files.HF_CONFIG_FILE), "w") as f:
       f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    write_safetensors(os.path.join(tmp, "model.safetensors"), hf_state_dict(model))
-    gfile.copy(vocab_file, os.path.join(tmp, "vocab.txt"), overwrite=True)
+    weight_files.write_safetensors(os.path.join(tmp, "model.safetensors"),
+                                   hf_state_dict(model))
+    gfile.copy(vocab_file, os.path.join(tmp, model_files.VOCAB_FILE), overwrite=True)
     tokenizer = {"tokenizer_class": "BertTokenizer"}
     if do_lower_case is not None:
       tokenizer["do_lower_case"] = bool(do_lower_case)
-    with gfile.GFile(os.path.join(tmp, "tokenizer_config.json"), "w") as f:
+    with gfile.GFile(os.path.join(tmp, model_files.TOKENIZER_CONFIG_FILE), "w") as f:
       f.write(json.dumps(tokenizer, indent=2, sort_keys=True) + "\n")
-    _replace_directory(tmp, directory)
-  finally:
-    if gfile.exists(tmp):
-      gfile.rmtree(tmp)
   return directory
 
 

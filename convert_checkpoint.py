@@ -30,14 +30,15 @@ from absl import logging
 import tensorflow as tf
 
 from bert_keras import checkpoints
+from bert_keras import task_registry
 from bert_keras.runtime import common_flags
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.utils import errors
 
 FORMATS = ("huggingface", "tf1")
-TASKS = ("auto", "encoder", "pretrainer", "classifier", "tagger", "squad")
-DEFAULTS = dict(init_checkpoint=None, output_dir=None, format="huggingface", task="auto",
-                bert_config_file=None, vocab_file=None, do_lower_case=None, labels=None)
+# auto: the head the checkpoint holds; else a kind of task_registry (not another's variant).
+TASKS = ("auto",) + task_registry.names(variant_of=None)
 
 
 def options(**overrides):
@@ -45,44 +46,45 @@ def options(**overrides):
   return common_flags.make_options(DEFAULTS, overrides)
 
 
-def define_flags():
+def define_flags(fv=flags.FLAGS):
   flags.DEFINE_string("init_checkpoint", None,
                       "The checkpoint to convert: a TF1 prefix, a checkpoint directory "
-                      "(Google's, HuggingFace's, ours) or a run_* output directory.")
+                      "(Google's, HuggingFace's, ours) or a run_* output directory.",
+                      flag_values=fv)
   flags.DEFINE_string("output_dir", None, "The directory to write (replaced only when it holds "
-                      "nothing but a previous conversion's files).")
-  flags.DEFINE_enum("format", "huggingface", FORMATS, "The layout to write.")
+                      "nothing but a previous conversion's files).", flag_values=fv)
+  flags.DEFINE_enum("format", "huggingface", FORMATS, "The layout to write.", flag_values=fv)
   flags.DEFINE_enum("task", "auto", TASKS, "The head to convert with the encoder; auto: the "
-                    "one the checkpoint holds.")
+                    "one the checkpoint holds.", flag_values=fv)
   flags.DEFINE_string("bert_config_file", None, "The config, when none lies beside the "
-                      "checkpoint (bert_config.json or config.json).")
-  flags.DEFINE_string("vocab_file", None, "The vocab, when no vocab.txt lies beside it.")
+                      "checkpoint (bert_config.json or config.json).", flag_values=fv)
+  flags.DEFINE_string("vocab_file", None, "The vocab, when no vocab.txt lies beside it.",
+                      flag_values=fv)
   flags.DEFINE_bool("do_lower_case", None, "Written to tokenizer_config.json; default: the "
-                    "source's tokenizer_config.json, else what the vocab suggests.")
+                    "source's tokenizer_config.json, else what the vocab suggests.", flag_values=fv)
   flags.DEFINE_string("labels", None, "A classifier's label names in order, comma-separated "
-                      "(config.json's id2label); default LABEL_0, LABEL_1, ...")
-  flags.mark_flag_as_required("init_checkpoint")
-  flags.mark_flag_as_required("output_dir")
+                      "(config.json's id2label); default LABEL_0, LABEL_1, ...", flag_values=fv)
+  flags.mark_flag_as_required("init_checkpoint", flag_values=fv)
+  flags.mark_flag_as_required("output_dir", flag_values=fv)
+
+
+# The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
+# read from define_flags without parsing or touching absl's FLAGS.
+DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
 def run(options):
   """Loads --init_checkpoint with its head and writes it in --format to --output_dir; returns
   {file name: bytes} of what was written. A user's mistake is a ValueError naming the flag."""
-  if options.format not in FORMATS:
-    raise ValueError(f"--format={options.format}: one of {', '.join(FORMATS)}")
-  if options.task not in TASKS:
-    raise ValueError(f"--task={options.task}: one of {', '.join(TASKS)}")
-  for name in ("bert_config_file", "vocab_file"):
-    path = getattr(options, name)
-    if path and not tf.io.gfile.exists(path):
-      raise ValueError(f"--{name} {path}: no such file")
+  checks.check(options, {checks.CHOICES: {"format": FORMATS, "task": TASKS},
+                         checks.EXISTING_FILES: ("bert_config_file", "vocab_file")})
   try:
     task = (checkpoints.checkpoint_task(options.init_checkpoint) if options.task == "auto"
             else options.task)
   except checkpoints.CheckpointError as e:
     raise ValueError(f"--init_checkpoint {e}") from None
   labels = [x.strip() for x in options.labels.split(",")] if options.labels else None
-  if labels is not None and task not in ("classifier", "tagger"):
+  if labels is not None and not task_registry.get(task).labels:
     raise ValueError(f"--labels is for a classifier or a tagger; --init_checkpoint holds a "
                      f"{task} model")
   # One conversion at a time into --output_dir (a lock beside it), a killed one's temporary

@@ -42,6 +42,7 @@ from bert_keras import serving
 from bert_keras import task_registry
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training_checkpoints
@@ -55,12 +56,6 @@ from bert_keras.utils import errors
 NUM_LABELS = {"cola": 2, "mnli": 3, "mrpc": 2, "xnli": 3, "sst-2": 2, "sst2": 2, "qqp": 2,
               "qnli": 2, "rte": 2, "wnli": 2, "sts-b": 1, "stsb": 1}
 
-DEFAULTS = dict(bert_config_file=None, init_checkpoint=None, vocab_file=None,
-                do_lower_case=True, max_seq_length=128, task="classifier", num_labels=None,
-                task_name=None, max_answer_length=30, export_dir=None, overwrite=False,
-                tensorflow_text_ops=False, pooling="mean", normalize=False,
-                format="saved_model", quantize="none", labels=None, multi_label=False,
-                threshold=None)
 FORMATS = ("saved_model", "tflite", "onnx")
 # The --task values: the servable kinds of task_registry that are not another's variant.
 TASKS = task_registry.names(servable=True, variant_of=None)
@@ -71,50 +66,62 @@ def options(**overrides):
   return common_flags.make_options(DEFAULTS, overrides)
 
 
-def define_flags():
-  common_flags.define_model_flags(max_seq_length=128, output_dir=False)
+def define_flags(fv=flags.FLAGS):
+  common_flags.define_model_flags(max_seq_length=128, output_dir=False, fv=fv)
   flags.DEFINE_enum("task", "classifier", TASKS,
                     "classifier (run_classifier's model), squad (run_squad's), tagger "
-                    "(run_ner's) or embeddings (the encoder alone).")
+                    "(run_ner's) or embeddings (the encoder alone).", flag_values=fv)
   flags.DEFINE_integer("num_labels", None, "--task=classifier: the number of labels "
-                       "(1: a regression such as STS-B).")
+                       "(1: a regression such as STS-B).", flag_values=fv)
   flags.DEFINE_string("task_name", None, "--task=classifier: a GLUE task name of "
-                      "run_classifier (gives --num_labels): " + ", ".join(sorted(NUM_LABELS)))
+                      "run_classifier (gives --num_labels): " + ", ".join(sorted(NUM_LABELS)),
+                      flag_values=fv)
   flags.DEFINE_integer("max_answer_length", 30,
-                       "--task=squad: the longest answer span, in word pieces.")
+                       "--task=squad: the longest answer span, in word pieces.", flag_values=fv)
   flags.DEFINE_enum("pooling", "mean", modeling.POOLINGS,
                     "--task=embeddings: how the `embeddings` output pools the tokens' vectors: "
-                    "mean or max over the real tokens, or the [CLS] position's (cls).")
+                    "mean or max over the real tokens, or the [CLS] position's (cls).",
+                    flag_values=fv)
   flags.DEFINE_bool("normalize", False, "--task=embeddings: divide each embedding by its L2 "
                     "norm (with --pooling=mean: what sentence-transformers' all-MiniLM-L6-v2 "
-                    "returns).")
+                    "returns).", flag_values=fv)
   flags.DEFINE_enum("format", "saved_model", FORMATS,
                     "saved_model: raw text in (the two signatures); tflite: model.tflite with "
                     "token ids in (input_ids, input_mask, segment_ids int32 [B, "
                     "max_seq_length]), with vocab.txt, labels.txt and model_config.json; onnx: "
-                    "model.onnx (tf2onnx, the [onnx] extra), the same inputs and files.")
+                    "model.onnx (tf2onnx, the [onnx] extra), the same inputs and files.",
+                    flag_values=fv)
   flags.DEFINE_enum("quantize", "none", serving.QUANTIZATIONS,
-                    "--format=tflite: none (float32), dynamic (int8 weights) or float16.")
+                    "--format=tflite: none (float32), dynamic (int8 weights) or float16.",
+                    flag_values=fv)
   flags.DEFINE_string("labels", None, "--task=classifier: the label names in order, "
                       "comma-separated (labels.txt of --format=tflite). --task=tagger: its "
-                      "tags in order (default: labels.txt beside --init_checkpoint).")
+                      "tags in order (default: labels.txt beside --init_checkpoint).",
+                      flag_values=fv)
   flags.DEFINE_bool("multi_label", False,
                     "--task=classifier: a run_classifier --multi_label model: sigmoid "
                     "probabilities, and the labels reaching their thresholds (thresholds.json "
-                    "beside --init_checkpoint, else --threshold).")
+                    "beside --init_checkpoint, else --threshold).", flag_values=fv)
   flags.DEFINE_float("threshold", None, "--multi_label: one threshold for every label "
-                     "(default: the tuned ones of thresholds.json, else 0.5).")
+                     "(default: the tuned ones of thresholds.json, else 0.5).", flag_values=fv)
   flags.DEFINE_string("export_dir", None, "The SavedModel directory to write (it must not "
-                      "exist, or be empty).")
-  flags.DEFINE_bool("overwrite", False, "Replace an existing non-empty --export_dir.")
+                      "exist, or be empty).", flag_values=fv)
+  flags.DEFINE_bool("overwrite", False, "Replace an existing non-empty --export_dir.",
+                    flag_values=fv)
   flags.DEFINE_bool(
       "tensorflow_text_ops", False,
       "Tokenize with tensorflow-text's WordPiece op (faster; the loading process must `import "
       "tensorflow_text` first, and a TensorFlow Serving build must include its ops). Off: "
-      "TensorFlow's own ops only, loadable anywhere TensorFlow is; the same outputs.")
+      "TensorFlow's own ops only, loadable anywhere TensorFlow is; the same outputs.",
+      flag_values=fv)
   for name in ("init_checkpoint", "export_dir"):  # (the others: also from a model directory)
-    flags.mark_flag_as_required(name)
-  flags.adopt_module_key_flags(common_flags)
+    flags.mark_flag_as_required(name, flag_values=fv)
+  flags.adopt_module_key_flags(common_flags, flag_values=fv)
+
+
+# The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
+# read from define_flags without parsing or touching absl's FLAGS.
+DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
 def num_labels(options):
@@ -153,16 +160,11 @@ def _check_options(options, config):
     raise ValueError(f"--max_seq_length {options.max_seq_length}: must be at least 3")
   if options.task == "squad" and options.max_answer_length < 1:
     raise ValueError(f"--max_answer_length {options.max_answer_length}: must be at least 1")
-  if options.pooling not in modeling.POOLINGS:
-    raise ValueError(f"--pooling={options.pooling}: one of {', '.join(modeling.POOLINGS)}")
+  checks.check(options, {checks.CHOICES: {"pooling": modeling.POOLINGS}})
   if options.task != "embeddings" and (options.pooling != "mean" or options.normalize):
     raise ValueError(f"--pooling / --normalize are for --task=embeddings, not "
                      f"--task={options.task}")
-  if options.format not in FORMATS:
-    raise ValueError(f"--format={options.format}: one of {', '.join(FORMATS)}")
-  if options.quantize not in serving.QUANTIZATIONS:
-    raise ValueError(f"--quantize={options.quantize}: one of "
-                     f"{', '.join(serving.QUANTIZATIONS)}")
+  checks.check(options, {checks.CHOICES: {"format": FORMATS, "quantize": serving.QUANTIZATIONS}})
   if options.quantize != "none" and options.format != "tflite":
     raise ValueError("--quantize is for --format=tflite")
   if options.task == "tagger" and options.format != "saved_model":
@@ -174,8 +176,7 @@ def _check_options(options, config):
   if not (tf.io.gfile.exists(checkpoint) or tf.io.gfile.exists(checkpoint + ".index")):
     raise ValueError(f"--init_checkpoint {checkpoint}: no such file, directory or checkpoint "
                      "prefix")
-  if not tf.io.gfile.exists(options.vocab_file):
-    raise ValueError(f"--vocab_file {options.vocab_file}: no such file")
+  checks.check(options, {checks.EXISTING_FILES: ("vocab_file",)})
   outputs.check_output_dir(options.export_dir, "--export_dir")
   try:
     serving.check_export_dir(options.export_dir, options.overwrite)
@@ -212,8 +213,7 @@ def multi_label_head(options):
     raise ValueError("--multi_label needs --labels, or a thresholds.json (run_classifier "
                      f"--multi_label) or labels.txt in {directory}")
   if options.threshold is not None:
-    if not 0 < options.threshold < 1:
-      raise ValueError(f"--threshold={options.threshold}: must be between 0 and 1")
+    checks.check(options, {checks.FRACTION: ("threshold",)})
     thresholds = [options.threshold] * len(names)
   elif record and list(record["labels"]) == list(names):
     thresholds = record["thresholds"]
@@ -289,11 +289,9 @@ def run(options):
   With a model directory as --init_checkpoint, --export_dir is the only other flag needed
   (resolve_options)."""
   options = resolve_options(options)
-  for name in ("bert_config_file", "vocab_file", "init_checkpoint", "export_dir"):
-    if not getattr(options, name):
-      raise ValueError(f"--{name} is required" + (
-          " (or an --init_checkpoint that is a model directory)"
-          if name in ("bert_config_file", "vocab_file") else ""))
+  checks.check(options, {checks.REQUIRED: dict(
+      bert_config_file=checks.MODEL_DIR_CHECKPOINT, vocab_file=checks.MODEL_DIR_CHECKPOINT,
+      init_checkpoint=None, export_dir=None)})
   if options.task not in TASKS:
     raise ValueError(f"--task {options.task}: not one of {', '.join(TASKS)}")
   config = run_checks.load_and_check_config(options)

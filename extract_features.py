@@ -31,6 +31,7 @@ from bert_keras.runtime import common_flags
 from bert_keras.runtime import distribution
 from bert_keras.runtime import inference
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.utils import errors
@@ -38,37 +39,38 @@ from bert_keras.utils import file_io
 
 SEPARATOR = " ||| "
 
-# Programmatic defaults = the flags' defaults (see define_flags).
-DEFAULTS = dict(
-    input_file=None, output_file=None, layers="-1,-2,-3,-4", bert_config_file=None,
-    max_seq_length=128, init_checkpoint=None, vocab_file=None, do_lower_case=True,
-    batch_size=32, use_one_hot_embeddings=False, **common_flags.DEVICE_DEFAULTS,
-    **common_flags.TPU_DEFAULTS)
-
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
   return common_flags.make_options(DEFAULTS, overrides)
 
 
-def define_flags():
+def define_flags(fv=flags.FLAGS):
   """The original's flags (same names, types and defaults) plus strategy/dtype/XLA."""
   flags.DEFINE_string("input_file", None,
-                      "Text file, one example per line: `text` or `text a ||| text b`.")
-  flags.DEFINE_string("output_file", None, "JSON Lines output, one line per input line.")
+                      "Text file, one example per line: `text` or `text a ||| text b`.",
+                      flag_values=fv)
+  flags.DEFINE_string("output_file", None, "JSON Lines output, one line per input line.",
+                      flag_values=fv)
   flags.DEFINE_string("layers", "-1,-2,-3,-4",
-                      "Comma-separated encoder layer indexes (-1 = last layer).")
-  common_flags.define_model_flags(max_seq_length=128, output_dir=False)
-  flags.DEFINE_integer("batch_size", 32, "Batch size for predictions.")
-  common_flags.define_tpu_flags()
+                      "Comma-separated encoder layer indexes (-1 = last layer).", flag_values=fv)
+  common_flags.define_model_flags(max_seq_length=128, output_dir=False, fv=fv)
+  flags.DEFINE_integer("batch_size", 32, "Batch size for predictions.", flag_values=fv)
+  common_flags.define_tpu_flags(fv=fv)
   flags.DEFINE_bool("use_one_hot_embeddings", False,
                     "Accepted for the original's command lines; the embedding lookup is "
-                    "the same either way here.")
-  common_flags.define_device_flags(strategies=("one_device", "mirrored", "tpu"))
+                    "the same either way here.", flag_values=fv)
+  common_flags.define_device_flags(strategies=("one_device", "mirrored", "tpu"), fv=fv)
   # (--vocab_file, --bert_config_file: also from a model directory as --init_checkpoint)
   for name in ("input_file", "init_checkpoint", "output_file"):
-    flags.mark_flag_as_required(name)
-  flags.adopt_module_key_flags(common_flags)  # --help lists them too, not only --helpfull
+    flags.mark_flag_as_required(name, flag_values=fv)
+  flags.adopt_module_key_flags(common_flags,
+                               flag_values=fv)  # --help lists them too, not only --helpfull
+
+
+# The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
+# read from define_flags without parsing or touching absl's FLAGS.
+DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
 # ----------------------------------------------------------------------------
@@ -262,26 +264,19 @@ def run(options, strategy=None):
   --max_seq_length default to its own (runtime/model_dir.py).
   """
   options, _ = model_dir.resolve_options(options, DEFAULTS)
-  for name in ("input_file", "output_file", "bert_config_file", "init_checkpoint",
-               "vocab_file"):
-    if not getattr(options, name):
-      raise ValueError(f"--{name} is required" + (
-          " (or an --init_checkpoint that is a model directory)"
-          if name in ("bert_config_file", "vocab_file") else ""))
+  checks.check(options, {checks.REQUIRED: dict(
+      input_file=None, output_file=None, bert_config_file=checks.MODEL_DIR_CHECKPOINT,
+      init_checkpoint=None, vocab_file=checks.MODEL_DIR_CHECKPOINT)})
   config = run_checks.load_and_check_config(options)
   layer_indexes = parse_layers(options.layers, config.num_hidden_layers)
-  if options.max_seq_length < 3:
-    raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3 ([CLS] a [SEP] b "
-                     "[SEP])")
+  checks.check(options, {checks.AT_LEAST: {"max_seq_length": (3, "[CLS] a [SEP] b [SEP]")}})
   if options.max_seq_length > config.max_position_embeddings:
     raise ValueError(
         f"--max_seq_length={options.max_seq_length}: cannot use sequence length "
         f"{options.max_seq_length} because the BERT model was only trained up to sequence length "
         f"{config.max_position_embeddings} (max_position_embeddings of --bert_config_file)")
-  if options.batch_size < 1:
-    raise ValueError(f"--batch_size={options.batch_size}: must be >= 1")
-  if not tf.io.gfile.exists(options.vocab_file):
-    raise ValueError(f"--vocab_file {options.vocab_file}: no such file")
+  checks.check(options, {checks.POSITIVE: ("batch_size",),
+                         checks.EXISTING_FILES: ("vocab_file",)})
   tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
                                          do_lower_case=options.do_lower_case)
   tokenization.check_vocab(tokenizer.vocab, options.vocab_file,

@@ -42,17 +42,13 @@ import tensorflow as tf
 
 from bert_keras import modeling
 from bert_keras.runtime import common_flags
+from bert_keras.runtime import option_checks as checks
 from bert_keras.tasks import predict_io
 from bert_keras.tasks import predictors
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
 from bert_keras.utils import progress as progress_lib
 
-DEFAULTS = dict(model_dir=None, input_file=None, output_file=None, input_format=None,
-                text_a_column=None, text_b_column=None, task=None, batch_size=32,
-                max_seq_length=None, pooling=None, normalize=False, threshold=None,
-                skip_bad_rows=False, doc_stride=None, max_query_length=None,
-                max_answer_length=None)
 MAX_LOGGED_BAD_ROWS = 10
 
 
@@ -61,33 +57,49 @@ def options(**overrides):
   return common_flags.make_options(DEFAULTS, overrides)
 
 
-def define_flags():
+def define_flags(fv=flags.FLAGS):
   flags.DEFINE_string("model_dir", None, "A run_* output_dir (or its best/), a SavedModel of "
                       "export_saved_model.py, or (with --task=embeddings) a checkpoint "
-                      "directory.")
-  flags.DEFINE_string("input_file", None, "TSV/CSV with a header, JSON Lines, or - (stdin).")
-  flags.DEFINE_string("output_file", None, "JSON Lines to write (default or -: stdout).")
+                      "directory.", flag_values=fv)
+  flags.DEFINE_string("input_file", None, "TSV/CSV with a header, JSON Lines, or - (stdin).",
+                      flag_values=fv)
+  flags.DEFINE_string("output_file", None, "JSON Lines to write (default or -: stdout).",
+                      flag_values=fv)
   flags.DEFINE_enum("input_format", None, predict_io.FORMATS,
-                    "The input's format (default: by extension; stdin: by its first line).")
+                    "The input's format (default: by extension; stdin: by its first line).",
+                    flag_values=fv)
   flags.DEFINE_string("text_a_column", None, "The field of the first text (default: as in "
-                      "training, else text_a, sentence1, sentence, text or question).")
+                      "training, else text_a, sentence1, sentence, text or question).",
+                      flag_values=fv)
   flags.DEFINE_string("text_b_column", None, "The field of the second text (default: as in "
-                      "training, else text_b, sentence2 or context; \"none\": single texts).")
+                      "training, else text_b, sentence2 or context; \"none\": single texts).",
+                      flag_values=fv)
   flags.DEFINE_enum("task", None, ["embeddings"], "embeddings: the encoder's pooled vectors "
-                    "(any checkpoint; default: the model directory's task).")
-  flags.DEFINE_integer("batch_size", 32, "Rows per model call.")
-  flags.DEFINE_integer("max_seq_length", None, "Default: the model directory's task.json.")
+                    "(any checkpoint; default: the model directory's task).", flag_values=fv)
+  flags.DEFINE_integer("batch_size", 32, "Rows per model call.", flag_values=fv)
+  flags.DEFINE_integer("max_seq_length", None, "Default: the model directory's task.json.",
+                       flag_values=fv)
   flags.DEFINE_enum("pooling", None, modeling.POOLINGS, "--task=embeddings: mean (default), "
-                    "cls or max.")
-  flags.DEFINE_bool("normalize", False, "--task=embeddings: L2-normalise each embedding.")
+                    "cls or max.", flag_values=fv)
+  flags.DEFINE_bool("normalize", False, "--task=embeddings: L2-normalise each embedding.",
+                    flag_values=fv)
   flags.DEFINE_float("threshold", None, "Multi-label: one threshold for every label (default: "
-                     "task.json's thresholds, else 0.5).")
-  flags.DEFINE_bool("skip_bad_rows", False, "Skip and count bad rows instead of stopping.")
-  flags.DEFINE_integer("doc_stride", None, "squad: the windows' stride (default: task.json).")
-  flags.DEFINE_integer("max_query_length", None, "squad: question pieces kept (task.json).")
-  flags.DEFINE_integer("max_answer_length", None, "squad: longest answer in pieces (task.json).")
-  flags.mark_flag_as_required("model_dir")
-  flags.mark_flag_as_required("input_file")
+                     "task.json's thresholds, else 0.5).", flag_values=fv)
+  flags.DEFINE_bool("skip_bad_rows", False, "Skip and count bad rows instead of stopping.",
+                    flag_values=fv)
+  flags.DEFINE_integer("doc_stride", None, "squad: the windows' stride (default: task.json).",
+                       flag_values=fv)
+  flags.DEFINE_integer("max_query_length", None, "squad: question pieces kept (task.json).",
+                       flag_values=fv)
+  flags.DEFINE_integer("max_answer_length", None, "squad: longest answer in pieces (task.json).",
+                       flag_values=fv)
+  flags.mark_flag_as_required("model_dir", flag_values=fv)
+  flags.mark_flag_as_required("input_file", flag_values=fv)
+
+
+# The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
+# read from define_flags without parsing or touching absl's FLAGS.
+DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
 def _check_options(options):
@@ -105,10 +117,8 @@ def _check_options(options):
     raise ValueError(f"--max_seq_length={options.max_seq_length}: must be at least 3")
   if options.task not in (None, "embeddings"):
     raise ValueError(f"--task={options.task}: only embeddings (else the model's own task)")
-  if options.pooling is not None and options.pooling not in modeling.POOLINGS:
-    raise ValueError(f"--pooling={options.pooling}: one of {', '.join(modeling.POOLINGS)}")
-  if options.threshold is not None and not 0 < options.threshold < 1:
-    raise ValueError(f"--threshold={options.threshold}: must be between 0 and 1")
+  checks.check(options, {checks.CHOICES: {"pooling": (None,) + modeling.POOLINGS},
+                         checks.FRACTION: ("threshold",)})
   if ((options.pooling is not None or options.normalize) and options.task != "embeddings"
       and not predictors.is_saved_model(options.model_dir)):
     raise ValueError("--pooling / --normalize are for --task=embeddings (or an embeddings "
@@ -132,7 +142,7 @@ class Columns(object):
     self.a_flag, self.b_flag = text_a_column, text_b_column
     self.a, self.b = text_a_column or trained_a, text_b_column or trained_b
     self.pair = predictor.pair
-    self.squad = predictor.task == "squad"
+    self.squad = predictor.kind.outputs == "spans"
     self.resolved = False
 
   def resolve(self, fields, where):

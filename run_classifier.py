@@ -13,10 +13,14 @@ training.py's loop and strategies (checkpoints model.ckpt-N in --output_dir, res
     --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt --max_seq_length=128 \
     --train_batch_size=32 --learning_rate=2e-5 --num_train_epochs=3.0 \
     --output_dir=/tmp/mrpc_output/
+
+Read top to bottom: flags; features (convert_single_example, the TFRecords); the model
+(create_model, ClassifierTask, predict_logits); run() and main. The examples and processors
+(InputExample, DataProcessor, MrpcProcessor, ..., PROCESSORS, get_processor) live in
+tasks/classifier_data.py; this module re-exports them under the original's names.
 """
 
 from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
-import csv
 import os
 
 from absl import app
@@ -35,11 +39,13 @@ from bert_keras.runtime import distribution
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
 from bert_keras.runtime import training_checkpoints
 from bert_keras.tasks import class_weights as class_weights_lib
+from bert_keras.tasks import classifier_data
 from bert_keras.tasks import classifier_options
 from bert_keras.tasks import doc_windows
 from bert_keras.tasks import metrics
@@ -49,95 +55,101 @@ from bert_keras.tasks import tfds_input
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
 
-# Programmatic defaults = the flags' defaults (see define_flags).
-DEFAULTS = dict(
-    data_dir=None, bert_config_file=None, task_name=None, vocab_file=None, output_dir=None,
-    init_checkpoint=None, do_lower_case=True, max_seq_length=128, do_train=False,
-    do_eval=False, do_predict=False, train_batch_size=32, eval_batch_size=8,
-    predict_batch_size=8, learning_rate=5e-5, num_train_epochs=3.0, warmup_proportion=0.1,
-    save_checkpoints_steps=1000, iterations_per_loop=1000,
-    tpu_job_name=None, tfds_name=None, tfds_data_dir=None, eval_every_steps=0,
-    early_stopping_patience=0, trim_eval_batches=True,
-    trim_train_batches=False, **common_flags.TPU_DEFAULTS, **common_flags.TRAINING_DEFAULTS)
-# --task_name=custom's columns and labels (CustomProcessor).
-DEFAULTS.update(text_a_column=None, text_b_column=None, label_column=None, labels=None)
-# Multi-label, class weights and long documents (issue 25; all off by default).
-DEFAULTS.update(classifier_options.DEFAULTS)
-
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
   return common_flags.make_options(DEFAULTS, overrides)
 
 
-def define_flags():
+def define_flags(fv=flags.FLAGS):
   """The original's flags (same names, types and defaults) plus training.py's."""
   flags.DEFINE_string(
       "data_dir", None,
-      "The input data dir. Should contain the .tsv files (or other data files) for the task.")
-  common_flags.define_model_flags(max_seq_length=128)
-  flags.DEFINE_string("task_name", None, "The name of the task to train.")
-  _define_custom_task_flags()
-  classifier_options.define_flags()
-  flags.DEFINE_bool("do_train", False, "Whether to run training.")
-  flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
+      "The input data dir. Should contain the .tsv files (or other data files) for the task.",
+      flag_values=fv)
+  common_flags.define_model_flags(max_seq_length=128, fv=fv)
+  flags.DEFINE_string("task_name", None, "The name of the task to train.", flag_values=fv)
+  _define_custom_task_flags(fv=fv)
+  classifier_options.define_flags(fv=fv)
+  flags.DEFINE_bool("do_train", False, "Whether to run training.", flag_values=fv)
+  flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.", flag_values=fv)
   flags.DEFINE_bool("do_predict", False,
-                    "Whether to run the model in inference mode on the test set.")
-  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
-  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
-  flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.")
-  common_flags.define_fine_tuning_flags()
-  common_flags.define_tpu_flags()
+                    "Whether to run the model in inference mode on the test set.", flag_values=fv)
+  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.", flag_values=fv)
+  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.", flag_values=fv)
+  flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.", flag_values=fv)
+  common_flags.define_fine_tuning_flags(fv=fv)
+  common_flags.define_tpu_flags(fv=fv)
   # bert-tensorflow 1.0.4's extra TPU flag: accepted (TPUStrategy finds the TPU workers).
   flags.DEFINE_string("tpu_job_name", None,
-                      "Name of TPU worker, if anything other than 'tpu_worker'")
-  common_flags.define_training_flags()
-  common_flags.define_trim_train_batches_flag()
+                      "Name of TPU worker, if anything other than 'tpu_worker'", flag_values=fv)
+  common_flags.define_training_flags(fv=fv)
+  common_flags.define_trim_train_batches_flag(fv=fv)
   flags.DEFINE_string(
       "tfds_name", None,
       "Read the task through TensorFlow Datasets instead of --data_dir: glue/<config> (e.g. "
-      "glue/mrpc, glue/mnli); it implies --task_name. Never downloads.")
+      "glue/mrpc, glue/mnli); it implies --task_name. Never downloads.", flag_values=fv)
   flags.DEFINE_string("tfds_data_dir", None,
-                      "TensorFlow Datasets data directory of --tfds_name (default: TFDS's).")
-  common_flags.define_eval_during_training_flags()
+                      "TensorFlow Datasets data directory of --tfds_name (default: TFDS's).",
+                      flag_values=fv)
+  common_flags.define_eval_during_training_flags(fv=fv)
   # (data_dir, task_name: below; vocab_file, bert_config_file: also from a model directory)
-  flags.mark_flag_as_required("output_dir")
-  flags.adopt_module_key_flags(common_flags)  # --help lists them too, not only --helpfull
+  flags.mark_flag_as_required("output_dir", flag_values=fv)
+  flags.adopt_module_key_flags(common_flags,
+                               flag_values=fv)  # --help lists them too, not only --helpfull
 
 
-def _define_custom_task_flags():
+def _define_custom_task_flags(fv=flags.FLAGS):
   flags.DEFINE_string("text_a_column", None,
                       "--task_name=custom: the header name of the first text's column "
-                      "(default sentence1, or sentence where there is no sentence1).")
+                      "(default sentence1, or sentence where there is no sentence1).",
+                      flag_values=fv)
   flags.DEFINE_string("text_b_column", None,
                       "--task_name=custom: the second text's column (default sentence2 where "
-                      "there is one, else single sentences; 'none': single sentences).")
+                      "there is one, else single sentences; 'none': single sentences).",
+                      flag_values=fv)
   flags.DEFINE_string("label_column", None,
                       "--task_name=custom: the label column (default label; test.tsv may "
-                      "lack it).")
+                      "lack it).", flag_values=fv)
   flags.DEFINE_string("labels", None,
                       "--task_name=custom: comma-separated labels in the order of the model's "
-                      "outputs (default: the sorted distinct labels of train.tsv).")
+                      "outputs (default: the sorted distinct labels of train.tsv).", flag_values=fv)
+
+
+# The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
+# read from define_flags without parsing or touching absl's FLAGS.
+DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
 # ----------------------------------------------------------------------------
-# Examples and processors.
+# Examples and processors: tasks/classifier_data.py, under the original's names.
 
-class InputExample(object):
-  """A single training/test example: guid, text_a, optional text_b (pair tasks) and the
-  label string (test examples carry a dummy label)."""
+InputExample = classifier_data.InputExample
+PaddingInputExample = classifier_data.PaddingInputExample
+DataProcessor = classifier_data.DataProcessor
+XnliProcessor = classifier_data.XnliProcessor
+MnliProcessor = classifier_data.MnliProcessor
+MrpcProcessor = classifier_data.MrpcProcessor
+ColaProcessor = classifier_data.ColaProcessor
+Sst2Processor = classifier_data.Sst2Processor
+QqpProcessor = classifier_data.QqpProcessor
+QnliProcessor = classifier_data.QnliProcessor
+RteProcessor = classifier_data.RteProcessor
+WnliProcessor = classifier_data.WnliProcessor
+StsbProcessor = classifier_data.StsbProcessor
+MnliMismatchedProcessor = classifier_data.MnliMismatchedProcessor
+DiagnosticProcessor = classifier_data.DiagnosticProcessor
+CustomProcessor = classifier_data.CustomProcessor
+PROCESSORS = classifier_data.PROCESSORS
+TASK_ALIASES = classifier_data.TASK_ALIASES
+CUSTOM_TASK_FLAGS = classifier_data.CUSTOM_TASK_FLAGS
+get_processor = classifier_data.get_processor
+read_examples = classifier_data.read_examples
+_GlueProcessor = classifier_data.GlueProcessor  # (the base of the GLUE processors)
 
-  def __init__(self, guid, text_a, text_b=None, label=None):
-    self.guid = guid
-    self.text_a = text_a
-    self.text_b = text_b
-    self.label = label
 
-
-class PaddingInputExample(object):
-  """A fake example padding the eval/predict sets to a multiple of the batch size on TPU;
-  its features are all zeros with is_real_example False."""
-
+# ----------------------------------------------------------------------------
+# Features.
 
 class InputFeatures(object):
   """The features of one example (lists of max_seq_length ints, an int label id)."""
@@ -149,491 +161,6 @@ class InputFeatures(object):
     self.label_id = label_id
     self.is_real_example = is_real_example
 
-
-class DataProcessor(object):
-  """Base class of the data converters of the sequence classification data sets.
-
-  metric_name: the eval_results.txt key of the task's official metric (the one that picks a
-  best checkpoint); is_regression: the label is a float score (get_labels() is None, the model
-  has one output trained with mean squared error).
-  """
-
-  metric_name = "eval_accuracy"
-  is_regression = False
-
-  def get_train_examples(self, data_dir):
-    """A list of InputExample for the train set."""
-    raise NotImplementedError()
-
-  def get_dev_examples(self, data_dir):
-    """A list of InputExample for the dev set."""
-    raise NotImplementedError()
-
-  def get_test_examples(self, data_dir):
-    """A list of InputExample for prediction."""
-    raise NotImplementedError()
-
-  def get_labels(self):
-    """The list of label strings (index = label id)."""
-    raise NotImplementedError()
-
-  @classmethod
-  def _read_tsv(cls, input_file, quotechar=None):
-    """Rows (lists of strings) of a tab separated file; quotechar None = no quoting (a
-    double quote is an ordinary character). Read through a text-mode GFile, as the
-    original (which drops every "\\r"). A missing file raises ValueError naming it."""
-    if not tf.io.gfile.exists(input_file):
-      raise ValueError(f"--data_dir: no such file {input_file}")
-    file_io.allow_long_csv_fields()
-    with tf.io.gfile.GFile(input_file, "r") as f:
-      reader = csv.reader(f, delimiter="\t", quotechar=quotechar)
-      try:
-        return [_Row(row, input_file, reader.line_num) for row in reader]
-      except UnicodeDecodeError as e:
-        raise ValueError(f"--data_dir: {input_file} is not UTF-8 text ({e.reason})") from None
-      except csv.Error as e:
-        raise ValueError(f"--data_dir: {input_file}, line {reader.line_num}: {e}") from None
-
-
-class _Row(list):
-  """A TSV row (a list of fields) that knows its file and line: a missing column is a
-  ValueError naming them, not an IndexError from inside a processor."""
-
-  def __init__(self, fields, path, line_number):
-    super().__init__(fields)
-    self.path, self.line_number = path, line_number
-
-  def __getitem__(self, index):
-    try:
-      return super().__getitem__(index)
-    except IndexError:
-      raise ValueError(f"--data_dir: {self.path}, line {self.line_number}: {len(self)} "
-                       f"tab-separated fields, the task reads field {index + 1}") from None
-
-
-def _u(text):
-  return tokenization.convert_to_unicode(text)
-
-
-class XnliProcessor(DataProcessor):
-  """XNLI, Chinese only (train from multinli/multinli.train.zh.tsv, dev from xnli.dev.tsv)."""
-
-  def __init__(self):
-    self.language = "zh"
-
-  def get_train_examples(self, data_dir):
-    lines = self._read_tsv(
-        os.path.join(data_dir, "multinli", "multinli.train.%s.tsv" % self.language))
-    examples = []
-    for (i, line) in enumerate(lines):
-      if i == 0:
-        continue
-      label = _u(line[2])
-      if label == _u("contradictory"):
-        label = _u("contradiction")
-      examples.append(InputExample(guid="train-%d" % i, text_a=_u(line[0]),
-                                   text_b=_u(line[1]), label=label))
-    return examples
-
-  def get_dev_examples(self, data_dir):
-    lines = self._read_tsv(os.path.join(data_dir, "xnli.dev.tsv"))
-    examples = []
-    for (i, line) in enumerate(lines):
-      if i == 0:
-        continue
-      if _u(line[0]) != _u(self.language):
-        continue
-      examples.append(InputExample(guid="dev-%d" % i, text_a=_u(line[6]),
-                                   text_b=_u(line[7]), label=_u(line[1])))
-    return examples
-
-  def get_labels(self):
-    return ["contradiction", "entailment", "neutral"]
-
-
-class _GlueProcessor(DataProcessor):
-  """A GLUE task in data_dir: FILES names the train/dev/test files and the dev set's guid
-  prefix; subclasses turn the rows into examples (_create_examples(lines, set_type))."""
-
-  FILES = {"train": ("train.tsv", "train"), "dev": ("dev.tsv", "dev"),
-           "test": ("test.tsv", "test")}
-
-  def _examples(self, data_dir, split):
-    name, set_type = self.FILES[split]
-    return self._create_examples(self._read_tsv(os.path.join(data_dir, name)), set_type)
-
-  def get_train_examples(self, data_dir):
-    return self._examples(data_dir, "train")
-
-  def get_dev_examples(self, data_dir):
-    return self._examples(data_dir, "dev")
-
-  def get_test_examples(self, data_dir):
-    return self._examples(data_dir, "test")
-
-
-class MnliProcessor(_GlueProcessor):
-  """MultiNLI (GLUE; matched dev and test sets)."""
-
-  FILES = {"train": ("train.tsv", "train"), "dev": ("dev_matched.tsv", "dev_matched"),
-           "test": ("test_matched.tsv", "test")}
-
-  def get_labels(self):
-    return ["contradiction", "entailment", "neutral"]
-
-  def _create_examples(self, lines, set_type):
-    examples = []
-    for (i, line) in enumerate(lines):
-      if i == 0:
-        continue
-      guid = "%s-%s" % (set_type, _u(line[0]))
-      label = _u("contradiction") if set_type.startswith("test") else _u(line[-1])
-      examples.append(InputExample(guid=guid, text_a=_u(line[8]), text_b=_u(line[9]),
-                                   label=label))
-    return examples
-
-
-class MrpcProcessor(_GlueProcessor):
-  """MRPC (GLUE): sentence pairs, labels "0" / "1", metric F1."""
-
-  metric_name = "eval_f1"
-
-  def get_labels(self):
-    return ["0", "1"]
-
-  def _create_examples(self, lines, set_type):
-    examples = []
-    for (i, line) in enumerate(lines):
-      if i == 0:
-        continue
-      label = _u("0") if set_type == "test" else _u(line[0])
-      examples.append(InputExample(guid="%s-%s" % (set_type, i), text_a=_u(line[3]),
-                                   text_b=_u(line[4]), label=label))
-    return examples
-
-
-class ColaProcessor(_GlueProcessor):
-  """CoLA (GLUE): single sentences, labels "0" / "1", metric Matthews correlation; only the
-  test file has a header."""
-
-  metric_name = "eval_matthews_corr"
-
-  def get_labels(self):
-    return ["0", "1"]
-
-  def _create_examples(self, lines, set_type):
-    examples = []
-    for (i, line) in enumerate(lines):
-      if set_type == "test" and i == 0:
-        continue
-      if set_type == "test":
-        text_a, label = _u(line[1]), _u("0")
-      else:
-        text_a, label = _u(line[3]), _u(line[1])
-      examples.append(InputExample(guid="%s-%s" % (set_type, i), text_a=text_a, text_b=None,
-                                   label=label))
-    return examples
-
-
-class _ColumnsProcessor(_GlueProcessor):
-  """A GLUE task read by column position; the first line of every file is a header.
-
-  TRAIN_COLUMNS (train and dev files) = (id, text_a, text_b, label) and TEST_COLUMNS (the
-  test file) = (id, text_a, text_b): 0-based positions, text_b None for single sentences,
-  id None where the file has no id column (the guid then uses the line number, as the
-  original's MRPC and CoLA). Guids are "<set_type>-<id>"; test examples get a dummy label
-  (the first label; "0" for regression). SKIP_SHORT_ROWS: rows with too few fields are
-  skipped with a logged count (QQP) instead of being an error naming the line.
-  """
-
-  TRAIN_COLUMNS = (0, 1, 2, 3)
-  TEST_COLUMNS = (0, 1, 2)
-  SKIP_SHORT_ROWS = False
-
-  def _create_examples(self, lines, set_type):
-    test = set_type.startswith("test")
-    id_column, a, b, label_column = (self.TEST_COLUMNS + (None,) if test
-                                     else self.TRAIN_COLUMNS)
-    width = 1 + max(c for c in (id_column, a, b, label_column) if c is not None)
-    examples, skipped = [], 0
-    for (i, line) in enumerate(lines):
-      if i == 0:
-        continue
-      if self.SKIP_SHORT_ROWS and len(line) < width:
-        skipped += 1
-        continue
-      key = i if id_column is None else _u(line[id_column])
-      if test:
-        label = "0" if self.is_regression else self.get_labels()[0]
-      else:
-        label = _u(line[label_column])
-      examples.append(InputExample(guid="%s-%s" % (set_type, key), text_a=_u(line[a]),
-                                   text_b=None if b is None else _u(line[b]), label=label))
-    if skipped:
-      logging.warning("%s: skipped %d of %d rows with fewer than %d tab-separated fields",
-                      lines[0].path, skipped, len(lines) - 1, width)
-    return examples
-
-
-class Sst2Processor(_ColumnsProcessor):
-  """SST-2 (GLUE): single sentences, labels "0" / "1". train/dev: sentence, label; test:
-  index, sentence."""
-
-  TRAIN_COLUMNS = (None, 0, None, 1)
-  TEST_COLUMNS = (0, 1, None)
-
-  def get_labels(self):
-    return ["0", "1"]
-
-
-class QqpProcessor(_ColumnsProcessor):
-  """QQP (GLUE): question pairs, labels "0" / "1", metric F1. train/dev: id, qid1, qid2,
-  question1, question2, is_duplicate; test: id, question1, question2. Rows with too few
-  fields (a few in the public distribution) are skipped with a logged count."""
-
-  TRAIN_COLUMNS = (0, 3, 4, 5)
-  TEST_COLUMNS = (0, 1, 2)
-  SKIP_SHORT_ROWS = True
-  metric_name = "eval_f1"
-
-  def get_labels(self):
-    return ["0", "1"]
-
-
-class QnliProcessor(_ColumnsProcessor):
-  """QNLI (GLUE): index, question, sentence, label (entailment / not_entailment)."""
-
-  def get_labels(self):
-    return ["entailment", "not_entailment"]
-
-
-class RteProcessor(_ColumnsProcessor):
-  """RTE (GLUE): index, sentence1, sentence2, label (entailment / not_entailment)."""
-
-  def get_labels(self):
-    return ["entailment", "not_entailment"]
-
-
-class WnliProcessor(_ColumnsProcessor):
-  """WNLI (GLUE): index, sentence1, sentence2, label ("0" / "1")."""
-
-  def get_labels(self):
-    return ["0", "1"]
-
-
-class StsbProcessor(_ColumnsProcessor):
-  """STS-B (GLUE), a regression task: the label is the similarity score, a float in [0, 5]
-  (get_labels() is None; the model has one output, trained with mean squared error).
-  train/dev: index, genre, filename, year, old_index, source1, source2, sentence1,
-  sentence2, score; test: the same without score."""
-
-  TRAIN_COLUMNS = (0, 7, 8, 9)
-  TEST_COLUMNS = (0, 7, 8)
-  is_regression = True
-  metric_name = "eval_pearson"
-
-  def get_labels(self):
-    return None
-
-
-class MnliMismatchedProcessor(MnliProcessor):
-  """MultiNLI with the mismatched dev and test sets (dev_mismatched.tsv, test_mismatched.tsv;
-  guids dev_mismatched-<index>, test_mismatched-<index>); the same training set."""
-
-  FILES = {"train": ("train.tsv", "train"), "dev": ("dev_mismatched.tsv", "dev_mismatched"),
-           "test": ("test_mismatched.tsv", "test_mismatched")}
-
-
-class DiagnosticProcessor(_ColumnsProcessor):
-  """GLUE's diagnostic set (AX): diagnostic.tsv (index, sentence1, sentence2), prediction
-  only, with MNLI's labels: predict with a model fine-tuned on MNLI (--init_checkpoint or its
-  output_dir)."""
-
-  FILES = {"test": ("diagnostic.tsv", "test")}
-
-  def get_labels(self):
-    return MnliProcessor().get_labels()
-
-  def get_train_examples(self, data_dir):
-    raise ValueError("--task_name=ax: the diagnostic set has no training data (predict only: "
-                     "--do_predict with an MNLI model)")
-
-  def get_dev_examples(self, data_dir):
-    raise ValueError("--task_name=ax: the diagnostic set has no labelled dev data (predict "
-                     "only: --do_predict with an MNLI model)")
-
-
-class CustomProcessor(DataProcessor):
-  """--task_name=custom: train.tsv, dev.tsv and test.tsv of data_dir, tab-separated, quotes
-  ordinary characters, the first line a header naming the columns.
-
-  text_a_column (None: "sentence1", or "sentence" where there is no such column),
-  text_b_column (None: "sentence2" where the file has one, else single sentences; "" or
-  "none": single sentences) and label_column (None: "label") pick the columns by name, in
-  each file's own header. Labels: `labels` (a list, e.g. from --labels=a,b,c) or the sorted
-  distinct values of train.tsv's label column. test.tsv may lack the label column (its
-  examples then get the first label as a dummy, as do its rows with an empty label). A
-  missing column, a row with fewer or more fields than the header, an empty label in
-  train.tsv or dev.tsv, or a train.tsv with fewer than two distinct labels is a ValueError
-  naming the file (and line); a label with surrounding spaces is stripped, with a warning
-  naming the lines. Guids "<set_type>-<line - 1>".
-
-  multi_label: each label cell holds zero or more labels joined by `separator`
-  (multi_label.parse_cell; an empty cell is no label, also in train.tsv), an example's label
-  is a tuple of names, get_labels() a multi_label.MultiLabelList (default: the sorted union
-  over train.tsv, at least one); a cell naming a label outside the labels is a ValueError
-  naming the file and line.
-  """
-
-  def __init__(self, data_dir, text_a_column=None, text_b_column=None, label_column=None,
-               labels=None, multi_label=False, separator=","):
-    self.data_dir = data_dir
-    self.text_a_column, self.text_b_column = text_a_column, text_b_column
-    self.label_column = label_column or "label"
-    self.multi_label, self.separator = bool(multi_label), separator
-    self._labels = list(labels) if labels else None
-    if self._labels and multi_label:
-      self._labels = multi_label_lib.MultiLabelList(self._labels, separator)
-
-  def get_labels(self):
-    if self._labels is None and self.multi_label:
-      self._labels = multi_label_lib.label_set(
-          self.get_train_examples(self.data_dir), self.separator,
-          f"--data_dir: {os.path.join(self.data_dir, 'train.tsv')}: its {self.label_column} "
-          "column")
-    if self._labels is None:
-      path = os.path.join(self.data_dir, "train.tsv")
-      if not tf.io.gfile.exists(path):
-        raise ValueError(f"--data_dir: no such file {path} (--task_name=custom reads its "
-                         "labels from it; or give --labels)")
-      labels = sorted({e.label for e in self.get_train_examples(self.data_dir)})
-      if len(labels) < 2:
-        raise ValueError(
-            f"--data_dir: {path}: its {self.label_column} column holds "
-            f"{len(labels)} distinct label{'' if len(labels) == 1 else 's'} "
-            f"({errors.error_line(', '.join(map(repr, labels)), 200)}); a classifier needs "
-            "at least two (give --labels to name the others)")
-      self._labels = labels
-    return self._labels
-
-  def get_train_examples(self, data_dir):
-    return self._create_examples(data_dir, "train.tsv", "train")
-
-  def get_dev_examples(self, data_dir):
-    return self._create_examples(data_dir, "dev.tsv", "dev")
-
-  def get_test_examples(self, data_dir):
-    return self._create_examples(data_dir, "test.tsv", "test")
-
-  def _create_examples(self, data_dir, name, set_type):
-    path = os.path.join(data_dir, name)
-    lines = self._read_tsv(path)
-    if not lines:
-      raise ValueError(f"--data_dir: {path} is empty (--task_name=custom needs a header line)")
-    a, b, label = self._columns(lines[0], set_type == "test")
-    examples = []
-    padded = []  # lines whose label had surrounding spaces (stripped)
-    for (i, line) in enumerate(lines[1:], 1):
-      if len(line) != len(lines[0]):
-        raise ValueError(f"--data_dir: {line.path}, line {line.line_number}: {len(line)} "
-                         f"tab-separated fields, the header has {len(lines[0])}"
-                         + (" (a tab inside a text?)" if len(line) > len(lines[0]) else ""))
-      value = None if label is None else _u(line[label])
-      if self.multi_label:
-        examples.append(InputExample(guid="%s-%s" % (set_type, i), text_a=_u(line[a]),
-                                     text_b=None if b is None else _u(line[b]),
-                                     label=self._cell_labels(value, line)))
-        continue
-      if value is not None and value.strip() != value:
-        padded.append(line.line_number)
-        value = value.strip()
-      if value == "":
-        if set_type == "test":
-          value = None  # an unlabelled test row: the dummy label
-        else:
-          raise ValueError(f"--data_dir: {line.path}, line {line.line_number}: empty label "
-                           f"(column {self.label_column})")
-      examples.append(InputExample(
-          guid="%s-%s" % (set_type, i), text_a=_u(line[a]),
-          text_b=None if b is None else _u(line[b]),
-          label=self.get_labels()[0] if value is None else value))
-    if padded:
-      logging.warning("%s: %d label%s with surrounding spaces stripped (line%s %s)", path,
-                      len(padded), "s" if len(padded) > 1 else "",
-                      "s" if len(padded) > 1 else "",
-                      ", ".join(map(str, padded[:5])) + (", ..." if len(padded) > 5 else ""))
-    return examples
-
-  def _cell_labels(self, value, line):
-    """A multi-label cell (None: no label column) -> tuple of names, each checked against the
-    labels when they are known (--labels, or train.tsv's once read)."""
-    return multi_label_lib.parse_cell(value or "", self.separator, self._labels,
-                                      f"--data_dir: {line.path}, line {line.line_number}")
-
-  def _columns(self, header, test):
-    """The header row -> positions (text_a, text_b or None, label or None)."""
-    names = [_u(name).lstrip("\ufeff").strip() for name in header]
-
-    def find(name, flag):
-      if name not in names:
-        raise ValueError(f"--{flag}={name}: {header.path} has no such column (its header: "
-                         f"{', '.join(names)})")
-      return names.index(name)
-
-    a = find(self.text_a_column or ("sentence" if "sentence1" not in names and
-                                    "sentence" in names else "sentence1"), "text_a_column")
-    if self.text_b_column is None:
-      b = names.index("sentence2") if "sentence2" in names else None
-    elif self.text_b_column.strip().lower() in ("", "none"):
-      b = None
-    else:
-      b = find(self.text_b_column, "text_b_column")
-    label = None if test and self.label_column not in names else find(self.label_column,
-                                                                       "label_column")
-    return a, b, label
-
-
-PROCESSORS = {"cola": ColaProcessor, "mnli": MnliProcessor, "mrpc": MrpcProcessor,
-              "xnli": XnliProcessor, "sst-2": Sst2Processor, "qqp": QqpProcessor,
-              "qnli": QnliProcessor, "rte": RteProcessor, "wnli": WnliProcessor,
-              "sts-b": StsbProcessor, "mnli-mm": MnliMismatchedProcessor,
-              "ax": DiagnosticProcessor}
-TASK_ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli_mm": "mnli-mm",
-                "mnli-mismatched": "mnli-mm", "diagnostic": "ax"}
-CUSTOM_TASK_FLAGS = ("text_a_column", "text_b_column", "label_column", "labels")
-
-
-def get_processor(options):
-  """The processor of options.task_name (case-insensitive; PROCESSORS, TASK_ALIASES or
-  "custom", built from the custom-task flags). An unknown name is a ValueError listing the
-  known ones; a custom-task flag with another task is one too."""
-  name = options.task_name.strip().lower()
-  name = TASK_ALIASES.get(name, name)
-  multi = getattr(options, "multi_label", False)
-  if name == "custom":
-    labels = None
-    if options.labels:
-      labels = [label.strip() for label in options.labels.split(",")]
-      if len(set(labels)) != len(labels) or "" in labels:
-        raise ValueError(f"--labels={options.labels}: labels must be distinct and non-empty")
-      if len(labels) < (1 if multi else 2):
-        raise ValueError(f"--labels={options.labels}: a classifier needs at least two labels")
-    return CustomProcessor(options.data_dir, options.text_a_column, options.text_b_column,
-                           options.label_column, labels, multi,
-                           getattr(options, "label_separator", ","))
-  if multi:
-    raise ValueError(f"--multi_label is only for --task_name=custom (not {options.task_name})")
-  if name not in PROCESSORS:
-    raise ValueError("Task not found: %s (known tasks: %s; also accepted: %s)" % (
-        name, ", ".join(sorted(list(PROCESSORS) + ["custom"])), ", ".join(sorted(TASK_ALIASES))))
-  for flag in CUSTOM_TASK_FLAGS:
-    if getattr(options, flag) is not None:
-      raise ValueError(f"--{flag} is only for --task_name=custom (not {options.task_name})")
-  return PROCESSORS[name]()
-
-
-# ----------------------------------------------------------------------------
-# Features.
 
 def convert_single_example(ex_index, example, label_list, max_seq_length, tokenizer):
   """InputExample -> InputFeatures: [CLS] a [SEP] (segment 0) [b [SEP]] (segment 1),
@@ -898,29 +425,20 @@ def softmax(logits):
 
 def _validate(options):
   optional = ("data_dir", "task_name") if options.tfds_name else ()  # (--tfds_name: from TFDS)
-  if options.tfds_name and options.data_dir:
-    raise ValueError("--tfds_name replaces --data_dir: pass one or the other")
-  for name in ("data_dir", "task_name", "vocab_file", "bert_config_file", "output_dir"):
-    if not getattr(options, name) and name not in optional:
-      raise ValueError(f"--{name} is required" + (
-          " (or an --init_checkpoint or --output_dir that is a model directory)"
-          if name in ("vocab_file", "bert_config_file", "task_name") else ""))
+  required = dict(data_dir=None, task_name=checks.MODEL_DIR, vocab_file=checks.MODEL_DIR,
+                  bert_config_file=checks.MODEL_DIR, output_dir=None)
+  checks.check(options, {
+      checks.EXCLUSIVE: {"tfds_name": ("data_dir",)},
+      checks.REQUIRED: {k: v for k, v in required.items() if k not in optional}})
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
   if not options.do_train and not options.do_eval and not options.do_predict:
     raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
-  for name in ("bert_config_file", "vocab_file"):
-    if not tf.io.gfile.exists(getattr(options, name)):
-      raise ValueError(f"--{name} {getattr(options, name)}: no such file")
-  for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
-               "iterations_per_loop", "gradient_accumulation_steps", "max_seq_length"):
-    if getattr(options, name) < 1:
-      raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
-  if options.eval_every_steps and not (options.do_train and options.do_eval):
-    raise ValueError(f"--eval_every_steps={options.eval_every_steps} needs --do_train and "
-                     "--do_eval (it evaluates on the dev set during training)")
-  if options.max_seq_length < 3:
-    raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3 ([CLS] a [SEP] b "
-                     "[SEP])")
+  checks.check(options, {
+      checks.EXISTING_FILES: ("bert_config_file", "vocab_file"),
+      checks.POSITIVE: ("train_batch_size", "eval_batch_size", "predict_batch_size",
+                        "iterations_per_loop", "gradient_accumulation_steps", "max_seq_length"),
+      checks.REQUIRES: checks.EVAL_EVERY_STEPS,
+      checks.AT_LEAST: {"max_seq_length": (3, "[CLS] a [SEP] b [SEP]")}})
   training.check_training_numbers(options)
   classifier_options.validate(options)
 
@@ -1004,44 +522,6 @@ def _fill_task_from(options, model):
   if options.task_name.strip().lower() == "custom" and "labels" not in model["given"] \
       and model.get("labels"):
     options.labels = ",".join(model["labels"])
-
-
-def read_examples(options, processor, label_list):
-  """{"train", "dev", "test": list of InputExample, or None where the flags do not ask for
-  it}, read and checked before any model is built: a split without examples, or a label that
-  is not one of the task's (label_list; None: a regression task, whose labels must be finite
-  numbers), is a ValueError naming the file (or --tfds_name). (Test examples carry the task's
-  dummy label, or, for --task_name=custom, test.tsv's own when it has a label column.)"""
-  wanted = {"train": (options.do_train, processor.get_train_examples),
-            "dev": (options.do_eval, processor.get_dev_examples),
-            "test": (options.do_predict, processor.get_test_examples)}
-  examples = {}
-  source = (f"--tfds_name {options.tfds_name}" if getattr(options, "tfds_name", None) else
-            f"--data_dir {options.data_dir}")
-  for split, (asked, read) in wanted.items():
-    examples[split] = read(options.data_dir) if asked else None
-    if asked and not examples[split]:
-      raise ValueError(f"{source}: the {split} file has no examples")
-    for example in examples[split] if asked else ():
-      if label_list is None and not _is_number(example.label):
-        raise ValueError(f"{source}: {split} example {example.guid} has "
-                         f"label {example.label!r}, not a number (a regression task)")
-      if isinstance(label_list, multi_label_lib.MultiLabelList):
-        for name in example.label:
-          if name not in label_list:
-            raise ValueError(f"{source}: {split} example {example.guid} has label {name!r}, "
-                             f"not one of {list(label_list)}")
-      elif label_list is not None and example.label not in label_list:
-        raise ValueError(f"{source}: {split} example {example.guid} has "
-                         f"label {example.label!r}, not one of {label_list}")
-  return examples
-
-
-def _is_number(text):
-  try:
-    return bool(np.isfinite(float(text)))
-  except (TypeError, ValueError):
-    return False
 
 
 def _train_eval_predict(options, strategy, config, examples, label_list, tokenizer, chief,

@@ -46,6 +46,7 @@ from bert_keras import tokenization
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import distribution
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
@@ -57,49 +58,46 @@ from bert_keras.utils import file_io
 
 SPLITS = {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}
 
-# Programmatic defaults = the flags' defaults (see define_flags).
-DEFAULTS = dict(
-    data_dir=None, bert_config_file=None, vocab_file=None, output_dir=None,
-    init_checkpoint=None, do_lower_case=True, max_seq_length=128, doc_stride=64, labels=None,
-    do_train=False, do_eval=False, do_predict=False, train_batch_size=32, eval_batch_size=8,
-    predict_batch_size=8, learning_rate=5e-5, num_train_epochs=3.0, warmup_proportion=0.1,
-    save_checkpoints_steps=1000, iterations_per_loop=1000, eval_every_steps=0,
-    early_stopping_patience=0, trim_eval_batches=True, trim_train_batches=False,
-    **common_flags.TPU_DEFAULTS, **common_flags.TRAINING_DEFAULTS)
-
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
   return common_flags.make_options(DEFAULTS, overrides)
 
 
-def define_flags():
+def define_flags(fv=flags.FLAGS):
   """run_classifier's flags (same names and defaults) plus --doc_stride and --labels."""
   flags.DEFINE_string("data_dir", None,
-                      "The input data dir, with train.txt, dev.txt and test.txt (CoNLL).")
+                      "The input data dir, with train.txt, dev.txt and test.txt (CoNLL).",
+                      flag_values=fv)
   common_flags.define_model_flags(max_seq_length=128, max_seq_length_help=(
-      " Here: longer sentences are split into windows (--doc_stride); no word is dropped."))
+      " Here: longer sentences are split into windows (--doc_stride); no word is dropped."), fv=fv)
   flags.DEFINE_integer("doc_stride", 64,
                        "When a sentence has more WordPieces than fit, how far apart (in "
-                       "pieces) its windows start.")
+                       "pieces) its windows start.", flag_values=fv)
   flags.DEFINE_string("labels", None,
                       "Comma-separated tags in the order of the model's outputs (default: "
-                      "output_dir/labels.txt, else the tags of train.txt, sorted, O first).")
-  flags.DEFINE_bool("do_train", False, "Whether to run training.")
-  flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
+                      "output_dir/labels.txt, else the tags of train.txt, sorted, O first).",
+                      flag_values=fv)
+  flags.DEFINE_bool("do_train", False, "Whether to run training.", flag_values=fv)
+  flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.", flag_values=fv)
   flags.DEFINE_bool("do_predict", False,
-                    "Whether to run the model in inference mode on the test set.")
-  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
-  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
-  flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.")
-  common_flags.define_fine_tuning_flags()
-  common_flags.define_tpu_flags()
-  common_flags.define_training_flags()
-  common_flags.define_trim_train_batches_flag()
-  common_flags.define_eval_during_training_flags()
+                    "Whether to run the model in inference mode on the test set.", flag_values=fv)
+  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.", flag_values=fv)
+  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.", flag_values=fv)
+  flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.", flag_values=fv)
+  common_flags.define_fine_tuning_flags(fv=fv)
+  common_flags.define_tpu_flags(fv=fv)
+  common_flags.define_training_flags(fv=fv)
+  common_flags.define_trim_train_batches_flag(fv=fv)
+  common_flags.define_eval_during_training_flags(fv=fv)
   for name in ("data_dir", "output_dir"):  # (the model flags: also from a model directory)
-    flags.mark_flag_as_required(name)
-  flags.adopt_module_key_flags(common_flags)
+    flags.mark_flag_as_required(name, flag_values=fv)
+  flags.adopt_module_key_flags(common_flags, flag_values=fv)
+
+
+# The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
+# read from define_flags without parsing or touching absl's FLAGS.
+DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
 # ----------------------------------------------------------------------------
@@ -174,27 +172,18 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, t
 # ----------------------------------------------------------------------------
 
 def _validate(options):
-  for name in ("data_dir", "vocab_file", "bert_config_file", "output_dir"):
-    if not getattr(options, name):
-      raise ValueError(f"--{name} is required" + (
-          " (or an --init_checkpoint or --output_dir that is a model directory)"
-          if name in ("vocab_file", "bert_config_file") else ""))
+  checks.check(options, {checks.REQUIRED: dict(
+      data_dir=None, vocab_file=checks.MODEL_DIR, bert_config_file=checks.MODEL_DIR,
+      output_dir=None)})
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
   if not options.do_train and not options.do_eval and not options.do_predict:
     raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
-  for name in ("bert_config_file", "vocab_file"):
-    if not tf.io.gfile.exists(getattr(options, name)):
-      raise ValueError(f"--{name} {getattr(options, name)}: no such file")
-  for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
-               "iterations_per_loop", "gradient_accumulation_steps", "doc_stride"):
-    if getattr(options, name) < 1:
-      raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
-  if options.max_seq_length < 3:
-    raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3 ([CLS] a "
-                     "piece [SEP])")
-  if options.eval_every_steps and not (options.do_train and options.do_eval):
-    raise ValueError(f"--eval_every_steps={options.eval_every_steps} needs --do_train and "
-                     "--do_eval (it evaluates on the dev set during training)")
+  checks.check(options, {
+      checks.EXISTING_FILES: ("bert_config_file", "vocab_file"),
+      checks.POSITIVE: ("train_batch_size", "eval_batch_size", "predict_batch_size",
+                        "iterations_per_loop", "gradient_accumulation_steps", "doc_stride"),
+      checks.AT_LEAST: {"max_seq_length": (3, "[CLS] a piece [SEP]")},
+      checks.REQUIRES: checks.EVAL_EVERY_STEPS})
   training.check_training_numbers(options)
 
 

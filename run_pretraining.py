@@ -32,6 +32,7 @@ from bert_keras.runtime import distribution
 from bert_keras.runtime import flops
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
@@ -39,46 +40,44 @@ from bert_keras.runtime import training_checkpoints
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
 
-# Programmatic defaults = the flags' defaults (see define_flags).
-DEFAULTS = dict(
-    bert_config_file=None, input_file=None, output_dir=None, init_checkpoint=None,
-    max_seq_length=128, max_predictions_per_seq=20, do_train=False, do_eval=False,
-    train_batch_size=32, eval_batch_size=8, learning_rate=5e-5, num_train_steps=100000,
-    num_warmup_steps=10000, save_checkpoints_steps=1000, iterations_per_loop=1000,
-    max_eval_steps=100,
-    **common_flags.TPU_DEFAULTS, **common_flags.TRAINING_DEFAULTS)
-
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
   return common_flags.make_options(DEFAULTS, overrides)
 
 
-def define_flags():
+def define_flags(fv=flags.FLAGS):
   """The original's flags (same names, types and defaults) plus training.py's."""
   common_flags.define_model_flags(max_seq_length=128, tokenizer=False,
-                                  max_seq_length_help=" Must match data generation.")
+                                  max_seq_length_help=" Must match data generation.", fv=fv)
   flags.DEFINE_string("input_file", None,
-                      "Input TF example files (can be a glob or comma separated).")
+                      "Input TF example files (can be a glob or comma separated).", flag_values=fv)
   flags.DEFINE_integer(
       "max_predictions_per_seq", 20,
-      "Maximum number of masked LM predictions per sequence. Must match data generation.")
-  flags.DEFINE_bool("do_train", False, "Whether to run training.")
-  flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.")
-  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.")
-  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
-  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.")
-  flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
-  flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.")
+      "Maximum number of masked LM predictions per sequence. Must match data generation.",
+      flag_values=fv)
+  flags.DEFINE_bool("do_train", False, "Whether to run training.", flag_values=fv)
+  flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.", flag_values=fv)
+  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.", flag_values=fv)
+  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.", flag_values=fv)
+  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.", flag_values=fv)
+  flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.", flag_values=fv)
+  flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.", flag_values=fv)
   flags.DEFINE_integer("save_checkpoints_steps", 1000,
-                       "How often to save the model checkpoint.")
-  common_flags.define_iterations_per_loop_flag()
-  flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
-  common_flags.define_tpu_flags()
-  common_flags.define_training_flags()
-  flags.mark_flag_as_required("input_file")
-  flags.mark_flag_as_required("output_dir")
-  flags.adopt_module_key_flags(common_flags)  # --help lists them too, not only --helpfull
+                       "How often to save the model checkpoint.", flag_values=fv)
+  common_flags.define_iterations_per_loop_flag(fv=fv)
+  flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.", flag_values=fv)
+  common_flags.define_tpu_flags(fv=fv)
+  common_flags.define_training_flags(fv=fv)
+  flags.mark_flag_as_required("input_file", flag_values=fv)
+  flags.mark_flag_as_required("output_dir", flag_values=fv)
+  flags.adopt_module_key_flags(common_flags,
+                               flag_values=fv)  # --help lists them too, not only --helpfull
+
+
+# The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
+# read from define_flags without parsing or touching absl's FLAGS.
+DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
 # ----------------------------------------------------------------------------
@@ -173,19 +172,12 @@ class PretrainingTask(training.Task):
 def _validate(options):
   if not options.do_train and not options.do_eval:
     raise ValueError("At least one of `do_train` or `do_eval` must be True.")
-  for name in ("bert_config_file", "input_file", "output_dir"):
-    if not getattr(options, name):
-      raise ValueError(f"--{name} is required" + (
-          " (or an --init_checkpoint or --output_dir that is a model directory)"
-          if name == "bert_config_file" else ""))
-  if not tf.io.gfile.exists(options.bert_config_file):
-    raise ValueError(f"--bert_config_file {options.bert_config_file}: no such file")
-  for name in ("train_batch_size", "eval_batch_size", "num_train_steps",
-               "iterations_per_loop", "max_eval_steps", "gradient_accumulation_steps"):
-    if getattr(options, name) < 1:
-      raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
-  if options.num_warmup_steps < 0:
-    raise ValueError(f"--num_warmup_steps={options.num_warmup_steps}: must be >= 0")
+  checks.check(options, {
+      checks.REQUIRED: dict(bert_config_file=checks.MODEL_DIR, input_file=None, output_dir=None),
+      checks.EXISTING_FILES: ("bert_config_file",),
+      checks.POSITIVE: ("train_batch_size", "eval_batch_size", "num_train_steps",
+                        "iterations_per_loop", "max_eval_steps", "gradient_accumulation_steps"),
+      checks.NON_NEGATIVE: ("num_warmup_steps",)})
   training.check_training_numbers(options)
 
 

@@ -277,35 +277,14 @@ def check_export_dir(export_dir, overwrite=False):
 
 def save_atomic(module, export_dir, overwrite=False, write=None):
   """The module's ExportArchive (or what write(directory) writes) written into
-  .<name>.tmp-<pid> beside export_dir (file_io.temp_name), then renamed to export_dir: a
-  failed save leaves no directory behind (and a killed one a temporary that
+  .<name>.tmp-<pid> beside export_dir, then renamed to export_dir (file_io.replaced_directory):
+  a failed save leaves no directory behind (and a killed one a temporary that
   runtime/outputs.locked_output removes on the next export). An existing empty export_dir is
   replaced; a non-empty one only with overwrite (moved aside to .<name>.old.tmp-<pid>, then
   deleted once the new one is in place)."""
   check_export_dir(export_dir, overwrite)
-  export_dir = export_dir.rstrip("/") or export_dir
-  tmp = file_io.temp_name(export_dir)
-  if tf.io.gfile.exists(tmp):
-    tf.io.gfile.rmtree(tmp)
-  old = None
-  try:
+  with file_io.replaced_directory(export_dir) as tmp:
     if write is None:
       module.export_archive().write_out(tmp, verbose=False)
     else:
-      tf.io.gfile.makedirs(tmp)
       write(tmp)
-    if tf.io.gfile.exists(export_dir):
-      if tf.io.gfile.listdir(export_dir):
-        old = file_io.temp_name(export_dir + ".old")
-        tf.io.gfile.rename(export_dir, old)
-      else:
-        tf.io.gfile.rmtree(export_dir)
-    tf.io.gfile.rename(tmp, export_dir)
-  except BaseException:
-    if tf.io.gfile.exists(tmp):
-      tf.io.gfile.rmtree(tmp)
-    if old and not tf.io.gfile.exists(export_dir):
-      tf.io.gfile.rename(old, export_dir)  # (the previous export back in place)
-    raise
-  if old:
-    tf.io.gfile.rmtree(old)

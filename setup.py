@@ -78,7 +78,7 @@ setup(
             # The oracle of evaluate_ner.py (its default mode follows conlleval).
             "seqeval>=1.2",
             # The oracle of evaluate_retrieval.py (trec_eval's own code, as pytrec_eval and BEIR).
-            "pytrec-eval-terrier>=0.5.6",
+            "pytrec-eval-terrier>=0.5.11",
         ],
         # create_pretraining_data_beam.py. apache-beam 2.77 needs protobuf < 7, TensorFlow
         # 2.21 >= 6.31.1: both install with protobuf 6.x. For Dataflow (gs:// paths) install

@@ -134,9 +134,10 @@ class TaskKind:
     """How many facts besides its class tell a model of this kind apart."""
     return len(self.model_options) + (self.num_labels is not None)
 
-  def matches(self, model):
-    """Whether `model` (a keras.Model) is of this kind: its class and model_options."""
-    if type(model) is not self.model:  # noqa: E721 (subclasses are kinds of their own)
+  def matches(self, model, model_class=None):
+    """Whether `model` (a keras.Model) is of this kind: its class (or `model_class`, one of
+    its bases) and model_options."""
+    if (model_class or type(model)) is not self.model:  # (a subclass is a kind of its own)
       return False
     if any(getattr(model, key, None) != value for key, value in self.model_options.items()):
       return False
@@ -194,6 +195,11 @@ def of_model(model):
   the most constraints (a one-output BertClassifier is a regression); a TypeError for a
   model of no kind."""
   matching = [kind for kind in _KINDS.values() if kind.matches(model)]
+  if not matching:  # a subclass of a kind's model: the kinds of its nearest base class
+    for base in type(model).__mro__[1:]:
+      matching = [kind for kind in _KINDS.values() if kind.matches(model, base)]
+      if matching:
+        break
   if not matching:
     raise TypeError(f"{type(model).__name__} is no registered task kind")
   return max(matching, key=lambda kind: kind.constraints())

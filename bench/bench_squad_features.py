@@ -2,8 +2,8 @@
 
 Times read_squad_examples + convert_examples_to_features (the doc_stride windows, the
 answer spans, token_is_max_context) of the original run_squad (PyPI bert-tensorflow, with
-its FullTokenizer) and of ours (run_squad.py with tokenization.py), on the same SQuAD file
-and settings, in interleaved rounds (best of --repeats each); checks that both give the
+its FullTokenizer) and of ours (tasks/squad_data.py with tokenization.py), on the same SQuAD
+file and settings, in interleaved rounds (best of --repeats each); checks that both give the
 same features (every field of every window). Records are collected in memory, not written.
 Training mode reads a copy of the file that keeps each question's first answer (dev files
 have several; training wants exactly one).
@@ -51,7 +51,7 @@ def _fields(feature):
 
 
 def main(_):
-  from bert_keras import run_squad
+  from bert_keras.tasks import squad_data
   from bert_keras import tokenization
   logging.set_verbosity(logging.WARNING)  # both log their first 20 examples at INFO
   FLAGS.version_2_with_negative = FLAGS.v2
@@ -78,10 +78,10 @@ def main(_):
 
   def ours():
     tokenizer = tokenization.FullTokenizer(FLAGS.vocab, do_lower_case=True)
-    examples = run_squad.read_squad_examples(path, FLAGS.train, FLAGS.v2)
+    examples = squad_data.read_squad_examples(path, FLAGS.train, FLAGS.v2)
     features = []
-    run_squad.convert_examples_to_features(examples, tokenizer, *settings, FLAGS.train,
-                                           features.append)
+    squad_data.convert_examples_to_features(examples, tokenizer, *settings, FLAGS.train,
+                                            features.append)
     return examples, features
 
   best, outputs = {"original": float("inf"), "ours": float("inf")}, {}

@@ -1,6 +1,6 @@
-"""The max-context check of SQuAD windowing on a huge context: run_squad._check_is_max_context
-(a bisect over the window starts) against the original's (every window scored for every
-piece), on the same window layout, same answers required.
+"""The max-context check of SQuAD windowing on a huge context: tasks/windows.py's
+check_is_max_context (a bisect over the window starts) against the original's (every window
+scored for every piece), on the same window layout, same answers required.
 
   python bench/bench_squad_windows.py                      # 200,000 pieces, 384/128 windows
   python bench/bench_squad_windows.py --pieces=50000 --samples=500
@@ -39,16 +39,16 @@ def _per_call(fn, pairs):
 
 
 def main(_):
-  from bert_keras import run_squad
-  spans = run_squad.doc_spans_of(FLAGS.pieces, FLAGS.window, FLAGS.stride)
+  from bert_keras.tasks import windows
+  spans = windows.doc_spans(FLAGS.pieces, FLAGS.window, FLAGS.stride)
   DocSpan = collections.namedtuple("DocSpan", ["start", "length"])
   theirs = [DocSpan(*span) for span in spans]
-  starts = run_squad._window_starts(spans)
+  starts = windows.window_starts(spans)
   rng = random.Random(0)
   pairs = [(p, max(0, p // FLAGS.stride - rng.randint(0, 2)))
            for p in rng.sample(range(FLAGS.pieces), FLAGS.samples)]
   t_orig, want = _per_call(lambda p, i: ORIGINAL._check_is_max_context(theirs, i, p), pairs)
-  ours = run_squad._check_is_max_context
+  ours = windows.check_is_max_context
   t_ours, got = _per_call(lambda p, i: ours(spans, i, p, starts), pairs)
   assert got == want, "different answers"
   calls = sum(span.length for span in spans)  # one check per piece of each window

@@ -55,6 +55,7 @@ from bert_keras import tokenization  # noqa: E402
 from bert_keras.runtime import distribution  # noqa: E402
 from bert_keras.runtime import input_pipeline  # noqa: E402
 from bert_keras.runtime import training  # noqa: E402
+from bert_keras.tasks import squad_data  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
@@ -236,12 +237,12 @@ def main():
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=do_lower_case)
 
   # run_squad's training windows: its reading, pre-shuffle and features.
-  examples = run_squad.read_squad_examples(train_file, is_training=True)
+  examples = squad_data.read_squad_examples(train_file, is_training=True)
   random.Random(12345).shuffle(examples)
   writer = run_squad.FeatureWriter(str(out / "train.tf_record"), is_training=True)
-  run_squad.convert_examples_to_features(examples, tokenizer, args.max_seq_length,
-                                         args.doc_stride, args.max_query_length, True,
-                                         writer.process_feature)
+  squad_data.convert_examples_to_features(examples, tokenizer, args.max_seq_length,
+                                          args.doc_stride, args.max_query_length, True,
+                                          writer.process_feature)
   writer.close()
   decode = run_squad.decode_fn(args.max_seq_length, is_training=True)
   batches = list(input_pipeline.training_dataset(
@@ -255,7 +256,7 @@ def main():
 
   report = sorted({1, max(1, args.steps // 4), max(1, args.steps // 2),
                    max(1, 3 * args.steps // 4), args.steps})
-  predict_examples = run_squad.read_squad_examples(predict_file, is_training=False)
+  predict_examples = squad_data.read_squad_examples(predict_file, is_training=False)
   sides = {}
   keras.utils.set_random_seed(options.seed)
   ours, losses, seconds = train_ours(options, config, writer.filename, decode, args.steps,

@@ -1,7 +1,11 @@
 # coding=utf-8
 """The absl flags the run_* scripts and extract_features share (model, TPU, fine-tuning and
 training flags, with the original's names, help texts and defaults), and the options namespace
-that a script's run() takes without parsing flags (make_options)."""
+that a script's run() takes without parsing flags (make_options, over flag_defaults).
+
+Every define_* function here and each script's define_flags takes `fv`, the absl FlagValues to
+define into: absl's global FLAGS by default (a script run from the command line),
+a fresh one in flag_defaults (a flag's default is written once, in its definition)."""
 
 import types
 
@@ -10,14 +14,14 @@ from absl import flags
 from bert_keras.runtime import distribution
 
 
-# The defaults of define_tpu_flags() and define_training_flags(), for callers of a script's
-# run() that build its options without parsing flags (make_options).
-TPU_DEFAULTS = dict(use_tpu=False, tpu_name=None, tpu_zone=None, gcp_project=None,
-                    master=None, num_tpu_cores=8)
-DEVICE_DEFAULTS = dict(distribution_strategy=None, dtype="float32", use_xla=None)
-TRAINING_DEFAULTS = dict(**DEVICE_DEFAULTS, gradient_accumulation_steps=1, optimizer="adamw",
-                         keep_checkpoint_max=5, seed=12345, log_every_steps=100,
-                         overwrite_output_dir=False)
+def flag_defaults(define_flags):
+  """{flag name: default} of the flags that define_flags(fv) defines, in their order: what a
+  script's DEFAULTS (its run()'s options) are. Defines into a fresh FlagValues, so absl's
+  global FLAGS is neither read nor changed (a script imports without side effects, and beside
+  the original's flags in tests); the defaults are absl's parsed values, as FLAGS holds them."""
+  fv = flags.FlagValues()
+  define_flags(fv=fv)
+  return {name: fv[name].default for name in fv if fv[name].name == name}
 
 
 def make_options(defaults, overrides):
@@ -31,26 +35,26 @@ def make_options(defaults, overrides):
   return types.SimpleNamespace(**{**defaults, **overrides})
 
 
-def define_tpu_flags():
+def define_tpu_flags(fv=flags.FLAGS):
   """The original's TPU/cluster flags, with the original defaults."""
-  flags.DEFINE_bool("use_tpu", False, "Whether to use TPU or GPU/CPU.")
+  flags.DEFINE_bool("use_tpu", False, "Whether to use TPU or GPU/CPU.", flag_values=fv)
   flags.DEFINE_string(
       "tpu_name", None,
       "The Cloud TPU to use for training. This should be either the name used "
-      "when creating the Cloud TPU, or a grpc://ip.address.of.tpu:8470 url.")
+      "when creating the Cloud TPU, or a grpc://ip.address.of.tpu:8470 url.", flag_values=fv)
   flags.DEFINE_string(
       "tpu_zone", None,
       "[Optional] GCE zone where the Cloud TPU is located in. If not specified, "
-      "we will attempt to automatically detect the GCE project from metadata.")
+      "we will attempt to automatically detect the GCE project from metadata.", flag_values=fv)
   flags.DEFINE_string(
       "gcp_project", None,
       "[Optional] Project name for the Cloud TPU-enabled project. If not "
       "specified, we will attempt to automatically detect the GCE project from "
-      "metadata.")
-  flags.DEFINE_string("master", None, "[Optional] TensorFlow master URL.")
+      "metadata.", flag_values=fv)
+  flags.DEFINE_string("master", None, "[Optional] TensorFlow master URL.", flag_values=fv)
   flags.DEFINE_integer(
       "num_tpu_cores", 8,
-      "Only used if `use_tpu` is True. Total number of TPU cores to use.")
+      "Only used if `use_tpu` is True. Total number of TPU cores to use.", flag_values=fv)
 
 
 # The help of the flags that a model directory (runtime/model_dir.py) supplies.
@@ -59,50 +63,54 @@ MODEL_DIR_HELP = (" Optional when --init_checkpoint (or --output_dir) is a model
 
 
 def define_model_flags(max_seq_length, tokenizer=True, output_dir=True,
-                       max_seq_length_help=""):
+                       max_seq_length_help="", fv=flags.FLAGS):
   """The original scripts' model flags, with their help texts: bert_config_file,
   init_checkpoint, max_seq_length (the script's default), and output_dir, vocab_file and
   do_lower_case where the script has them."""
   flags.DEFINE_string(
       "bert_config_file", None,
       "The config json file corresponding to the pre-trained BERT model. "
-      "This specifies the model architecture." + MODEL_DIR_HELP % "bert_config.json")
+      "This specifies the model architecture." + MODEL_DIR_HELP % "bert_config.json",
+      flag_values=fv)
   if tokenizer:
     flags.DEFINE_string("vocab_file", None,
                         "The vocabulary file that the BERT model was trained on."
-                        + MODEL_DIR_HELP % "vocab.txt")
+                        + MODEL_DIR_HELP % "vocab.txt", flag_values=fv)
   if output_dir:
     flags.DEFINE_string("output_dir", None,
-                        "The output directory where the model checkpoints will be written.")
+                        "The output directory where the model checkpoints will be written.",
+                        flag_values=fv)
   flags.DEFINE_string("init_checkpoint", None,
-                      "Initial checkpoint (usually from a pre-trained BERT model).")
+                      "Initial checkpoint (usually from a pre-trained BERT model).", flag_values=fv)
   if tokenizer:
     flags.DEFINE_bool(
         "do_lower_case", True,
         "Whether to lower case the input text. Should be True for uncased "
-        "models and False for cased models." + MODEL_DIR_HELP % "tokenizer_config.json")
+        "models and False for cased models." + MODEL_DIR_HELP % "tokenizer_config.json",
+        flag_values=fv)
   flags.DEFINE_integer(
       "max_seq_length", max_seq_length,
       "The maximum total input sequence length after WordPiece tokenization. "
       "Sequences longer than this will be truncated, and sequences shorter "
-      "than this will be padded." + max_seq_length_help)
+      "than this will be padded." + max_seq_length_help, flag_values=fv)
 
 
-def define_fine_tuning_flags():
+def define_fine_tuning_flags(fv=flags.FLAGS):
   """The original fine-tuning scripts' common optimisation and loop flags (learning rate,
   epochs, warmup, checkpoint steps, ...), with their defaults."""
-  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.")
-  flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
+  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.", flag_values=fv)
+  flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.",
+                     flag_values=fv)
   flags.DEFINE_float(
       "warmup_proportion", 0.1,
       "Proportion of training to perform linear learning rate warmup for. "
-      "E.g., 0.1 = 10% of training.")
+      "E.g., 0.1 = 10% of training.", flag_values=fv)
   flags.DEFINE_integer("save_checkpoints_steps", 1000,
-                       "How often to save the model checkpoint.")
-  define_iterations_per_loop_flag()
+                       "How often to save the model checkpoint.", flag_values=fv)
+  define_iterations_per_loop_flag(fv=fv)
 
 
-def define_trim_train_batches_flag():
+def define_trim_train_batches_flag(fv=flags.FLAGS):
   """--trim_train_batches (not in the original): each training batch cut to its longest
   sequence."""
   flags.DEFINE_bool(
@@ -111,19 +119,19 @@ def define_trim_train_batches_flag():
       "work on the padding, so faster steps on CPU and GPU. The model's outputs at the real "
       "tokens are the same; dropout draws and, for run_squad, the span softmax (which the "
       "original takes over the padding positions too) differ, so losses are not bit-equal "
-      "to an untrimmed run. Not on TPU (one shape per compiled program).")
+      "to an untrimmed run. Not on TPU (one shape per compiled program).", flag_values=fv)
 
 
-def define_iterations_per_loop_flag():
+def define_iterations_per_loop_flag(fv=flags.FLAGS):
   """The original's --iterations_per_loop (default 1000), here the most training steps per
   call of the compiled loop."""
   flags.DEFINE_integer("iterations_per_loop", 1000,
                        "How many steps to make in each estimator call (here: the most "
                        "training steps per call of the compiled loop; it also stops at "
-                       "every --log_every_steps and --save_checkpoints_steps).")
+                       "every --log_every_steps and --save_checkpoints_steps).", flag_values=fv)
 
 
-def define_device_flags(strategies=distribution.STRATEGIES):
+def define_device_flags(strategies=distribution.STRATEGIES, fv=flags.FLAGS):
   """--distribution_strategy (one of `strategies`), --dtype and --use_xla: how the model runs,
   for training and prediction alike (beyond the original; defaults = its behaviour)."""
   flags.DEFINE_enum(
@@ -131,41 +139,42 @@ def define_device_flags(strategies=distribution.STRATEGIES):
       "tf.distribute strategy. Default: tpu with --use_tpu, mirrored when more "
       "than one GPU is visible, else one_device."
       + (" multi_worker_mirrored reads the cluster from TF_CONFIG."
-         if "multi_worker_mirrored" in strategies else ""))
+         if "multi_worker_mirrored" in strategies else ""), flag_values=fv)
   flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16", "float16"],
                     "Compute dtype (Keras mixed-precision policy; variables and outputs stay "
-                    "float32). float16 adds dynamic loss scaling in training.")
+                    "float32). float16 adds dynamic loss scaling in training.", flag_values=fv)
   flags.DEFINE_bool("use_xla", None,
                     "Compile the model (and in training its backward pass) with XLA. Default: "
                     "on for GPU and TPU, off on CPU (where XLA's backend is slower than "
-                    "TensorFlow's oneDNN kernels).")
+                    "TensorFlow's oneDNN kernels).", flag_values=fv)
 
 
-def define_training_flags():
+def define_training_flags(fv=flags.FLAGS):
   """Flags added beyond the original (all optional, defaults = original behaviour)."""
-  define_device_flags()
+  define_device_flags(fv=fv)
   flags.DEFINE_integer(
       "gradient_accumulation_steps", 1,
       "Micro-batches per optimizer step; train_batch_size is the batch of one "
-      "optimizer step and must be divisible by this times the replica count.")
+      "optimizer step and must be divisible by this times the replica count.", flag_values=fv)
   flags.DEFINE_enum("optimizer", "adamw", ["adamw", "lamb"],
-                    "adamw = the original AdamWeightDecay; lamb = LAMB.")
+                    "adamw = the original AdamWeightDecay; lamb = LAMB.", flag_values=fv)
   flags.DEFINE_integer("keep_checkpoint_max", 5,
-                       "Number of most recent checkpoints kept in output_dir.")
-  flags.DEFINE_integer("seed", 12345, "Seed of the input shuffles.")
+                       "Number of most recent checkpoints kept in output_dir.", flag_values=fv)
+  flags.DEFINE_integer("seed", 12345, "Seed of the input shuffles.", flag_values=fv)
   flags.DEFINE_integer("log_every_steps", 100,
                        "Log a progress line (step, loss, learning rate, examples/s, ETA) "
                        "every this many training steps, as the original's TPUEstimator "
-                       "logged the loss every 100 steps; 0: once per --iterations_per_loop.")
+                       "logged the loss every 100 steps; 0: once per --iterations_per_loop.",
+                       flag_values=fv)
   flags.DEFINE_bool(
       "overwrite_output_dir", False,
       "With --do_train: move what --output_dir holds aside (to <output_dir>.old-<time>) and "
       "start over. Without it, a --do_train run into a directory whose training run had other "
       "options (run_options.json; see runtime/model_dir.RESULT_NEUTRAL_OPTIONS for those that "
-      "do not count) is refused; one with the same options resumes.")
+      "do not count) is refused; one with the same options resumes.", flag_values=fv)
 
 
-def define_eval_during_training_flags():
+def define_eval_during_training_flags(fv=flags.FLAGS):
   """Flags beyond the original: evaluation during training (every N steps, the best model
   kept) and trimmed eval batches."""
   flags.DEFINE_integer(
@@ -174,12 +183,13 @@ def define_eval_during_training_flags():
       "--do_train and --do_eval): logged, written to TensorBoard (output_dir/eval) and to "
       "output_dir/eval_history.jsonl; the best model by the task's metric is kept in "
       "output_dir/best (a TF1 checkpoint and its eval_results.txt), which --do_eval and "
-      "--do_predict then use. 0: no evaluation during training (the original's behaviour).")
+      "--do_predict then use. 0: no evaluation during training (the original's behaviour).",
+      flag_values=fv)
   flags.DEFINE_integer(
       "early_stopping_patience", 0,
       "With --eval_every_steps: stop training when the task's metric has not improved for "
-      "this many evaluations. 0: never stop early.")
+      "this many evaluations. 0: never stop early.", flag_values=fv)
   flags.DEFINE_bool(
       "trim_eval_batches", True,
       "Cut each eval/predict batch to its longest sequence (rounded up to a multiple of 8): "
-      "the same results, less work on the padding. Ignored on TPU.")
+      "the same results, less work on the padding. Ignored on TPU.", flag_values=fv)

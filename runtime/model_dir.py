@@ -1,21 +1,13 @@
 # coding=utf-8
-"""A run's output directory is the model: the files written beside its checkpoints so that
-export, predict and checkpoints.load_model need nothing else.
+"""A run's output directory is the model: the files written beside its checkpoints
+(model_files.py: bert_config.json, vocab.txt, tokenizer_config.json, labels.txt, task.json,
+run_options.json) so that export, predict and checkpoints.load_model need nothing else.
 
-  bert_config.json       the model's BertConfig
-  vocab.txt              the WordPiece vocabulary (a copy of --vocab_file)
-  tokenizer_config.json  {"do_lower_case": bool} (HuggingFace's name for it)
-  labels.txt             one label a line, in the order of the model's outputs (classifiers,
-                         multi-label classifiers and taggers; absent otherwise)
-  task.json              {"task": "classifier"|"regression"|"tagger"|"squad"|"embeddings",
-                         "multi_label", "labels", "max_seq_length", "do_lower_case", and the
-                         task's options (an embeddings model's "pooling" and "normalize")}
-  run_options.json       the run's options (its flags) as JSON
-
-Each is written atomically; read_model_dir reads them back.
+This module holds what a run_* script does with them: the task names, the options filled in
+from a model directory (resolve_options), conflicts and reruns refused, the earlier run moved
+aside (--overwrite_output_dir), and prepare (the files of a run, written by its chief).
 """
 
-import json
 import os
 import time
 import types
@@ -23,119 +15,40 @@ import types
 from absl import logging
 import tensorflow as tf
 
+from bert_keras import model_files
 from bert_keras import modeling
-from bert_keras.utils import file_io
+from bert_keras import task_registry
 
-LABELS_FILE = "labels.txt"
-TASK_FILE = "task.json"
-OPTIONS_FILE = "run_options.json"
-TASKS = ("classifier", "regression", "tagger", "squad", "pretraining", "embeddings")
-
-
-def _json_value(value):
-  """`value` if JSON can hold it, else its str (a path object, an enum)."""
-  if value is None or isinstance(value, (bool, int, float, str)):
-    return value
-  if isinstance(value, (list, tuple)):
-    return [_json_value(v) for v in value]
-  if isinstance(value, dict):
-    return {str(k): _json_value(v) for k, v in value.items()}
-  return str(value)
-
-
-def options_dict(options):
-  """The run's options (a namespace of run() options) as a JSON-ready dict, sorted."""
-  return {key: _json_value(value) for key, value in sorted(vars(options).items())
-          if not key.startswith("_")}
+# The file format lives in model_files.py; these names stay for existing callers.
+LABELS_FILE = model_files.LABELS_FILE
+TASK_FILE = model_files.TASK_FILE
+OPTIONS_FILE = model_files.OPTIONS_FILE
+MODEL_FILES = model_files.MODEL_FILES
+options_dict = model_files.options_dict
+model_dir_of = model_files.model_dir_of
+copy_model_files = model_files.copy_model_files
+TASKS = task_registry.task_json_names()  # task.json's "task" values
 
 
 def write_model_dir(directory, options, config, task, labels=None, write_options=True,
                     **task_options):
-  """Writes the model files into `directory` (which exists): bert_config.json, vocab.txt
-  (copied from options.vocab_file unless it is that file), tokenizer_config.json (when the
-  options have do_lower_case), labels.txt (when `labels`), task.json and (when
-  write_options) run_options.json.
-
-  options: the run's options namespace (vocab_file, do_lower_case, max_seq_length are read).
-  config: the modeling.BertConfig. task: one of TASKS. labels: the output labels in order, or
-  None. task_options: further task.json entries (multi_label, thresholds, doc_stride, ...).
-  """
+  """model_files.write_model_files (bert_config.json, vocab.txt, tokenizer_config.json,
+  labels.txt, task.json, run_options.json) for `task`, one of TASKS."""
   if task not in TASKS:
     raise ValueError("task must be one of %s, got %r" % (", ".join(TASKS), task))
-  join = lambda name: os.path.join(directory, name)  # noqa: E731
-  do_lower_case = getattr(options, "do_lower_case", None)
-  do_lower_case = None if do_lower_case is None else bool(do_lower_case)
-  if labels is not None:
-    file_io.write_text_atomic(join(LABELS_FILE), "".join("%s\n" % label for label in labels))
-  file_io.write_text_atomic(join("bert_config.json"), config.to_json_string())
-  if do_lower_case is not None:
-    file_io.write_text_atomic(join("tokenizer_config.json"),
-                              json.dumps({"do_lower_case": do_lower_case}) + "\n")
-  description = {"task": task, "multi_label": False,
-                 "labels": list(labels) if labels is not None else None,
-                 "max_seq_length": getattr(options, "max_seq_length", None),
-                 "do_lower_case": do_lower_case}
-  description.update(task_options)
-  file_io.write_text_atomic(join(TASK_FILE),
-                            json.dumps(_json_value(description), indent=2) + "\n")
-  if write_options:
-    file_io.write_text_atomic(join(OPTIONS_FILE),
-                              json.dumps(options_dict(options), indent=2) + "\n")
-  vocab_file = getattr(options, "vocab_file", None)
-  if vocab_file and os.path.abspath(vocab_file) != os.path.abspath(join("vocab.txt")):
-    tmp = file_io.temp_name(join("vocab.txt"))
-    tf.io.gfile.copy(vocab_file, tmp, overwrite=True)
-    tf.io.gfile.rename(tmp, join("vocab.txt"), overwrite=True)
-
-
-def _read_json(path):
-  with tf.io.gfile.GFile(path) as f:
-    text = f.read()
-  try:
-    value = json.loads(text)
-  except ValueError as e:
-    raise ValueError("%s: not valid JSON (%s)" % (path, e)) from None
-  if not isinstance(value, dict):
-    raise ValueError("%s: expected a JSON object" % path)
-  return value
-
-
-def model_dir_of(path):
-  """The directory whose files describe the checkpoint at `path` (a directory, its best/,
-  or a checkpoint prefix): `path` or its directory, or the parent of a best/ without a
-  task.json of its own."""
-  directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
-  if (not tf.io.gfile.exists(os.path.join(directory, TASK_FILE))
-      and os.path.basename(directory.rstrip("/")) == "best"):
-    parent = os.path.dirname(directory.rstrip("/"))
-    if tf.io.gfile.exists(os.path.join(parent, TASK_FILE)):
-      return parent
-  return directory
+  model_files.write_model_files(directory, options, config, task, labels,
+                                write_options=write_options, **task_options)
 
 
 def read_model_dir(path):
-  """task.json of the model directory of `path` (model_dir_of), with "directory" (where it
-  was found), "bert_config_file", "vocab_file" (None when absent) and "options" (the dict of
-  run_options.json, {} when absent) added; None when there is no task.json. A task.json that
-  is not a JSON object with a known "task" is a ValueError naming it."""
-  directory = model_dir_of(os.fspath(path))
-  task_file = os.path.join(directory, TASK_FILE)
-  if not tf.io.gfile.exists(task_file):
-    return None
-  description = _read_json(task_file)
-  if description.get("task") not in TASKS:
+  """model_files.read_model_files(path) (task.json with "directory", "bert_config_file",
+  "vocab_file" and "options" added; None without a task.json), its "task" checked: not one
+  of TASKS is a ValueError naming the file."""
+  description = model_files.read_model_files(path)
+  if description is not None and description.get("task") not in TASKS:
     raise ValueError("%s: \"task\" must be one of %s, got %r"
-                     % (task_file, ", ".join(TASKS), description.get("task")))
-  labels = description.get("labels")
-  if labels is not None and (not isinstance(labels, list) or len(set(map(str, labels)))
-                             != len(labels) or "" in labels):
-    raise ValueError("%s: \"labels\" must be a list of distinct non-empty names" % task_file)
-  existing = lambda name: (os.path.join(directory, name)  # noqa: E731
-                           if tf.io.gfile.exists(os.path.join(directory, name)) else None)
-  options_file = existing(OPTIONS_FILE)
-  description.update(directory=directory, bert_config_file=existing("bert_config.json"),
-                     vocab_file=existing("vocab.txt"),
-                     options=_read_json(options_file) if options_file else {})
+                     % (os.path.join(description["directory"], TASK_FILE), ", ".join(TASKS),
+                        description.get("task")))
   return description
 
 
@@ -382,7 +295,7 @@ def check_rerun(options, given):
     return
   if not tf.io.gfile.exists(path) or not _has_checkpoint(output_dir):
     return  # (a run that failed before its first checkpoint trained nothing to resume)
-  old = _read_json(path)
+  old = model_files.read_json_object(path)
   changes = _changed_options(old, options_dict(options), given, output_dir)
   if changes:
     raise ValueError(
@@ -429,17 +342,3 @@ def prepare(options, chief, config, task, labels=None, **task_options):
     return  # a finished model directory: its files stay as training wrote them
   write_model_dir(options.output_dir, options, config, task, labels,
                   write_options=write_options, **task_options)
-
-
-MODEL_FILES = ("bert_config.json", "vocab.txt", "tokenizer_config.json", LABELS_FILE,
-               TASK_FILE, OPTIONS_FILE)
-
-
-def copy_model_files(source, target):
-  """The model files (MODEL_FILES) present in `source` copied into `target` (best/)."""
-  for name in MODEL_FILES:
-    path = os.path.join(source, name)
-    if tf.io.gfile.exists(path):
-      tmp = file_io.temp_name(os.path.join(target, name))
-      tf.io.gfile.copy(path, tmp, overwrite=True)
-      tf.io.gfile.rename(tmp, os.path.join(target, name), overwrite=True)

@@ -10,8 +10,8 @@ import socket
 from absl import logging
 import tensorflow as tf
 
+from bert_keras import model_files
 from bert_keras.runtime import distribution
-from bert_keras.runtime import model_dir
 from bert_keras.utils import file_io
 
 
@@ -69,9 +69,10 @@ def output_directory(strategy, output_dir, flag="--output_dir"):
   directory is refused with a one-line ValueError naming the holder's pid; a lock left by a
   process that is gone is taken over, with a log line. Holding it, the chief removes the
   temporaries of dead runs (file_io.remove_stale_temporaries, with TensorFlow's own checkpoint
-  temporaries), each with a log line. On exit the lock is released (its file removed); after an
+  temporaries; a best/ that a dead run had moved aside to replace it is put back), each with a
+  log line. On exit the lock is released (its file removed); after an
   error, a directory this call made is removed again when nothing but the model files
-  (runtime/model_dir.py) was written to it. Other
+  (model_files.py) was written to it. Other
   workers of a multi-worker run neither lock nor clean (their files go to worker_dir)."""
   created = make_output_dir(output_dir, flag)
   lock = None
@@ -79,7 +80,7 @@ def output_directory(strategy, output_dir, flag="--output_dir"):
     if distribution.is_chief(strategy):
       lock = _OutputLock(output_dir, flag)
       file_io.remove_stale_temporaries(output_dir, is_stale=_UNOWNED_TEMPORARY.match,
-                                       log=logging.warning)
+                                       log=logging.warning, restore=True)
     with distribution.record_directory(strategy, output_dir) as record_dir:
       yield record_dir
   except BaseException:
@@ -89,7 +90,7 @@ def output_directory(strategy, output_dir, flag="--output_dir"):
     if created:
       with contextlib.suppress(Exception):
         if not [name for name in tf.io.gfile.listdir(output_dir)
-                if name.rstrip("/") not in model_dir.MODEL_FILES]:
+                if name.rstrip("/") not in model_files.MODEL_FILES]:
           tf.io.gfile.rmtree(output_dir)
     raise
   finally:

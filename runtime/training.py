@@ -35,10 +35,11 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from bert_keras import checkpoints
+from bert_keras import model_files
 from bert_keras import optimization
 from bert_keras.runtime import distribution
 from bert_keras.runtime import input_pipeline
-from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import training_checkpoints
 from bert_keras.utils import file_io
@@ -527,21 +528,12 @@ class EvalHook:
     return self.stopped()
 
   def _write_best(self, metrics):
-    tmp = "%s.tmp-%d" % (self.best_dir, os.getpid())
-    old = "%s.old-%d" % (self.best_dir, os.getpid())
-    if tf.io.gfile.exists(tmp):
-      tf.io.gfile.rmtree(tmp)
-    tf.io.gfile.makedirs(tmp)
-    self.save_best(tmp)
-    model_dir.copy_model_files(self.output_dir, tmp)  # best/ is a model directory too
-    file_io.write_text_atomic(os.path.join(tmp, "eval_results.txt"),
-                              outputs.format_results(metrics))
+    with file_io.replaced_directory(self.best_dir) as tmp:
+      self.save_best(tmp)
+      model_files.copy_model_files(self.output_dir, tmp)  # best/ is a model directory too
+      file_io.write_text_atomic(os.path.join(tmp, "eval_results.txt"),
+                                outputs.format_results(metrics))
     metrics = {k: _json_number(v) for k, v in metrics.items()}
-    if tf.io.gfile.exists(self.best_dir):
-      tf.io.gfile.rename(self.best_dir, old)
-    tf.io.gfile.rename(tmp, self.best_dir)
-    if tf.io.gfile.exists(old):
-      tf.io.gfile.rmtree(old)
     logging.info("Saved the best model (step %d, %s = %.6g) in %s", metrics["global_step"],
                  self.metric_name, metrics[self.metric_name], self.best_dir)
 
@@ -554,14 +546,9 @@ def _json_number(value):
 
 
 def _recover_best_dir(best_dir):
-  """A kill while best/ was being replaced: puts back the previous best/ (renamed
-  best.old-<pid>) when best/ is missing, and removes the leftover temporaries."""
-  leftovers = tf.io.gfile.glob(best_dir + ".old-*") + tf.io.gfile.glob(best_dir + ".tmp-*")
-  for path in leftovers:
-    if ".old-" in os.path.basename(path) and not tf.io.gfile.exists(best_dir):
-      tf.io.gfile.rename(path, best_dir)
-    else:
-      tf.io.gfile.rmtree(path)
+  """A kill while best/ was being replaced: file_io.recover_replaced_directory (the chief
+  holds the output directory's lock)."""
+  file_io.recover_replaced_directory(best_dir, log=logging.info)
 
 
 def read_eval_history(output_dir):
@@ -603,11 +590,9 @@ def check_training_numbers(options):
   outside [0, 1] would warm up past the end of training or not at all)."""
   if not options.learning_rate > 0:
     raise ValueError(f"--learning_rate={options.learning_rate}: must be > 0")
-  for name in ("save_checkpoints_steps", "log_every_steps", "keep_checkpoint_max",
-               "eval_every_steps", "early_stopping_patience", "num_warmup_steps"):
-    value = getattr(options, name, 0)
-    if value is not None and value < 0:
-      raise ValueError(f"--{name}={value}: must be >= 0")
+  option_checks.check(options, {option_checks.NON_NEGATIVE: (
+      "save_checkpoints_steps", "log_every_steps", "keep_checkpoint_max", "eval_every_steps",
+      "early_stopping_patience", "num_warmup_steps")})
   proportion = getattr(options, "warmup_proportion", None)
   if proportion is not None and not 0 <= proportion <= 1:
     raise ValueError(f"--warmup_proportion={proportion}: must be in [0, 1] (the fraction of "

@@ -10,37 +10,40 @@ from absl import flags
 from absl import logging
 import numpy as np
 
+from bert_keras.runtime import option_checks as checks
 from bert_keras.tasks import class_weights as class_weights_lib
 from bert_keras.tasks import doc_windows
 from bert_keras.tasks import multi_label as multi_label_lib
 
-DEFAULTS = dict(multi_label=False, label_separator=",", threshold=0.5, tune_threshold=False,
-                class_weights=None, doc_stride=0, window_pooling="mean")
 
-
-def define_flags():
+def define_flags(fv=flags.FLAGS):
   """run_classifier's --multi_label, --label_separator, --threshold, --tune_threshold,
   --class_weights, --doc_stride and --window_pooling."""
   flags.DEFINE_bool("multi_label", False,
                     "--task_name=custom: the label column holds zero or more labels joined by "
-                    "--label_separator (an empty cell: none); one sigmoid output per label.")
-  flags.DEFINE_string("label_separator", ",", "--multi_label: what joins a cell's labels.")
+                    "--label_separator (an empty cell: none); one sigmoid output per label.",
+                    flag_values=fv)
+  flags.DEFINE_string("label_separator", ",", "--multi_label: what joins a cell's labels.",
+                      flag_values=fv)
   flags.DEFINE_float("threshold", 0.5, "--multi_label: a label is predicted when its "
-                     "probability reaches this (unless tuned thresholds are in --output_dir).")
+                     "probability reaches this (unless tuned thresholds are in --output_dir).",
+                     flag_values=fv)
   flags.DEFINE_bool("tune_threshold", False,
                     "--multi_label with --do_eval: one threshold per label maximising its F1 on "
-                    "dev, saved in output_dir/thresholds.json and used from then on.")
+                    "dev, saved in output_dir/thresholds.json and used from then on.",
+                    flag_values=fv)
   flags.DEFINE_string("class_weights", None,
                       "balanced (n / (labels x count) over train.tsv) or label:weight,...: "
                       "weights each example's loss by its label's weight (multi-label: each "
-                      "label's positive term). Saved in output_dir/class_weights.json.")
+                      "label's positive term). Saved in output_dir/class_weights.json.",
+                      flag_values=fv)
   flags.DEFINE_integer("doc_stride", 0,
                        "0: texts are truncated to --max_seq_length (the original). N > 0: a "
                        "longer text_a is split into windows starting N word pieces apart; "
                        "training gives each window the label, eval/predict pool the windows' "
-                       "logits into one result per document.")
+                       "logits into one result per document.", flag_values=fv)
   flags.DEFINE_enum("window_pooling", "mean", ["mean", "max"],
-                    "--doc_stride: how a document's windows' logits are pooled.")
+                    "--doc_stride: how a document's windows' logits are pooled.", flag_values=fv)
 
 
 def validate(options):
@@ -49,12 +52,11 @@ def validate(options):
     raise ValueError("--multi_label is only for --task_name=custom (not --tfds_name)")
   if options.multi_label and not options.label_separator:
     raise ValueError("--label_separator: must not be empty")
-  if not 0 < options.threshold < 1:
-    raise ValueError(f"--threshold={options.threshold}: must be between 0 and 1")
+  checks.check(options, {checks.FRACTION: ("threshold",)})
   if options.tune_threshold and not options.multi_label:
     raise ValueError("--tune_threshold is for --multi_label (per-label thresholds)")
-  if options.tune_threshold and not options.do_eval:
-    raise ValueError("--tune_threshold needs --do_eval (it tunes the thresholds on dev.tsv)")
+  checks.check(options, {checks.REQUIRES: {
+      "tune_threshold": (("do_eval",), "it tunes the thresholds on dev.tsv")}})
   if options.class_weights and not options.do_train:
     raise ValueError(f"--class_weights={options.class_weights} weighs the training loss: it "
                      "needs --do_train")

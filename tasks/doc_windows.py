@@ -1,7 +1,7 @@
 # coding=utf-8
 """run_classifier --doc_stride: a text_a longer than max_seq_length split into overlapping
-windows (run_squad's rule, tasks/ner.py's spans), and the windows' logits pooled back into one
-result per document (--window_pooling=mean|max).
+windows (tasks/windows.py's doc_spans, the rule of SQuAD and NER), and the windows' logits
+pooled back into one result per document (--window_pooling=mean|max).
 
 A document that fits gets one window equal to what truncation packs (nothing is cut), so its
 logits are the ones it gets without windows. Sentence pairs: the windows run over text_a,
@@ -10,7 +10,7 @@ text_b is kept whole in each; a text_b that leaves no room for text_a is an erro
 
 import numpy as np
 
-from bert_keras.tasks import ner
+from bert_keras.tasks import windows as windows_lib
 
 POOLINGS = ("mean", "max")
 
@@ -43,7 +43,7 @@ def windows(tokens_a, tokens_b, max_seq_length, doc_stride, name="an example"):
   if len(tokens_a) <= room:
     return [tokens_a]
   return [tokens_a[start:start + length]
-          for start, length in ner.spans(len(tokens_a), room, doc_stride)]
+          for start, length in windows_lib.doc_spans(len(tokens_a), room, doc_stride)]
 
 
 def window_features(examples, tokenizer, max_seq_length, doc_stride, documents,

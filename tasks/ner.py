@@ -11,7 +11,7 @@ Read top to bottom:
   3. windows           convert_sentences: the BERT paper's alignment (section 4.3: a word's tag
                        on its first WordPiece; its other pieces, [CLS], [SEP] and padding get
                        tag id -1, out of the loss and the metrics) in windows of at most
-                       max_seq_length - 2 pieces, doc_stride apart (run_squad's rule), each
+                       max_seq_length - 2 pieces, doc_stride apart (tasks/windows.py), each
                        word predicted from the window where it has the most context;
                        assemble_tags: window predictions -> one tag per input word (a word
                        without pieces, e.g. a control character: "O"); tag_sentences: words
@@ -32,6 +32,7 @@ from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import training
 from bert_keras.tasks import ner_scoring
+from bert_keras.tasks import windows as windows_lib
 from bert_keras.utils import file_io
 
 DOCSTART = "-DOCSTART-"
@@ -136,31 +137,11 @@ class Window:
   predicts: list
 
 
-def spans(num_pieces, max_pieces, doc_stride):
-  """run_squad's windows over num_pieces pieces: [(start, length)], each at most max_pieces
-  long, starts doc_stride apart (less when the rest fits), the last one reaching the end;
-  [] for no pieces."""
-  result, start = [], 0
-  while start < num_pieces:
-    length = min(num_pieces - start, max_pieces)
-    result.append((start, length))
-    if start + length == num_pieces:
-      break
-    start += min(length, doc_stride)
-  return result
-
-
-def best_windows(windows, num_pieces):
-  """For each piece position, the index of the window where it has the most context
-  (run_squad's score: min(left, right context) + 0.01 * window length, the first on ties)."""
-  best, score = [-1] * num_pieces, [None] * num_pieces
-  for index, (start, length) in enumerate(windows):
-    end = start + length - 1
-    for position in range(start, end + 1):
-      value = min(position - start, end - position) + 0.01 * length
-      if score[position] is None or value > score[position]:
-        best[position], score[position] = index, value
-  return best
+# The windows (tasks/windows.py) under run_ner's names: spans(num_pieces, max_pieces,
+# doc_stride) -> [(start, length)]; best_windows(spans, num_pieces) -> for each piece the
+# window where it has the most context.
+spans = windows_lib.doc_spans
+best_windows = windows_lib.max_context_windows
 
 
 def sentence_windows(word_ids, tag_ids, max_seq_length, doc_stride, cls_id, sep_id,

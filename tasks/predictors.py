@@ -30,20 +30,23 @@ import tensorflow as tf
 from bert_keras import checkpoints
 from bert_keras import preprocessing
 from bert_keras import serving
+from bert_keras import task_registry
 from bert_keras import tokenization
 from bert_keras.runtime import inference
 from bert_keras.runtime import model_dir
 from bert_keras.tasks import doc_windows
 from bert_keras.tasks import multi_label
 from bert_keras.tasks import ner_serving
+from bert_keras.tasks import squad_data
 from bert_keras.tasks import squad_predictions
+from bert_keras.tasks import windows as windows_lib
 
-TASKS = ("classifier", "regression", "tagger", "squad", "embeddings")
+# The kinds predict.py serves (task_registry: a pretrained encoder is served as embeddings).
+TASKS = task_registry.names(servable=True)
 # The text fields looked for when no column is named (the first one present).
 TEXT_A_FIELDS = ("text_a", "sentence1", "sentence", "text", "question")
 TEXT_B_FIELDS = ("text_b", "sentence2", "context")
 SQUAD_FIELDS = ("question", "context")
-_SQUAD_WHITESPACE = frozenset(" \t\r\n\u202f")  # SQuAD's (run_squad.split_context's)
 
 
 def _decode(values):
@@ -62,6 +65,7 @@ class Predictor(object):
   def __init__(self, task, labels=None, multi_label=False, thresholds=None, pair="no",
                text_columns=(None, None)):
     self.task, self.labels, self.multi_label = task, labels, bool(multi_label)
+    self.kind = task_registry.get(task)
     self.thresholds, self.pair, self.text_columns = thresholds, pair, text_columns
 
   def predict(self, texts_a, texts_b):
@@ -132,18 +136,18 @@ class GraphPredictor(Predictor):
     a = tf.constant(texts_a, tf.string)
     b = tf.constant(texts_b if texts_b is not None else [""] * len(texts_a), tf.string)
     outputs = {k: v.numpy() for k, v in self._fn(a, b).items()}
-    if self.task == "tagger":
+    if self.kind.outputs == "tags":
       return self.entity_fields(texts_a, outputs)
-    if self.task == "regression":
+    if self.kind.outputs == "score":
       return [{"score": float(x)} for x in np.reshape(outputs["predictions"], [-1])]
-    if self.task == "classifier":
+    if self.kind.outputs in ("classes", "multi_label"):
       if "label_names" in outputs:  # a SavedModel's own names come first
         names = np.asarray(outputs["label_names"])
         self.labels = _decode(names[0] if names.ndim == 2 else names)
       if "predicted" in outputs:  # a multi-label SavedModel: sigmoid outputs, its thresholds
         return self.multi_label_fields(outputs["probabilities"], outputs["predicted"])
       return self.classifier_fields(outputs["probabilities"], outputs["logits"])
-    if self.task == "embeddings":
+    if self.kind.outputs == "vectors":
       vectors = outputs["embeddings"]
       if self._preprocess is not None:  # a SavedModel, pooled here as --pooling says
         mask = self._preprocess(a, b)["input_mask"].numpy()
@@ -215,7 +219,7 @@ class SquadPredictor(Predictor):
     """SQuAD's words of `context` (runs of non-whitespace) as (word, first char, end)."""
     words, start = [], None
     for i, c in enumerate(context + " "):
-      if c in _SQUAD_WHITESPACE:
+      if c in squad_data.SQUAD_WHITESPACE:
         if start is not None:
           words.append((context[start:i], start, i))
           start = None
@@ -239,26 +243,15 @@ class SquadPredictor(Predictor):
     if room < 1:
       raise ValueError(f"max_seq_length {self._max_seq_length} leaves no room for the context "
                        f"after a {len(query)}-piece question")
-    spans, start = [], 0
-    while start < len(pieces):
-      length = min(len(pieces) - start, room)
-      spans.append((start, length))
-      if start + length == len(pieces):
-        break
-      start += min(length, self._doc_stride)
-    best = {}  # piece -> (score, window) of the window where it has the most context
-    for w, (start, length) in enumerate(spans):
-      for p in range(start, start + length):
-        score = min(p - start, start + length - 1 - p) + 0.01 * length
-        if p not in best or score > best[p][0]:
-          best[p] = (score, w)
+    spans = windows_lib.doc_spans(len(pieces), room, self._doc_stride)
+    best = windows_lib.max_context_windows(spans, len(pieces))  # piece -> its window
     ids = self._tokenizer.convert_tokens_to_ids(pieces)
     windows = []
     for w, (start, length) in enumerate(spans):
       input_ids = [self._cls] + query + [self._sep] + ids[start:start + length] + [self._sep]
       segment_ids = [0] * (len(query) + 2) + [1] * (length + 1)
       position_piece = [-1] * (len(query) + 2) + list(range(start, start + length)) + [-1]
-      max_context = [p >= 0 and best[p][1] == w for p in position_piece]
+      max_context = [p >= 0 and best[p] == w for p in position_piece]
       windows.append((input_ids, segment_ids, position_piece, max_context))
     return windows, words, pieces, piece_word
 
@@ -370,6 +363,13 @@ class WindowPredictor(Predictor):
     return self.classifier_fields(shifted / shifted.sum(axis=1, keepdims=True), pooled)
 
 
+# The serving_default output that tells each kind of outputs (task_registry.OUTPUTS) apart,
+# the first found deciding: what serving.ServingModule and ner_serving.TaggerModule return.
+_SAVED_MODEL_OUTPUTS = (("entity_types", "tags"), ("embeddings", "vectors"), ("answer", "spans"),
+                        ("predictions", "score"), ("predicted", "multi_label"),
+                        ("probabilities", "classes"))
+
+
 def load_saved_model(path, pooling=None, normalize=False, thresholds=None):
   """A GraphPredictor of an export_saved_model.py SavedModel: the task from its outputs,
   the label names from its label_names output, else labels.txt in its assets/ or beside it,
@@ -380,10 +380,9 @@ def load_saved_model(path, pooling=None, normalize=False, thresholds=None):
   signature = loaded.signatures["serving_default"]
   names = set(signature.structured_outputs)
   inputs = set(signature.structured_input_signature[1])
-  task = ("tagger" if "entity_types" in names else "embeddings" if "embeddings" in names
-          else "squad" if "answer" in names else "regression" if "predictions" in names
-          else "classifier" if "probabilities" in names else None)
-  if task is None:
+  family = next((family for output, family in _SAVED_MODEL_OUTPUTS if output in names), None)
+  kind = task_registry.kinds(outputs=family, servable=True)[0] if family else None
+  if kind is None:
     raise ValueError(f"--model_dir {path}: a SavedModel whose outputs ({', '.join(sorted(names))})"
                      " are not export_saved_model.py's")
   description = None
@@ -400,15 +399,14 @@ def load_saved_model(path, pooling=None, normalize=False, thresholds=None):
   else:
     fn = lambda a, b: signature(text_a=a)  # noqa: E731
   preprocess = None
-  if task == "embeddings" and (pooling is not None or normalize):
+  if kind.outputs == "vectors" and (pooling is not None or normalize):
     preprocess_signature = loaded.signatures["preprocess"]
     preprocess = lambda a, b: preprocess_signature(text_a=a, text_b=b)  # noqa: E731
   predictor = GraphPredictor(
-      fn, task, pooling=pooling or "mean", normalize=normalize, preprocess=preprocess,
-      labels=_saved_model_labels(path) if task in ("classifier", "tagger") else None,
-      multi_label=multi_label, thresholds=thresholds,
-      pair={"squad": "required", "classifier": "optional",
-            "regression": "optional"}.get(task, "no"))
+      fn, kind.name, pooling=pooling or "mean", normalize=normalize, preprocess=preprocess,
+      labels=_saved_model_labels(path) if kind.labels else None,
+      multi_label=multi_label or kind.outputs == "multi_label", thresholds=thresholds,
+      pair=kind.pair)
   predictor.keep_alive = loaded
   return predictor
 
@@ -431,18 +429,17 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
                      "or its best/) and no saved_model.pb; pass --task=embeddings to embed "
                      "texts with a pre-trained checkpoint")
   description = description or {}
-  kind = task or description["task"]
-  if kind == "pretraining":
-    raise ValueError(f"--model_dir {path}: a pre-training run; pass --task=embeddings")
-  labels = description.get("labels")
-  if kind == "classifier" and labels is None:
-    kind = "regression" if description.get("task") == "regression" else kind
+  kind = task_registry.get(task) if task else task_registry.of_description(description)
+  if kind.served_as and not task:
+    raise ValueError(f"--model_dir {path}: a pre-training run; pass --task={kind.served_as}")
+  kind = task_registry.served(kind)
+  labels = description.get("labels") if kind.labels else None
   options = description.get("options") or {}
   given = max_seq_length
-  model_task = {"regression": "classifier", "embeddings": "encoder"}.get(kind, kind)
+  # Embeddings are pooled from the encoder's outputs by the serving module.
+  model_kind = task_registry.get("encoder") if kind.outputs == "vectors" else kind
   model = checkpoints.load_model(
-      path, task=model_task,
-      num_labels=(1 if kind == "regression" else len(labels) if labels else None),
+      path, task=model_kind.name, num_labels=len(labels) if labels else None,
       bert_config_file=description.get("bert_config_file"),
       vocab_file=description.get("vocab_file"),
       do_lower_case=description.get("do_lower_case"))
@@ -456,13 +453,13 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
                      f"max_position_embeddings {positions}")
   if model.vocab_file is None:
     raise ValueError(f"--model_dir {path}: no vocab.txt")
-  if kind == "tagger" and labels is None:
+  if kind.labels and labels is None:
     labels = model.labels
   do_lower_case = bool(model.do_lower_case if model.do_lower_case is not None else True)
-  logging.info("predict: %s model from %s (max_seq_length %d, do_lower_case %s)", kind, path,
-               max_seq_length, do_lower_case)
+  logging.info("predict: %s model from %s (max_seq_length %d, do_lower_case %s)", kind.name,
+               path, max_seq_length, do_lower_case)
   columns = (options.get("text_a_column"), options.get("text_b_column"))
-  if kind == "squad":
+  if kind.outputs == "spans":
     squad = dict(doc_stride=description.get("doc_stride") or options.get("doc_stride") or 128,
                  max_query_length=(description.get("max_query_length")
                                    or options.get("max_query_length") or 64),
@@ -471,29 +468,27 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     squad.update({k: v for k, v in (squad_options or {}).items() if v is not None})
     tokenizer = tokenization.FullTokenizer(model.vocab_file, do_lower_case)
     return SquadPredictor(model, tokenizer, max_seq_length, batch_size=batch_size, **squad)
-  if kind == "classifier" and description.get("doc_stride"):
+  if kind.outputs in ("classes", "multi_label") and description.get("doc_stride"):
     return WindowPredictor(
         model, tokenization.FullTokenizer(model.vocab_file, do_lower_case), max_seq_length,
         description["doc_stride"], description.get("window_pooling") or "mean", batch_size,
         labels=labels, multi_label=description.get("multi_label", False),
         thresholds=_thresholds(description, labels, threshold), text_columns=columns)
   preprocessor = preprocessing.BertPreprocessor(model.vocab_file, do_lower_case, max_seq_length)
-  if kind == "tagger":
+  if kind.outputs == "tags":
     module = ner_serving.TaggerModule(model, preprocessor, labels)
-    predictor = GraphPredictor(lambda a, b: module.serve(a), "tagger", labels=labels,
+    predictor = GraphPredictor(lambda a, b: module.serve(a), kind.name, labels=labels,
                                text_columns=columns)
-  else:
+  else:  # a multi-label classifier's sigmoid and thresholds are applied by the predictor
     module = serving.ServingModule(model, preprocessor,
-                                   "embeddings" if kind == "embeddings" else "classifier",
-                                   regression=kind == "regression", pooling=pooling or "mean",
+                                   "embeddings" if kind.outputs == "vectors" else "classifier",
+                                   regression=kind.outputs == "score", pooling=pooling or "mean",
                                    normalize=normalize,
-                                   labels=labels if kind == "classifier" else None)
-    thresholds = _thresholds(description, labels, threshold)
-    predictor = GraphPredictor(module.serve, kind, labels=labels,
-                               multi_label=description.get("multi_label", False),
-                               thresholds=thresholds,
-                               pair="no" if kind == "embeddings" else "optional",
-                               text_columns=columns)
+                                   labels=labels if kind.outputs == "classes" else None)
+    predictor = GraphPredictor(module.serve, kind.name, labels=labels,
+                               multi_label=kind.outputs == "multi_label",
+                               thresholds=_thresholds(description, labels, threshold),
+                               pair=kind.pair, text_columns=columns)
   predictor.keep_alive = module
   return predictor
 

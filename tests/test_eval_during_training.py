@@ -250,10 +250,12 @@ def test_eval_hook_alone(tmp_path):
   assert (tmp_path / "best" / "weights").exists()
   assert ".tmp-" in (tmp_path / "saved").read_text()  # written aside, then renamed
   # A kill between the two renames of a replacement: best/ renamed aside, the new one unused.
-  os.rename(tmp_path / "best", tmp_path / "best.old-123")
-  (tmp_path / "best.tmp-7").mkdir()
+  # (file_io.replaced_directory's names: .best.old.tmp-<pid>, .best.tmp-<pid>)
+  os.rename(tmp_path / "best", tmp_path / ".best.old.tmp-123")
+  (tmp_path / ".best.tmp-7").mkdir()
   again = make()
   assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("best")) == ["best"]
+  assert not [p for p in tmp_path.iterdir() if p.name.startswith(".best")]
   assert again.best_value == float(np.float32(0.7)) and again.stopped()
   assert again.evaluated(8) and not again.evaluated(5)
   values[6] = 0.9

@@ -54,15 +54,36 @@ def is_script(tree):
   return False
 
 
-def imports(tree, modules):
+def absolute_module(node, name, is_package):
+  """The dotted module an `ast.ImportFrom` of module `name` reads from: its own module when
+  absolute; a relative one (`from . import x`, `from ..y import z`) resolved against the
+  package of `name` (`name` itself when it is a package's __init__). None when the dots
+  climb above the package."""
+  if node.level == 0:
+    return node.module
+  package = [PACKAGE] + (name.split(".") if name else [])
+  if not is_package:
+    package = package[:-1]
+  if node.level - 1 >= len(package):
+    return None
+  base = package[:len(package) - (node.level - 1)]
+  return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports(tree, modules, name="", is_package=False):
   """[(imported module, [names taken from it], line)] of the package's modules imported
-  anywhere in `tree`, and [(alias, module)] bound by those imports."""
+  anywhere in `tree` (the module `name`, a package's __init__ when `is_package`; relative
+  imports resolved against it), and [(alias, module)] bound by those imports."""
   found, aliases = [], []
   for node in ast.walk(tree):
-    if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-      if node.module != PACKAGE and not node.module.startswith(PACKAGE + "."):
+    if isinstance(node, ast.ImportFrom):
+      module = absolute_module(node, name, is_package)
+      if module is None:
+        found.append((None, [], node.lineno))  # (dots above the package)
         continue
-      base = node.module[len(PACKAGE) + 1:]
+      if module != PACKAGE and not module.startswith(PACKAGE + "."):
+        continue
+      base = module[len(PACKAGE) + 1:]
       for alias in node.names:
         sub = f"{base}.{alias.name}" if base else alias.name
         if sub in modules or sub in PRIVATE_MODULES:  # `from bert_keras.x import module`
@@ -121,9 +142,12 @@ def violations(root):
   problems, graph = [], {}
   for name, tree in trees.items():
     where = os.path.relpath(modules[name], root)
-    found, aliases = imports(tree, modules)
+    found, aliases = imports(tree, modules, name, modules[name].stem == "__init__")
     mine = layer(name, scripts)
     for target, names, line in found:
+      if target is None:
+        problems.append(f"{where}:{line}: a relative import above the package {PACKAGE}")
+        continue
       if target in PRIVATE_MODULES:
         if PRIVATE_MODULES[target] != name:
           problems.append(f"{where}:{line}: imports {target}, private to "
@@ -201,6 +225,19 @@ def _write(root, files):
     # a script importing another script without a stated reason
     ({"run_a.py": "from bert_keras import run_b\nif __name__ == '__main__':\n  pass\n",
       "run_b.py": "if __name__ == '__main__':\n  pass\n"}, "script run_a imports script run_b"),
+    # the same breaches through relative imports, resolved against the module's package
+    ({"utils/__init__.py": "", "utils/x.py": "from .. import modeling\n",
+      "modeling.py": ""}, "utils module imports root module modeling"),
+    ({"runtime/__init__.py": "", "runtime/t.py": "def f():\n  from ..tasks.m import g\n",
+      "tasks/__init__.py": "", "tasks/m.py": "def g():\n  pass\n"},
+     "runtime module imports tasks module tasks.m"),
+    ({"utils/__init__.py": "", "utils/x.py": "_secret = 1\n",
+      "utils/y.py": "from .x import _secret\n"}, "takes private _secret of utils.x"),
+    ({"utils/__init__.py": "", "utils/x.py": "from . import y\n",
+      "utils/y.py": "def f():\n  from .x import g\n"}, "import cycle: utils.x -> utils.y"),
+    ({"lib.py": "from . import tool\n",
+      "tool.py": "if __name__ == '__main__':\n  pass\n"}, "library lib imports script tool"),
+    ({"a.py": "from ... import elsewhere\n"}, "a relative import above the package"),
 ])
 def test_the_checker_finds_planted_breaches(tmp_path, files, expected):
   _write(tmp_path, files)
@@ -211,7 +248,10 @@ def test_the_checker_finds_planted_breaches(tmp_path, files, expected):
 def test_the_checker_accepts_a_clean_tree(tmp_path):
   _write(tmp_path, {
       "__init__.py": "", "modeling.py": "from bert_keras.utils import x\n",
-      "utils/__init__.py": "", "utils/x.py": "import os\n",
+      "utils/__init__.py": "from . import x\n", "utils/x.py": "import os\nfrom . import y\n",
+      "utils/y.py": "import math\n", "runtime/__init__.py": "",
+      "runtime/r.py": "from .. import modeling\nfrom ..utils import y\nfrom . import s\n",
+      "runtime/s.py": "",
       "run_a.py": ("from bert_keras import modeling\nfrom bert_keras.utils import x\n"
                    "if __name__ == '__main__':\n  pass\n")})
   assert violations(tmp_path) == []

@@ -31,6 +31,7 @@ from bert_keras import tokenization
 from bert_keras.runtime import distribution
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import training
+from bert_keras.tasks import squad_data
 from bert_keras.tasks import squad_predictions
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -173,12 +174,12 @@ def test_golden_example(orig, golden, tmp_path):
   theirs_tok = oracle.original("tokenization").FullTokenizer(vocab, do_lower_case=True)
   with original_flags(version_2_with_negative=False):
     want_examples = orig.read_squad_examples(path, True)
-  examples = run_squad.read_squad_examples(path, True)
+  examples = squad_data.read_squad_examples(path, True)
   assert [_example_tuple(e) for e in examples] == [_example_tuple(e) for e in want_examples]
   assert [(e.start_position, e.end_position) for e in examples] == [(5, 5), (11, 11)]
   assert examples[0].doc_tokens[5] == "(1895-1943)." and examples[1].doc_tokens[11] == "Tokyo,"
 
-  features = _features(run_squad, examples, ours_tok, 24, 8, 6, True)
+  features = _features(squad_data, examples, ours_tok, 24, 8, 6, True)
   want = _features(orig, want_examples, theirs_tok, 24, 8, 6, True)
   assert [_feature_tuple(f) for f in features] == [_feature_tuple(f) for f in want]
   # The facts worked out by hand for the golden example.
@@ -193,8 +194,8 @@ def test_golden_example(orig, golden, tmp_path):
 
   # write_predictions with the golden logits, v1 then v2: the original's files, byte for byte,
   # and the numbers worked out by hand.
-  predict_examples = run_squad.read_squad_examples(path, False)
-  predict_features = _features(run_squad, predict_examples, ours_tok, 24, 8, 6, False)
+  predict_examples = squad_data.read_squad_examples(path, False)
+  predict_features = _features(squad_data, predict_examples, ours_tok, 24, 8, 6, False)
   results = [run_squad.RawResult(f.unique_id, *_golden_logits(f)) for f in predict_features]
   for v2 in (False, True):
     got = _write_both(orig, predict_examples, predict_features, results, tmp_path / str(v2),
@@ -230,7 +231,7 @@ def test_read_squad_examples_matches_the_original(orig, squad2_train, name, v2):
   for input_file, is_training, version_2 in modes:
     with original_flags(version_2_with_negative=version_2):
       want = orig.read_squad_examples(input_file, is_training)
-    got = run_squad.read_squad_examples(input_file, is_training, version_2)
+    got = squad_data.read_squad_examples(input_file, is_training, version_2)
     assert len(got) > 10
     assert [_example_tuple(e) for e in got] == [_example_tuple(e) for e in want]
     if is_training and version_2:
@@ -251,13 +252,13 @@ def test_squad_whitespace_and_skipped_answers(orig, tmp_path):
   path.write_text(json.dumps({"data": [{"paragraphs": [{"context": context, "qas": qas}]}]}))
   with original_flags(version_2_with_negative=False):
     want = orig.read_squad_examples(str(path), True)
-  got = run_squad.read_squad_examples(str(path), True)
+  got = squad_data.read_squad_examples(str(path), True)
   assert [_example_tuple(e) for e in got] == [_example_tuple(e) for e in want]
   assert [e.qas_id for e in got] == ["z", "b", "d"]
   assert [(e.start_position, e.end_position) for e in got] == [(0, 0), (1, 2), (3, 3)]
   assert "start_position" not in repr(got[0]) and "start_position: 1" in repr(got[1])
   assert got[0].doc_tokens == ["Lead\u00a0word", "next", "one", "last\u3000word"]
-  assert run_squad.split_context(" a b")[1] == [-1, 0, 0, 1]
+  assert squad_data.split_context(" a b")[1] == [-1, 0, 0, 1]
 
 
 @pytest.mark.parametrize("max_seq_length,doc_stride,max_query_length",
@@ -269,7 +270,7 @@ def test_training_features_match_the_original(orig, tokenizers, squad2_train, ca
   ours, theirs = tokenizers
   with original_flags(version_2_with_negative=True):
     want_examples = orig.read_squad_examples(squad2_train, True)[:150]
-  examples = run_squad.read_squad_examples(squad2_train, True, True)[:150]
+  examples = squad_data.read_squad_examples(squad2_train, True, True)[:150]
   logs = {}
   for name, module, tokenizer, exs in (("theirs", orig, theirs, want_examples),
                                        ("ours", run_squad, ours, examples)):
@@ -298,16 +299,16 @@ def test_predict_features_match_the_original(orig, tokenizers, max_seq_length, d
   path = str(shared_path("data", "squad", "xquad.en.json"))
   with original_flags(version_2_with_negative=False):
     want_examples = orig.read_squad_examples(path, False)[:120]
-  examples = run_squad.read_squad_examples(path, False)[:120]
+  examples = squad_data.read_squad_examples(path, False)[:120]
   want = _features(orig, want_examples, theirs, max_seq_length, doc_stride, max_query_length,
                    False)
-  got = _features(run_squad, examples, ours, max_seq_length, doc_stride, max_query_length,
+  got = _features(squad_data, examples, ours, max_seq_length, doc_stride, max_query_length,
                   False)
   assert [_feature_tuple(f) for f in got] == [_feature_tuple(f) for f in want]
 
 
 def test_check_is_max_context_and_windows(orig):
-  spans = run_squad.doc_spans_of(11, 5, 3)
+  spans = squad_data.doc_spans_of(11, 5, 3)
   assert spans == [(0, 5), (3, 5), (6, 5)]
   owner = [[run_squad._check_is_max_context(spans, i, p) for i in range(3)].index(True)
            for p in range(11)]
@@ -316,7 +317,7 @@ def test_check_is_max_context_and_windows(orig):
   DocSpan = collections.namedtuple("DocSpan", ["start", "length"])
   for _ in range(100):
     n, width, stride = rng.randint(1, 40), rng.randint(1, 12), rng.randint(1, 12)
-    spans = run_squad.doc_spans_of(n, width, stride)
+    spans = squad_data.doc_spans_of(n, width, stride)
     theirs = [DocSpan(*s) for s in spans]
     for p in range(n):
       for i in range(len(spans)):
@@ -329,14 +330,14 @@ def test_tfrecords_match_the_original(orig, tokenizers, squad2_train, tmp_path):
   for is_training in (True, False):
     with original_flags(version_2_with_negative=True):
       want_examples = orig.read_squad_examples(squad2_train, is_training)[:40]
-    examples = run_squad.read_squad_examples(squad2_train, is_training, True)[:40]
+    examples = squad_data.read_squad_examples(squad2_train, is_training, True)[:40]
     theirs = orig.FeatureWriter(str(tmp_path / f"theirs{is_training}"), is_training)
     orig.convert_examples_to_features(want_examples, theirs_tok, 64, 16, 12, is_training,
                                       theirs.process_feature)
     theirs.close()
     ours = run_squad.FeatureWriter(str(tmp_path / f"ours{is_training}"), is_training)
-    run_squad.convert_examples_to_features(examples, ours_tok, 64, 16, 12, is_training,
-                                           ours.process_feature)
+    squad_data.convert_examples_to_features(examples, ours_tok, 64, 16, 12, is_training,
+                                            ours.process_feature)
     assert not os.path.exists(ours.filename)   # written under a temporary name until closed
     ours.close()
     assert ours.num_features == theirs.num_features > 40
@@ -411,8 +412,8 @@ def test_write_predictions_matches_the_original(orig, tokenizers, tmp_path, name
   are the original's, byte for byte."""
   ours_tok, _ = tokenizers
   path = str(shared_path("data", "squad", name))
-  examples = run_squad.read_squad_examples(path, False)[:80]
-  features = _features(run_squad, examples, ours_tok, 64, 24, 16, False)
+  examples = squad_data.read_squad_examples(path, False)[:80]
+  features = _features(squad_data, examples, ours_tok, 64, 24, 16, False)
   results = _random_results(features, seed=n_best_size)
   got = _write_both(orig, examples, features, results, tmp_path, n_best_size,
                     max_answer_length, v2, threshold)
@@ -428,8 +429,8 @@ def test_v2_without_any_valid_span(orig, golden, tmp_path):
   and predicts "" when the null score beats it."""
   vocab = str(golden / "vocab.txt")
   tokenizer = tokenization.FullTokenizer(vocab, do_lower_case=True)
-  examples = run_squad.read_squad_examples(str(golden / "golden.json"), False)[:1]
-  features = _features(run_squad, examples, tokenizer, 24, 8, 6, False)
+  examples = squad_data.read_squad_examples(str(golden / "golden.json"), False)[:1]
+  features = _features(squad_data, examples, tokenizer, 24, 8, 6, False)
   results = []
   for f in features:
     start = [0.0] * 24
@@ -632,8 +633,8 @@ def _training_records(path, num_records, seq, seed):
     segments = ((np.arange(seq) >= length // 3) & (mask == 1)).astype(np.int32)
     start = 0 if i % 5 == 0 else rng.randint(1, length)
     end = 0 if start == 0 else rng.randint(start, min(start + 4, length))
-    writer.process_feature(run_squad.InputFeatures(
-        unique_id=run_squad.FIRST_UNIQUE_ID + i, example_index=i, doc_span_index=0,
+    writer.process_feature(squad_data.InputFeatures(
+        unique_id=squad_data.FIRST_UNIQUE_ID + i, example_index=i, doc_span_index=0,
         tokens=None, token_to_orig_map={}, token_is_max_context={}, input_ids=list(ids),
         input_mask=list(mask), segment_ids=list(segments), start_position=int(start),
         end_position=int(end), is_impossible=False))

@@ -14,7 +14,7 @@ import pytest
 from bert_keras import checkpoints
 from bert_keras import export_saved_model
 from bert_keras import modeling
-from bert_keras import model_files
+from bert_keras.runtime import model_dir
 from bert_keras import task_registry
 from bert_keras.tasks import predictors
 
@@ -60,7 +60,10 @@ def _model(kind, setup):
 
 
 def _outputs(model, inputs):
-  """The model's outputs as {name: numpy array} (a tensor output is "output")."""
+  """The model's outputs as {name: numpy array} (a tensor output is "output"); a pretrainer
+  also gets masked_lm_positions."""
+  if isinstance(model, modeling.BertPretrainer):
+    inputs = dict(inputs, masked_lm_positions=np.array([[1, 3], [2, 0]], np.int32))
   out = model(inputs, training=False)
   if not isinstance(out, dict):
     out = {"output": out}
@@ -113,6 +116,14 @@ def check_tf1_names(kind, setup):
   _assert_same(_outputs(fresh, setup.inputs), _outputs(model, setup.inputs))
 
 
+# A name each transformers architecture's state dict holds (transformers' own layout).
+HF_NAMES = {"BertModel": "embeddings.word_embeddings.weight",
+            "BertForSequenceClassification": "classifier.weight",
+            "BertForTokenClassification": "classifier.weight",
+            "BertForQuestionAnswering": "qa_outputs.weight",
+            "BertForPreTraining": "cls.seq_relationship.weight"}
+
+
 def check_huggingface(kind, setup):
   model = _model(kind, setup)
   directory = setup.root / f"hf_{kind.name}"
@@ -120,6 +131,8 @@ def check_huggingface(kind, setup):
                                do_lower_case=True, label_names=_labels(kind))
   config = json.loads((directory / "config.json").read_text())
   assert config["architectures"] == [kind.hf_architecture]
+  assert HF_NAMES[kind.hf_architecture] in checkpoints.read_safetensors(
+      str(directory / "model.safetensors"))
   loaded = checkpoints.load_model(str(directory), task=kind.name)
   _assert_same(_outputs(loaded, setup.inputs), _outputs(model, setup.inputs))
 
@@ -140,7 +153,7 @@ def model_directory(kind, setup):
     (directory / "bert_config.json").write_text(setup.config.to_json_string())
     (directory / "vocab.txt").write_text("\n".join(WORDS) + "\n", encoding="utf-8")
   else:
-    model_files.write_model_dir(str(directory), options, setup.config, task,
+    model_dir.write_model_dir(str(directory), options, setup.config, task,
                                 labels=_labels(kind), **task_options)
   return str(directory)
 
@@ -154,7 +167,7 @@ def check_model_directory(kind, setup):
   _assert_same(_outputs(loaded, setup.inputs), _outputs(_model(kind, setup), setup.inputs))
   task, _ = kind.task_file()
   if task is not None:
-    description = model_files.read_model_dir(directory)
+    description = model_dir.read_model_dir(directory)
     assert task_registry.of_description(description) is kind
 
 
@@ -208,8 +221,21 @@ def test_every_kind_is_served(setup, name, surface):
 
 @keras.saving.register_keras_serializable(package="test_task_registry")
 class PlantedHead(modeling.BertClassifier):
-  """A classifier head whose class no surface knows (its TF1 and HuggingFace names are
+  """A classifier whose class no surface knows (its TF1 and HuggingFace names are
   BertClassifier's, its kind is declared below without some of what the surfaces need)."""
+
+
+@keras.saving.register_keras_serializable(package="test_task_registry")
+class PlantedExtraHead(modeling.BertClassifier):
+  """A head with a layer of its own that the checkpoint name tables were never told of."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.extra = keras.layers.Dense(self.num_labels, name="extra")
+    self.extra.build((None, self.num_labels))
+
+  def call(self, inputs, training=None):
+    return self.extra(super().call(inputs, training=training))
 
 
 @pytest.mark.parametrize("planted, surface", [
@@ -219,6 +245,9 @@ class PlantedHead(modeling.BertClassifier):
     (dict(outputs="score"), check_build),
     # a fixed number of outputs the model does not have
     (dict(num_labels=2, labels=False), check_build),
+    # a head with weights no checkpoint name table knows: TF1 and HuggingFace lose them
+    (dict(model=PlantedExtraHead), check_tf1_names),
+    (dict(model=PlantedExtraHead), check_huggingface),
 ])
 def test_a_kind_that_omits_a_surface_fails(setup, planted, surface):
   declaration = dict(name="planted", model=PlantedHead, outputs="classes",

@@ -1,8 +1,10 @@
 # coding=utf-8
 """Files of every script: local paths with open(), paths with a scheme (gs://, file://, ...)
 through tf.io.gfile; outputs under a temporary name (.<name>.tmp-<pid>), renamed when complete
-(write_text_atomic), the temporaries of dead runs removed (remove_stale_temporaries), and the
-one-line text of a file error. TensorFlow is imported only for paths with a scheme."""
+(write_text_atomic); a directory replaced as a whole (replaced_directory: the new one written
+under .<name>.tmp-<pid>, the old one kept as .<name>.old.tmp-<pid> until the new one is in
+place); the temporaries of dead runs removed (remove_stale_temporaries), and the one-line text
+of a file error. TensorFlow is imported only for paths with a scheme."""
 
 import contextlib
 import csv
@@ -160,7 +162,7 @@ def _remove_tree_or_file(path):
     os.remove(path)
 
 
-def remove_stale_temporaries(directory, finals=None, is_stale=None, log=None):
+def remove_stale_temporaries(directory, finals=None, is_stale=None, log=None, restore=False):
   """Removes the temporaries of dead runs from `directory` (not its subdirectories); returns
   the removed names.
 
@@ -170,7 +172,10 @@ def remove_stale_temporaries(directory, finals=None, is_stale=None, log=None):
   finals: only the temporaries of these final names (with or without a
   "-<p:05d>-of-<P:05d>" part suffix); None: all. is_stale(name): more names to remove (a
   caller that holds the directory's lock knows, e.g., that TensorFlow's own checkpoint
-  temporaries, which carry no pid, are stale). log(message): told of each removal."""
+  temporaries, which carry no pid, are stale). log(message): told of each removal.
+  restore: the previous version of a directory that replaced_directory was replacing when its
+  run died (".<final>.old.tmp-<pid>") is renamed back to <final> when <final> is missing,
+  rather than removed."""
   try:
     names = _listdir(directory)
   except Exception:  # no such directory: nothing to clean
@@ -189,6 +194,8 @@ def remove_stale_temporaries(directory, finals=None, is_stale=None, log=None):
       continue
     path = directory.rstrip("/") + "/" + name
     try:
+      if restore and _put_back(directory, name, log):
+        continue
       _remove_tree_or_file(path)
     except Exception as e:  # removed meanwhile, or read-only
       if log:
@@ -198,6 +205,86 @@ def remove_stale_temporaries(directory, finals=None, is_stale=None, log=None):
     if log:
       log("removed %s, a temporary left by a run that ended before it finished" % path)
   return removed
+
+
+def _put_back(directory, name, log):
+  """Renames the replaced_directory's old version `name` (".<final>.old.tmp-<pid>") back to
+  <final> when <final> is missing; whether it did."""
+  match = _PID_TEMPORARY.match(name)
+  if not (match and match.group("final").endswith(".old")):
+    return False
+  final = directory.rstrip("/") + "/" + match.group("final")[:-len(".old")]
+  if _exists(final):
+    return False
+  _rename_directory(directory.rstrip("/") + "/" + name, final)
+  if log:
+    log("put back %s, moved aside by a run that ended while replacing it" % final)
+  return True
+
+
+def _exists(path):
+  return _gfile().exists(path) if is_remote(path) else os.path.lexists(path)
+
+
+def _rename_directory(src, dst):
+  """Renames src to dst, which must not exist."""
+  if is_remote(src):
+    _gfile().rename(src, dst)
+  else:
+    os.rename(src, dst)
+
+
+def _make_directory(path):
+  if is_remote(path):
+    _gfile().makedirs(path)
+  else:
+    os.makedirs(path)
+
+
+@contextlib.contextmanager
+def replaced_directory(path):
+  """Replaces the directory `path` as a whole: yields a new empty directory (temp_name(path),
+  ".<name>.tmp-<pid>" beside it; one a dead run left there is removed first) for the body to
+  fill, and when the body ends puts it in `path`'s place. An existing `path` is renamed aside
+  to temp_name(path + ".old") (".<name>.old.tmp-<pid>") first, renamed back if the new one
+  cannot take its place, and removed once it has. When the body raises, the temporary is
+  removed and `path` is left as it was. The parent directory is created.
+
+  A killed run leaves at most these two names: remove_stale_temporaries(parent, finals=[name,
+  name + ".old"]) removes them, with restore=True putting the old version back."""
+  path = path.rstrip("/") or path
+  tmp, old = temp_name(path), temp_name(path + ".old")
+  if _exists(tmp):
+    _remove_tree_or_file(tmp)
+  _make_directory(tmp)
+  try:
+    yield tmp
+    moved = _exists(path)
+    if moved:
+      _rename_directory(path, old)
+    try:
+      _rename_directory(tmp, path)
+    except BaseException:
+      if moved:
+        _rename_directory(old, path)  # (the previous version back in place)
+      raise
+  except BaseException:
+    if _exists(tmp):
+      _remove_tree_or_file(tmp)
+    raise
+  if moved:
+    _remove_tree_or_file(old)
+
+
+def recover_replaced_directory(path, log=None):
+  """After a run was killed inside replaced_directory(path), by one that holds `path`'s lock
+  (no other process writes it): puts the old version back when `path` is missing and
+  removes the temporaries, whatever their pid. Returns the removed names."""
+  path = path.rstrip("/") or path
+  parent, name = path.rsplit("/", 1) if "/" in path else (".", path)
+  ours = re.compile(r"^\.%s(?:\.old)?\.tmp-\d+$" % re.escape(name))
+  return remove_stale_temporaries(parent or "/", finals=[], is_stale=ours.match, log=log,
+                                  restore=True)
 
 
 @contextlib.contextmanager

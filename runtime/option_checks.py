@@ -1,0 +1,127 @@
+# coding=utf-8
+"""The scripts' common option checks, written once as a table: required flags, files that must
+exist, lower bounds, fractions, choices, flags that replace or need others. check(options,
+table) raises the one-line ValueError naming the flag (utils/errors.py prints it as `error:
+...`); a script keeps only its task-specific checks.
+
+A table is a dict whose keys are the kinds below, checked in the table's order (a script's
+order of messages when several flags are wrong), each kind's entries in their order:
+
+  REQUIRED: {flag: None, or where else it may come from (e.g. MODEL_DIR)}
+      "--flag is required" (+ " (or <where>)")
+  EXISTING_FILES: (flag, ...)                  "--flag <path>: no such file" (unset: skipped)
+  POSITIVE: (flag, ...)                        "--flag=<v>: must be >= 1"
+  NON_NEGATIVE: (flag, ...)                    "--flag=<v>: must be >= 0"
+  AT_LEAST: {flag: (minimum, why or None)}     "--flag=<v>: must be >= <minimum> (<why>)"
+  FRACTION: (flag, ...)                        "--flag=<v>: must be between 0 and 1" (open)
+  CHOICES: {flag: allowed values}              "--flag=<v>: one of a, b" (None allowed: unset)
+  EXCLUSIVE: {flag: (flags it replaces, ...)}  "--flag replaces --a and --b: pass one or the
+                                               other"
+  REQUIRES: {flag: ((flags it needs, ...), why or None)}
+      "--flag=<v> needs --a and --b (<why>)" ("--flag needs ..." for a boolean flag)
+
+A number flag whose value is None (not given, where the script allows that) is not checked;
+an option the namespace lacks counts as None.
+"""
+
+import tensorflow as tf
+
+REQUIRED = "required"
+EXISTING_FILES = "existing_files"
+POSITIVE = "positive"
+NON_NEGATIVE = "non_negative"
+AT_LEAST = "at_least"
+FRACTION = "fraction"
+CHOICES = "choices"
+EXCLUSIVE = "exclusive"
+REQUIRES = "requires"
+
+# Where a model flag may come from instead (runtime/model_dir.py), for REQUIRED.
+MODEL_DIR = "an --init_checkpoint or --output_dir that is a model directory"
+MODEL_DIR_CHECKPOINT = "an --init_checkpoint that is a model directory"
+# The REQUIRES entry of --eval_every_steps (run_classifier, run_ner).
+EVAL_EVERY_STEPS = {"eval_every_steps": (("do_train", "do_eval"),
+                                         "it evaluates on the dev set during training")}
+
+
+def _flags(names):
+  return " and ".join(f"--{name}" for name in names)
+
+
+def _value(options, name):
+  return getattr(options, name, None)
+
+
+def _required(options, name, where):
+  if not _value(options, name):
+    return f"--{name} is required" + (f" (or {where})" if where else "")
+
+
+def _existing_file(options, name, _):
+  value = _value(options, name)
+  if value and not tf.io.gfile.exists(value):
+    return f"--{name} {value}: no such file"
+
+
+def _at_least(options, name, spec):
+  (minimum, why), value = spec, _value(options, name)
+  if value is not None and value < minimum:
+    return f"--{name}={value}: must be >= {minimum}" + (f" ({why})" if why else "")
+
+
+def _fraction(options, name, _):
+  value = _value(options, name)
+  if value is not None and not 0 < value < 1:
+    return f"--{name}={value}: must be between 0 and 1"
+
+
+def _choice(options, name, allowed):
+  value = _value(options, name)
+  if value not in allowed:
+    return f"--{name}={value}: one of {', '.join(a for a in allowed if a is not None)}"
+
+
+def _exclusive(options, name, others):
+  if _value(options, name) and any(_value(options, other) for other in others):
+    return f"--{name} replaces {_flags(others)}: pass one or the other"
+
+
+def _requires(options, name, spec):
+  (needed, why), value = spec, _value(options, name)
+  if value and not all(_value(options, other) for other in needed):
+    flag = f"--{name}" if value is True else f"--{name}={value}"
+    return f"{flag} needs {_flags(needed)}" + (f" ({why})" if why else "")
+
+
+# kind -> (its check of one flag: (options, name, spec) -> a message or None; None when the
+# kind's entries are {flag: spec}, else the spec of every flag of its tuple).
+_KINDS = {
+    REQUIRED: (_required, None),
+    EXISTING_FILES: (_existing_file, ()),
+    POSITIVE: (_at_least, (1, None)),
+    NON_NEGATIVE: (_at_least, (0, None)),
+    AT_LEAST: (_at_least, None),
+    FRACTION: (_fraction, ()),
+    CHOICES: (_choice, None),
+    EXCLUSIVE: (_exclusive, None),
+    REQUIRES: (_requires, None),
+}
+
+
+def problems(options, table):
+  """The messages of the entries of `table` that `options` (a namespace or parsed absl FLAGS)
+  breaks, in the table's order (a generator: checks run as it is read)."""
+  for kind, entries in table.items():
+    if kind not in _KINDS:
+      raise KeyError(f"not a kind of option check: {kind!r}")
+    check_one, spec = _KINDS[kind]
+    for name, entry in (entries.items() if spec is None else ((n, spec) for n in entries)):
+      message = check_one(options, name, entry)
+      if message:
+        yield message
+
+
+def check(options, table):
+  """Raises the one-line ValueError of the first entry of `table` that `options` breaks."""
+  for message in problems(options, table):
+    raise ValueError(message)
