@@ -48,6 +48,7 @@ from bert_keras import tokenization
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import distribution
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
@@ -62,60 +63,61 @@ TRAIN_FILES = ("train.tsv", "train.jsonl")
 SPLITS = {"dev": os.path.join("qrels", "dev.tsv"), "test": os.path.join("qrels", "test.tsv")}
 POOLINGS = modeling.POOLINGS
 
-# Programmatic defaults = the flags' defaults (see define_flags).
-DEFAULTS = dict(
-    data_dir=None, bert_config_file=None, vocab_file=None, output_dir=None,
-    init_checkpoint=None, do_lower_case=True, max_seq_length=128, do_train=False,
-    do_eval=False, do_predict=False, train_batch_size=32, eval_batch_size=64,
-    predict_batch_size=64, learning_rate=2e-5, num_train_epochs=1.0, warmup_proportion=0.1,
-    save_checkpoints_steps=1000, iterations_per_loop=1000, eval_every_steps=0,
-    early_stopping_patience=0, trim_eval_batches=True, pooling="mean", normalize=False,
-    scale=20.0, symmetric=False, matryoshka_dims=None, mini_batch_size=0, metric="NDCG@10",
-    **common_flags.TPU_DEFAULTS, **common_flags.TRAINING_DEFAULTS)
-
 
 def options(**overrides):
   """A namespace of all run() options: DEFAULTS updated with `overrides`."""
   return common_flags.make_options(DEFAULTS, overrides)
 
 
-def define_flags():
+def define_flags(fv=flags.FLAGS):
   """run_classifier's model and training flags plus the bi-encoder's (pooling, loss, cache)."""
   flags.DEFINE_string("data_dir", None,
                       "The input data dir: train.tsv or train.jsonl, and a BEIR retrieval set "
-                      "(corpus.jsonl, queries.jsonl, qrels/dev.tsv, qrels/test.tsv).")
-  common_flags.define_model_flags(max_seq_length=128)
-  flags.DEFINE_bool("do_train", False, "Whether to run training.")
-  flags.DEFINE_bool("do_eval", False, "Whether to evaluate retrieval on qrels/dev.tsv.")
-  flags.DEFINE_bool("do_predict", False, "Whether to evaluate retrieval on qrels/test.tsv.")
+                      "(corpus.jsonl, queries.jsonl, qrels/dev.tsv, qrels/test.tsv).",
+                      flag_values=fv)
+  common_flags.define_model_flags(max_seq_length=128, fv=fv)
+  flags.DEFINE_bool("do_train", False, "Whether to run training.", flag_values=fv)
+  flags.DEFINE_bool("do_eval", False, "Whether to evaluate retrieval on qrels/dev.tsv.",
+                    flag_values=fv)
+  flags.DEFINE_bool("do_predict", False, "Whether to evaluate retrieval on qrels/test.tsv.",
+                    flag_values=fv)
   flags.DEFINE_integer("train_batch_size", 32,
-                       "Total batch size for training (rows: the in-batch negatives).")
-  flags.DEFINE_integer("eval_batch_size", 64, "Texts embedded per step in eval.")
-  flags.DEFINE_integer("predict_batch_size", 64, "Texts embedded per step in predict.")
+                       "Total batch size for training (rows: the in-batch negatives).",
+                       flag_values=fv)
+  flags.DEFINE_integer("eval_batch_size", 64, "Texts embedded per step in eval.", flag_values=fv)
+  flags.DEFINE_integer("predict_batch_size", 64, "Texts embedded per step in predict.",
+                       flag_values=fv)
   flags.DEFINE_enum("pooling", "mean", POOLINGS,
                     "One vector per text: the mean of the real tokens, [CLS], or the maximum."
-                    + common_flags.MODEL_DIR_HELP % "task.json")
+                    + common_flags.MODEL_DIR_HELP % "task.json", flag_values=fv)
   flags.DEFINE_bool("normalize", False, "L2-normalise the embeddings (the model's outputs)."
-                    + common_flags.MODEL_DIR_HELP % "task.json")
-  flags.DEFINE_float("scale", 20.0, "The loss's logits: scale x cosine similarity.")
+                    + common_flags.MODEL_DIR_HELP % "task.json", flag_values=fv)
+  flags.DEFINE_float("scale", 20.0, "The loss's logits: scale x cosine similarity.", flag_values=fv)
   flags.DEFINE_bool("symmetric", False,
-                    "Also the positive -> anchor direction (each positive picks its anchor).")
+                    "Also the positive -> anchor direction (each positive picks its anchor).",
+                    flag_values=fv)
   flags.DEFINE_string("matryoshka_dims", None,
                       "Comma-separated embedding sizes (e.g. 768,256,64): the loss is the sum "
-                      "over these truncations (MatryoshkaLoss); list the full size to keep it.")
+                      "over these truncations (MatryoshkaLoss); list the full size to keep it.",
+                      flag_values=fv)
   flags.DEFINE_integer("mini_batch_size", 0,
                        "The gradient cache: texts embedded at a time in training (the loss "
-                       "still over the whole batch); 0: the whole batch at once.")
+                       "still over the whole batch); 0: the whole batch at once.", flag_values=fv)
   flags.DEFINE_string("metric", "NDCG@10",
                       "The measure that chooses output_dir/best (a name of eval_results.txt "
-                      "without eval_, e.g. MRR@10, Recall@100).")
-  common_flags.define_fine_tuning_flags()
-  common_flags.define_tpu_flags()
-  common_flags.define_training_flags()
-  common_flags.define_eval_during_training_flags()
+                      "without eval_, e.g. MRR@10, Recall@100).", flag_values=fv)
+  common_flags.define_fine_tuning_flags(fv=fv)
+  common_flags.define_tpu_flags(fv=fv)
+  common_flags.define_training_flags(fv=fv)
+  common_flags.define_eval_during_training_flags(fv=fv)
   for name in ("data_dir", "output_dir"):
-    flags.mark_flag_as_required(name)
-  flags.adopt_module_key_flags(common_flags)
+    flags.mark_flag_as_required(name, flag_values=fv)
+  flags.adopt_module_key_flags(common_flags, flag_values=fv)
+
+
+# The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
+# read from define_flags without parsing or touching absl's FLAGS.
+DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
 # ----------------------------------------------------------------------------
@@ -138,27 +140,20 @@ def parse_matryoshka_dims(text, hidden_size=None):
 
 
 def _validate(options):
-  for name in ("data_dir", "vocab_file", "bert_config_file", "output_dir"):
-    if not getattr(options, name):
-      raise ValueError(f"--{name} is required" + (
-          " (or an --init_checkpoint or --output_dir that is a model directory)"
-          if name in ("vocab_file", "bert_config_file") else ""))
+  checks.check(options, {checks.REQUIRED: dict(
+      data_dir=None, vocab_file=checks.MODEL_DIR, bert_config_file=checks.MODEL_DIR,
+      output_dir=None)})
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
   if not options.do_train and not options.do_eval and not options.do_predict:
     raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
-  for name in ("bert_config_file", "vocab_file"):
-    if not tf.io.gfile.exists(getattr(options, name)):
-      raise ValueError(f"--{name} {getattr(options, name)}: no such file")
-  for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
-               "iterations_per_loop", "gradient_accumulation_steps"):
-    if getattr(options, name) < 1:
-      raise ValueError(f"--{name}={getattr(options, name)}: must be >= 1")
-  if options.pooling not in POOLINGS:
-    raise ValueError(f"--pooling={options.pooling}: one of {', '.join(POOLINGS)}")
-  if options.max_seq_length < 3:
-    raise ValueError(f"--max_seq_length={options.max_seq_length}: must be >= 3")
-  if options.mini_batch_size < 0:
-    raise ValueError(f"--mini_batch_size={options.mini_batch_size}: must be >= 0")
+  checks.check(options, {
+      checks.EXISTING_FILES: ("bert_config_file", "vocab_file"),
+      checks.POSITIVE: ("train_batch_size", "eval_batch_size", "predict_batch_size",
+                        "iterations_per_loop", "gradient_accumulation_steps"),
+      checks.NON_NEGATIVE: ("mini_batch_size",),
+      checks.AT_LEAST: {"max_seq_length": (3, "[CLS] a piece [SEP]")},
+      checks.CHOICES: {"pooling": POOLINGS},
+      checks.REQUIRES: checks.EVAL_EVERY_STEPS})
   if not options.scale > 0:
     raise ValueError(f"--scale={options.scale}: must be > 0")
   measure, _, cut = options.metric.partition("@")
@@ -166,9 +161,6 @@ def _validate(options):
     measures = ", ".join(retrieval_metrics.MEASURES)
     raise ValueError(f"--metric={options.metric}: a measure ({measures}) at a cut-off in "
                      f"{', '.join(map(str, embeddings.K_VALUES))}, e.g. NDCG@10")
-  if options.eval_every_steps and not (options.do_train and options.do_eval):
-    raise ValueError(f"--eval_every_steps={options.eval_every_steps} needs --do_train and "
-                     "--do_eval (it evaluates on the dev set during training)")
   training.check_training_numbers(options)
 
 
