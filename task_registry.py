@@ -256,6 +256,7 @@ register(TaskKind(
     description="the encoder alone: sequence and pooled outputs"))
 register(TaskKind(
     "embeddings", modeling.BertSentenceEncoder, "vectors", "BertModel", pair="no",
+    task_json="embeddings",
     description="one vector per text (pooling mean, cls or max; normalize)"))
 register(TaskKind(
     "classifier", modeling.BertClassifier, "classes", "BertForSequenceClassification",

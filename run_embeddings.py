@@ -1,0 +1,353 @@
+# coding=utf-8
+r"""BERT fine-tuning as a bi-encoder: sentence embeddings trained with in-batch negatives
+(sentence-transformers' MultipleNegativesRankingLoss) and evaluated by retrieval, the way
+run_classifier.py fine-tunes a classifier.
+
+  python run_embeddings.py --do_train=true --do_eval=true \
+    --data_dir=$DATA_DIR --vocab_file=$BERT_BASE_DIR/vocab.txt \
+    --bert_config_file=$BERT_BASE_DIR/bert_config.json \
+    --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt --max_seq_length=128 \
+    --train_batch_size=64 --learning_rate=2e-5 --num_train_epochs=1.0 \
+    --pooling=mean --output_dir=/tmp/embeddings_output/
+
+--data_dir holds train.tsv (a header naming the columns `anchor`, `positive` and optional
+`negative...` ones) or train.jsonl (objects with those keys) for --do_train, and a BEIR retrieval
+set for --do_eval / --do_predict: corpus.jsonl (`_id`, `title`, `text`; a document is embedded
+as (title + " " + text).strip(), as BEIR's SentenceBERT does), queries.jsonl (`_id`, `text`),
+qrels/dev.tsv and qrels/test.tsv (`query-id corpus-id score`). Only the queries the qrels judge
+are searched (as BEIR's loader keeps them).
+
+Each anchor must pick its positive among all positives and negatives of its batch (scale x
+cosine, cross-entropy; tasks/embeddings.py, retrieval.py); a text that occurs twice in a batch
+is not counted as a negative of itself (duplicate masking by text). --symmetric adds the
+positive -> anchor direction, --matryoshka_dims trains truncated embeddings too,
+--mini_batch_size > 0 computes the same loss with the encoder on that many texts at a time
+(the gradient cache: the batch's memory is that of a mini-batch).
+
+Outputs in --output_dir: checkpoints (model.ckpt-N, resumable), the model files (bert_config.json,
+vocab.txt, tokenizer_config.json, task.json with "task": "embeddings", "pooling",
+"normalize"; run_options.json: runtime/model_dir.py), eval_results.txt (eval_NDCG@10,
+eval_MAP@100, eval_Recall@k, eval_MRR@10, eval_Accuracy@k, eval_P@k at k in 1, 3, 5, 10, 100;
+global_step) and dev_run.trec (the top 100 of each query, TREC run format); --do_predict
+writes test_results.txt and test_run.trec. --eval_every_steps keeps the best model by --metric
+in output_dir/best.
+"""
+
+from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+import keras
+import tensorflow as tf
+
+from bert_keras import checkpoints
+from bert_keras import modeling
+from bert_keras import tokenization
+from bert_keras.runtime import common_flags
+from bert_keras.runtime import distribution
+from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
+from bert_keras.runtime import outputs
+from bert_keras.runtime import run_checks
+from bert_keras.runtime import training
+from bert_keras.runtime import training_checkpoints
+from bert_keras.tasks import embedding_data
+from bert_keras.tasks import embeddings
+from bert_keras.tasks import retrieval_metrics
+from bert_keras.utils import errors
+from bert_keras.utils import file_io
+
+TRAIN_FILES = ("train.tsv", "train.jsonl")
+SPLITS = {"dev": os.path.join("qrels", "dev.tsv"), "test": os.path.join("qrels", "test.tsv")}
+POOLINGS = modeling.POOLINGS
+
+
+def options(**overrides):
+  """A namespace of all run() options: DEFAULTS updated with `overrides`."""
+  return common_flags.make_options(DEFAULTS, overrides)
+
+
+def define_flags(fv=flags.FLAGS):
+  """run_classifier's model and training flags plus the bi-encoder's (pooling, loss, cache)."""
+  flags.DEFINE_string("data_dir", None,
+                      "The input data dir: train.tsv or train.jsonl, and a BEIR retrieval set "
+                      "(corpus.jsonl, queries.jsonl, qrels/dev.tsv, qrels/test.tsv).",
+                      flag_values=fv)
+  common_flags.define_model_flags(max_seq_length=128, fv=fv)
+  flags.DEFINE_bool("do_train", False, "Whether to run training.", flag_values=fv)
+  flags.DEFINE_bool("do_eval", False, "Whether to evaluate retrieval on qrels/dev.tsv.",
+                    flag_values=fv)
+  flags.DEFINE_bool("do_predict", False, "Whether to evaluate retrieval on qrels/test.tsv.",
+                    flag_values=fv)
+  flags.DEFINE_integer("train_batch_size", 32,
+                       "Total batch size for training (rows: the in-batch negatives).",
+                       flag_values=fv)
+  flags.DEFINE_integer("eval_batch_size", 64, "Texts embedded per step in eval.", flag_values=fv)
+  flags.DEFINE_integer("predict_batch_size", 64, "Texts embedded per step in predict.",
+                       flag_values=fv)
+  flags.DEFINE_enum("pooling", "mean", POOLINGS,
+                    "One vector per text: the mean of the real tokens, [CLS], or the maximum."
+                    + common_flags.MODEL_DIR_HELP % "task.json", flag_values=fv)
+  flags.DEFINE_bool("normalize", False, "L2-normalise the embeddings (the model's outputs)."
+                    + common_flags.MODEL_DIR_HELP % "task.json", flag_values=fv)
+  flags.DEFINE_float("scale", 20.0, "The loss's logits: scale x cosine similarity.", flag_values=fv)
+  flags.DEFINE_bool("symmetric", False,
+                    "Also the positive -> anchor direction (each positive picks its anchor).",
+                    flag_values=fv)
+  flags.DEFINE_string("matryoshka_dims", None,
+                      "Comma-separated embedding sizes (e.g. 768,256,64): the loss is the sum "
+                      "over these truncations (MatryoshkaLoss); list the full size to keep it.",
+                      flag_values=fv)
+  flags.DEFINE_integer("mini_batch_size", 0,
+                       "The gradient cache: texts embedded at a time in training (the loss "
+                       "still over the whole batch); 0: the whole batch at once.", flag_values=fv)
+  flags.DEFINE_string("metric", "NDCG@10",
+                      "The measure that chooses output_dir/best (a name of eval_results.txt "
+                      "without eval_, e.g. MRR@10, Recall@100).", flag_values=fv)
+  common_flags.define_fine_tuning_flags(fv=fv)
+  common_flags.define_tpu_flags(fv=fv)
+  common_flags.define_training_flags(fv=fv)
+  common_flags.define_eval_during_training_flags(fv=fv)
+  for name in ("data_dir", "output_dir"):
+    flags.mark_flag_as_required(name, flag_values=fv)
+  flags.adopt_module_key_flags(common_flags, flag_values=fv)
+
+
+# The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
+# read from define_flags without parsing or touching absl's FLAGS.
+DEFAULTS = common_flags.flag_defaults(define_flags)
+
+
+# ----------------------------------------------------------------------------
+# Checks and data.
+
+def parse_matryoshka_dims(text, hidden_size=None):
+  """--matryoshka_dims "768,256" -> [768, 256] (None for none); each in 1..hidden_size."""
+  if not text:
+    return None
+  try:
+    dims = [int(part) for part in str(text).split(",") if part.strip()]
+  except ValueError:
+    raise ValueError(f"--matryoshka_dims={text}: not a comma-separated list of integers") \
+        from None
+  bad = [d for d in dims if d < 1 or (hidden_size is not None and d > hidden_size)]
+  if not dims or bad:
+    raise ValueError(f"--matryoshka_dims={text}: sizes must be in 1..{hidden_size} (the "
+                     "model's hidden_size)")
+  return dims
+
+
+def _validate(options):
+  checks.check(options, {checks.REQUIRED: dict(
+      data_dir=None, vocab_file=checks.MODEL_DIR, bert_config_file=checks.MODEL_DIR,
+      output_dir=None)})
+  tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
+  if not options.do_train and not options.do_eval and not options.do_predict:
+    raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
+  checks.check(options, {
+      checks.EXISTING_FILES: ("bert_config_file", "vocab_file"),
+      checks.POSITIVE: ("train_batch_size", "eval_batch_size", "predict_batch_size",
+                        "iterations_per_loop", "gradient_accumulation_steps"),
+      checks.NON_NEGATIVE: ("mini_batch_size",),
+      checks.AT_LEAST: {"max_seq_length": (3, "[CLS] a piece [SEP]")},
+      checks.CHOICES: {"pooling": POOLINGS},
+      checks.REQUIRES: checks.EVAL_EVERY_STEPS})
+  if not options.scale > 0:
+    raise ValueError(f"--scale={options.scale}: must be > 0")
+  measure, _, cut = options.metric.partition("@")
+  if measure not in retrieval_metrics.MEASURES or cut not in map(str, embeddings.K_VALUES):
+    measures = ", ".join(retrieval_metrics.MEASURES)
+    raise ValueError(f"--metric={options.metric}: a measure ({measures}) at a cut-off in "
+                     f"{', '.join(map(str, embeddings.K_VALUES))}, e.g. NDCG@10")
+  training.check_training_numbers(options)
+
+
+def _train_file(options):
+  for name in TRAIN_FILES:
+    path = os.path.join(options.data_dir, name)
+    if tf.io.gfile.exists(path):
+      return path
+  raise ValueError(f"--data_dir: no {' or '.join(TRAIN_FILES)} in {options.data_dir}")
+
+
+def read_retrieval_set(data_dir, split):
+  """{"corpus": {doc_id: text}, "queries": {query_id: text} of the judged queries, "qrels"} of
+  a BEIR set's split ("dev" or "test"); missing files and bad lines are ValueErrors."""
+  paths = {name: os.path.join(data_dir, name) for name in ("corpus.jsonl", "queries.jsonl")}
+  paths["qrels"] = os.path.join(data_dir, SPLITS[split])
+  for path in paths.values():
+    if not tf.io.gfile.exists(path):
+      raise ValueError(f"--data_dir: no such file {path}")
+  corpus = embedding_data.read_corpus(paths["corpus.jsonl"])
+  queries = embedding_data.read_queries(paths["queries.jsonl"])
+  qrels = embedding_data.read_qrels(paths["qrels"], queries, corpus)
+  return {"corpus": corpus, "queries": {q: queries[q] for q in queries if q in qrels},
+          "qrels": qrels}
+
+
+def read_data(options, tokenizer):
+  """The training rows ("train": {"pairs", "columns", "text_ids", "num_negatives"}) and the
+  retrieval sets ("dev", "test"), each None where the flags do not ask for it; every file is
+  read and checked here, before a model is built."""
+  data = {"train": None, "dev": None, "test": None}
+  if options.do_train:
+    path = _train_file(options)
+    pairs = embedding_data.read_pairs(path)
+    text_ids = embedding_data.TextIds()
+    ids = {"anchor": text_ids.ids([p.anchor for p in pairs]),
+           "positive": text_ids.ids([p.positive for p in pairs])}
+    negatives = [n for p in pairs for n in p.negatives]
+    ids["negative"] = text_ids.ids(negatives) if negatives else None
+    encoded = embedding_data.encode_texts(text_ids.texts, tokenizer, options.max_seq_length)
+    columns = {name: None if value is None else {k: v[value] for k, v in encoded.items()}
+               for name, value in ids.items()}
+    data["train"] = dict(pairs=pairs, columns=columns, text_ids=ids, path=path,
+                         num_negatives=len(pairs[0].negatives))
+  if options.do_eval:
+    data["dev"] = read_retrieval_set(options.data_dir, "dev")
+  if options.do_predict:
+    data["test"] = read_retrieval_set(options.data_dir, "test")
+  return data
+
+
+def train_steps(options, num_rows):
+  """(num_train_steps, num_warmup_steps) of --do_train ((None, None) without it)."""
+  if not options.do_train:
+    return None, None
+  num_train_steps = int(num_rows / options.train_batch_size * options.num_train_epochs)
+  if num_train_steps < 1:
+    raise ValueError(
+        f"--num_train_epochs={options.num_train_epochs}: {num_rows} training rows / "
+        f"--train_batch_size={options.train_batch_size} x epochs gives 0 training steps")
+  return num_train_steps, int(num_train_steps * options.warmup_proportion)
+
+
+# ----------------------------------------------------------------------------
+
+def run(options, strategy=None):
+  """Trains and/or evaluates as the flags say; returns {"eval": the dev results (a dict) or
+  None, "predict": the test results or None}. options: a namespace from options(...), or the
+  parsed FLAGS; strategy: a tf.distribute strategy (built from the options when None). With a
+  model directory as --output_dir or --init_checkpoint, the model flags and --pooling /
+  --normalize may be left out."""
+  options, _ = model_dir.resolve_options(options, DEFAULTS, fill=("pooling", "normalize"))
+  _validate(options)
+  config = run_checks.load_and_check_config(options)
+  if options.max_seq_length > config.max_position_embeddings:
+    raise ValueError(
+        "Cannot use sequence length %d because the BERT model was only trained up to "
+        "sequence length %d" % (options.max_seq_length, config.max_position_embeddings))
+  dims = parse_matryoshka_dims(options.matryoshka_dims, config.hidden_size)
+  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
+                                         do_lower_case=options.do_lower_case)
+  tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
+                           required=("[UNK]", "[CLS]", "[SEP]"))
+  run_checks.check_vocab_fits(config, tokenizer.vocab, options)
+  data = read_data(options, tokenizer)
+  train_steps(options, len(data["train"]["pairs"]) if data["train"] else 0)
+  keras.utils.set_random_seed(options.seed)
+  strategy = distribution.strategy_for(options, strategy)
+  with outputs.output_directory(strategy, options.output_dir) as record_dir:
+    chief = distribution.is_chief(strategy)
+    model_dir.prepare(options, chief, config, "embeddings", pooling=options.pooling,
+                      normalize=bool(options.normalize))
+    return _train_eval_predict(options, strategy, config, data, tokenizer, dims, chief,
+                               record_dir)
+
+
+def _train_eval_predict(options, strategy, config, data, tokenizer, dims, chief, record_dir):
+  train = data["train"]
+  num_train_steps, num_warmup_steps = train_steps(options, len(train["pairs"]) if train else 0)
+  task = embeddings.EmbeddingTask(options.max_seq_length, train["num_negatives"] if train else 0,
+                                  scale=options.scale, symmetric=options.symmetric,
+                                  matryoshka_dims=dims)
+  trainer = training.build_trainer(
+      options, strategy, lambda: modeling.BertSentenceEncoder(
+          config, pooling=options.pooling, normalize=options.normalize),
+      task, num_train_steps or 1, num_warmup_steps or 0)
+  if options.mini_batch_size:
+    trainer = embeddings.CachedTrainer.of(trainer, options.mini_batch_size)
+  infer = embeddings.embedding_fn(trainer.model, trainer.strategy, trainer.use_xla)
+  trim = options.trim_eval_batches and not isinstance(strategy, tf.distribute.TPUStrategy)
+
+  def evaluate(split, batch_size, step):
+    """(The results of a retrieval set at `step`, its run)."""
+    dataset = data[split]
+    doc_ids, query_ids = list(dataset["corpus"]), list(dataset["queries"])
+    embed = lambda texts: embeddings.embed(  # noqa: E731
+        infer, embedding_data.encode_texts(texts, tokenizer, options.max_seq_length),
+        batch_size, trim)
+    docs = embed([dataset["corpus"][d] for d in doc_ids])
+    queries = embed([dataset["queries"][q] for q in query_ids])
+    run_ = embeddings.retrieval_run(query_ids, queries, doc_ids, docs)
+    results = embeddings.retrieval_results(dataset["qrels"], run_)
+    results["global_step"] = int(step)
+    return results, run_
+
+  if options.do_train:
+    _train(options, trainer, train, num_train_steps, record_dir,
+           lambda step: evaluate("dev", options.eval_batch_size, step)[0], chief,
+           lambda d: checkpoints.save_tf1_checkpoint(trainer.model,
+                                                     os.path.join(d, "model.ckpt")))
+  else:
+    training_checkpoints.restore_for_inference(trainer, options.output_dir,
+                                               options.init_checkpoint)
+  if options.do_eval or options.do_predict:
+    training.restore_best(options, trainer)
+  results = {"eval": None, "predict": None}
+  step = int(trainer.global_step.numpy())
+  for split, key, batch_size in (("dev", "eval", options.eval_batch_size),
+                                 ("test", "predict", options.predict_batch_size)):
+    if data[split] is None:
+      continue
+    logging.info("***** Running retrieval on %s: %d queries, %d documents *****", split,
+                 len(data[split]["queries"]), len(data[split]["corpus"]))
+    results[key], run_ = evaluate(split, batch_size, step)
+    _write_results(options, split, results[key], run_, chief)
+  return results
+
+
+def _train(options, trainer, train, num_train_steps, record_dir, evaluate, chief, save_best):
+  """--do_train: the training rows through train.tf_record; with --eval_every_steps,
+  evaluate(step) on the dev set, the best model by eval_<--metric> in output_dir/best."""
+  train_file = os.path.join(record_dir, "train.tf_record")
+  embeddings.write_records(train["columns"], train["text_ids"], train_file)
+  logging.info("***** Running training *****")
+  logging.info("  Num rows = %d (%d negatives each) from %s", len(train["pairs"]),
+               train["num_negatives"], train["path"])
+  logging.info("  Batch size = %d%s", options.train_batch_size,
+               f" (mini-batches of {options.mini_batch_size})" if options.mini_batch_size
+               else "")
+  logging.info("  Num steps = %d", num_train_steps)
+  extra = {}
+  if options.eval_every_steps:
+    extra = {"eval_every_steps": options.eval_every_steps, "eval_fn": training.EvalHook(
+        evaluate, options.output_dir, metric_name="eval_" + options.metric,
+        patience=options.early_stopping_patience, chief=chief, save_best=save_best)}
+  training.fine_tune(trainer, options, train_file,
+                     embeddings.decode_fn(options.max_seq_length, train["num_negatives"]),
+                     num_train_steps, **extra)
+
+
+def _write_results(options, split, results, run_, chief):
+  """Logs the results; writes eval_results.txt and dev_run.trec (dev) or test_results.txt and
+  test_run.trec (test), chief only."""
+  logging.info("***** %s results *****", "Eval" if split == "dev" else "Test")
+  for key in sorted(results):
+    logging.info("  %s = %s", key, str(results[key]))
+  if chief:
+    name = "eval_results.txt" if split == "dev" else "test_results.txt"
+    file_io.write_text_atomic(os.path.join(options.output_dir, name),
+                              outputs.format_results(results))
+    retrieval_metrics.write_run(os.path.join(options.output_dir, f"{split}_run.trec"), run_,
+                                "bert_keras")
+
+
+main = errors.script_main(run)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)

@@ -1,0 +1,221 @@
+# coding=utf-8
+"""run_embeddings' files: training pairs, a BEIR retrieval set, texts to model inputs.
+
+Read top to bottom:
+  1. read_pairs        train.tsv (a header naming `anchor`, `positive` and optional `negative...`
+                       columns) or train.jsonl (those keys; a negative key may hold a list) ->
+                       Pair(anchor, positive, negatives, line); every row has the same number of
+                       negatives; a missing or empty side is a ValueError naming file and line
+  2. BEIR              read_corpus (corpus.jsonl: `_id`, `title`, `text`; the text embedded is
+                       (title + " " + text).strip(), as BEIR's SentenceBERT.encode_corpus),
+                       read_queries (queries.jsonl: `_id`, `text`), read_qrels (qrels/*.tsv
+                       through tasks/retrieval_metrics, then every id checked against the
+                       corpus and queries, an unknown one naming its line)
+  3. inputs            TextIds (one integer per distinct text, for duplicate masking),
+                       encode_texts: texts -> input_ids, input_mask int32 [N, S] ([CLS] text
+                       [SEP], the text cut to S - 2 pieces)
+"""
+
+import csv
+import dataclasses
+import io
+import json
+
+import numpy as np
+
+from bert_keras import preprocessing
+from bert_keras.tasks import retrieval_metrics
+from bert_keras.utils import file_io
+
+ANCHOR, POSITIVE, NEGATIVE = "anchor", "positive", "negative"
+
+
+# ----------------------------------------------------------------------------
+# 1. Training pairs
+
+@dataclasses.dataclass
+class Pair:
+  """One training row: anchor, positive (str), negatives (list of str, maybe empty), the
+  1-based line of `path` it was read from."""
+  anchor: str
+  positive: str
+  negatives: list
+  line: int
+  path: str
+
+
+def _text_lines(path):
+  """(1-based line number, text of the line without its end) of a UTF-8 file."""
+  with file_io.open_read(path) as f:
+    data = f.read()
+  try:
+    text = data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    line = data[:e.start].count(b"\n") + 1
+    raise ValueError(f"{path} line {line}: not UTF-8 ({e.reason})") from None
+  return list(enumerate(text.splitlines(), 1))
+
+
+def _json_rows(path):
+  """(line number, dict) of a JSON-lines file; blank lines skipped; a line that is not a JSON
+  object is a ValueError naming it."""
+  for number, line in _text_lines(path):
+    if not line.strip():
+      continue
+    try:
+      row = json.loads(line)
+    except ValueError as e:
+      raise ValueError(f"{path} line {number}: not JSON ({e.msg})") from None
+    if not isinstance(row, dict):
+      raise ValueError(f"{path} line {number}: not a JSON object")
+    yield number, row
+
+
+def _side(path, number, name, value):
+  """A non-empty string `value` of column `name`, else a ValueError naming file and line."""
+  if value is None or (isinstance(value, str) and not value.strip()):
+    raise ValueError(f"{path} line {number}: the {name} is missing or empty")
+  if not isinstance(value, str):
+    raise ValueError(f"{path} line {number}: the {name} is not a string ({value!r:.60})")
+  return value
+
+
+def _tsv_pairs(path):
+  lines = _text_lines(path)
+  if not lines:
+    raise ValueError(f"{path}: empty (expected a header naming the columns {ANCHOR} and "
+                     f"{POSITIVE})")
+  header = [name.strip() for name in lines[0][1].split("\t")]
+  for name in (ANCHOR, POSITIVE):
+    if name not in header:
+      raise ValueError(f"{path} line 1: the header {header} names no `{name}` column")
+  anchor, positive = header.index(ANCHOR), header.index(POSITIVE)
+  negatives = [i for i, name in enumerate(header) if name.startswith(NEGATIVE)]
+  text = "\n".join(line for _, line in lines[1:])
+  reader = csv.reader(io.StringIO(text), delimiter="\t", quotechar=None)
+  numbers = [number for number, _ in lines[1:]]
+  for row, number in zip(reader, numbers):
+    if not any(field.strip() for field in row):
+      continue
+    get = lambda i: row[i] if i < len(row) else None  # noqa: E731
+    yield Pair(_side(path, number, ANCHOR, get(anchor)),
+               _side(path, number, POSITIVE, get(positive)),
+               [_side(path, number, header[i], get(i)) for i in negatives], number, path)
+
+
+def _jsonl_pairs(path):
+  for number, row in _json_rows(path):
+    negatives = []
+    for key in sorted(k for k in row if k.startswith(NEGATIVE)):
+      values = row[key] if isinstance(row[key], list) else [row[key]]
+      negatives += [_side(path, number, key, v) for v in values]
+    yield Pair(_side(path, number, ANCHOR, row.get(ANCHOR)),
+               _side(path, number, POSITIVE, row.get(POSITIVE)), negatives, number, path)
+
+
+def read_pairs(path):
+  """The training rows (list of Pair) of a .tsv or .jsonl file (see the module docstring).
+  Every row must have as many negatives as the first (one tensor shape); ValueErrors name the
+  file and line."""
+  pairs = list(_jsonl_pairs(path) if path.endswith(".jsonl") else _tsv_pairs(path))
+  if not pairs:
+    raise ValueError(f"{path}: no training rows")
+  for pair in pairs:
+    if len(pair.negatives) != len(pairs[0].negatives):
+      raise ValueError(f"{path} line {pair.line}: {len(pair.negatives)} negatives where line "
+                       f"{pairs[0].line} has {len(pairs[0].negatives)} (every row needs the "
+                       "same number)")
+  return pairs
+
+
+# ----------------------------------------------------------------------------
+# 2. BEIR retrieval sets
+
+def _ids_and_texts(path, text_of):
+  """({id: text}, {id: line}) of a BEIR JSON-lines file; a missing or repeated `_id` is a
+  ValueError naming the line."""
+  texts, lines = {}, {}
+  for number, row in _json_rows(path):
+    doc_id = row.get("_id")
+    if doc_id is None or str(doc_id) == "":
+      raise ValueError(f"{path} line {number}: no `_id`")
+    doc_id = str(doc_id)
+    if doc_id in texts:
+      raise ValueError(f"{path} line {number}: the id {doc_id!r} is given a second time "
+                       f"(first on line {lines[doc_id]})")
+    texts[doc_id], lines[doc_id] = text_of(path, number, row), number
+  if not texts:
+    raise ValueError(f"{path}: no entries")
+  return texts
+
+
+def _document_text(path, number, row):
+  """BEIR's text of a corpus entry: (title + " " + text).strip()."""
+  title, text = row.get("title") or "", row.get("text")
+  if not isinstance(text, str) or not isinstance(title, str):
+    raise ValueError(f"{path} line {number}: `text` (and `title`) must be strings")
+  return (title + " " + text).strip() if title else text.strip()
+
+
+def _query_text(path, number, row):
+  return _side(path, number, "text", row.get("text"))
+
+
+def read_corpus(path):
+  """{doc_id: text} of a BEIR corpus.jsonl, in file order."""
+  return _ids_and_texts(path, _document_text)
+
+
+def read_queries(path):
+  """{query_id: text} of a BEIR queries.jsonl, in file order."""
+  return _ids_and_texts(path, _query_text)
+
+
+def read_qrels(path, queries, corpus):
+  """{query_id: {doc_id: relevance}} of a qrels file (retrieval_metrics.read_qrels: BEIR's
+  TSV or TREC's format); a query id not in `queries` or a document id not in `corpus` is a
+  ValueError naming the line."""
+  qrels = retrieval_metrics.read_qrels(path)
+  unknown = [(q, d) for q, judged in qrels.items() for d in judged
+             if q not in queries or d not in corpus]
+  if unknown:
+    for number, line in _text_lines(path):
+      fields = line.split("\t") if "\t" in line else line.split()
+      if len(fields) in (3, 4) and (fields[0], fields[-2]) in unknown:
+        query, doc = fields[0], fields[-2]
+        what = (f"the query {query!r} is not in queries.jsonl" if query not in queries
+                else f"the document {doc!r} is not in corpus.jsonl")
+        raise ValueError(f"{path} line {number}: {what}")
+  if not qrels:
+    raise ValueError(f"{path}: no judgements")
+  return qrels
+
+
+# ----------------------------------------------------------------------------
+# 3. Model inputs
+
+class TextIds:
+  """One integer id per distinct text (the same text, the same id): the ids the loss's duplicate
+  masking compares. ids(texts) -> int64 [len(texts)]; texts: the distinct texts in id order."""
+
+  def __init__(self):
+    self._ids = {}
+
+  def ids(self, texts):
+    return np.array([self._ids.setdefault(t, len(self._ids)) for t in texts], np.int64)
+
+  @property
+  def texts(self):
+    return list(self._ids)
+
+
+def encode_texts(texts, tokenizer, max_seq_length):
+  """{"input_ids", "input_mask"}: int32 [N, max_seq_length] of [CLS] text [SEP] (the text cut
+  to its first max_seq_length - 2 pieces, preprocessing.pack_tokens), zero-padded."""
+  ids = np.zeros((len(texts), max_seq_length), np.int32)
+  mask = np.zeros((len(texts), max_seq_length), np.int32)
+  for row, text in enumerate(texts):
+    _, input_ids, input_mask, _ = preprocessing.pack_tokens(
+        tokenizer.tokenize(text), None, max_seq_length, tokenizer)
+    ids[row], mask[row] = input_ids, input_mask
+  return {"input_ids": ids, "input_mask": mask}

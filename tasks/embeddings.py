@@ -1,0 +1,203 @@
+# coding=utf-8
+"""run_embeddings' model side: training records, the bi-encoder loss in the training loop, the
+cached (gradient-cache) step, and retrieval evaluation.
+
+Read top to bottom:
+  1. records        write_records / decode_fn: per training row the anchor, the positive and K
+                    negatives as input_ids / input_mask [S] (negatives [K*S]) and their text ids
+                    (tasks/embedding_data.TextIds) for duplicate masking
+  2. the loss       EmbeddingTask: the shared encoder embeds anchors, positives and negatives in
+                    one call ([b(2+K), S]) and retrieval.in_batch_negatives_loss scores them;
+                    CachedTrainer: the same loss through retrieval.cached_step (--mini_batch_size)
+  3. evaluation     embed (texts -> float32 [N, D], batched, longest first, trimmed),
+                    retrieval_run (exact search, top 100), retrieval_results (the scorer's
+                    measures as eval_ keys)
+
+In-batch negatives come from one replica's micro-batch: with R replicas and A accumulation steps
+each anchor is scored against train_batch_size / (R * A) positives (and their negatives), as
+sentence-transformers does on several devices without gathering; the step's loss is the mean of
+the micro-batches' losses.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from bert_keras import retrieval
+from bert_keras.runtime import inference
+from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import training
+from bert_keras.tasks import retrieval_metrics
+from bert_keras.utils import file_io
+
+COLUMNS = ("anchor", "positive", "negative")
+K_VALUES = (1, 3, 5, 10, 100)
+TOP_K = 100
+
+
+# ----------------------------------------------------------------------------
+# 1. Records
+
+def write_records(columns, text_ids, path):
+  """Writes the training rows as tf.train.Examples: columns {"anchor", "positive": encode_texts'
+  dict [N, S]; "negative": encode_texts' dict [N*K, S] (row-major) or None}, text_ids {"anchor",
+  "positive": int64 [N], "negative": int64 [N*K] or None}; written under a temporary name."""
+  n = len(text_ids["anchor"])
+  tmp = file_io.temp_name(path)
+  with tf.io.TFRecordWriter(tmp) as writer:
+    for row in range(n):
+      features = {}
+      for name in COLUMNS:
+        if columns.get(name) is None:
+          continue
+        k = len(text_ids[name]) // n
+        for key in ("input_ids", "input_mask"):
+          features[f"{name}_{key}"] = input_pipeline.int64_feature(
+              columns[name][key][row * k:(row + 1) * k].reshape(-1))
+        features[f"{name}_text_id"] = input_pipeline.int64_feature(
+            text_ids[name][row * k:(row + 1) * k])
+      writer.write(tf.train.Example(
+          features=tf.train.Features(feature=features)).SerializeToString())
+  tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def decode_fn(seq_length, num_negatives):
+  """Serialized tf.train.Example -> {"<column>_input_ids", "<column>_input_mask": int32 [S]
+  ([K*S] for the negatives), "<column>_text_id": int64 [] ([K])}."""
+  types = {}
+  for name in COLUMNS[:2] + ((COLUMNS[2],) if num_negatives else ()):
+    k = num_negatives if name == "negative" else 1
+    for key in ("input_ids", "input_mask"):
+      types[f"{name}_{key}"] = tf.io.FixedLenFeature([k * seq_length], tf.int64)
+    types[f"{name}_text_id"] = tf.io.FixedLenFeature([k] if name == "negative" else [],
+                                                     tf.int64)
+
+  def decode(record):
+    parsed = tf.io.parse_single_example(record, types)
+    return {k: v if k.endswith("text_id") else tf.cast(v, tf.int32) for k, v in parsed.items()}
+
+  return decode
+
+
+# ----------------------------------------------------------------------------
+# 2. The loss
+
+class EmbeddingTask(training.Task):
+  """The in-batch negatives loss of a batch of (anchor, positive, K negatives) rows: the
+  encoder's embeddings of the three columns -> retrieval.in_batch_negatives_loss with the text
+  ids as duplicate masks, weighted by the micro-batch's share of the global batch (so the
+  step's loss is the mean over its micro-batches and replicas)."""
+
+  reads_padding = False  # (the poolings read the real tokens only)
+  examples_name = "pairs"
+
+  def __init__(self, seq_length, num_negatives, scale=20.0, symmetric=False,
+               matryoshka_dims=None):
+    self.seq_length, self.num_negatives = seq_length, num_negatives
+    self.scale, self.symmetric = scale, symmetric
+    self.matryoshka_dims = list(matryoshka_dims) if matryoshka_dims else None
+
+  def columns(self, batch):
+    """The model inputs of each column: [anchors [b, S], positives [b, S] (, negatives
+    [b*K, S], anchor-major)], each {"input_ids", "input_mask", "segment_ids"}."""
+    found = []
+    for name in COLUMNS[:2] + (("negative",) if self.num_negatives else ()):
+      ids, mask = batch[f"{name}_input_ids"], batch[f"{name}_input_mask"]
+      ids, mask = tf.reshape(ids, [-1, self.seq_length]), tf.reshape(mask, [-1, self.seq_length])
+      found.append({"input_ids": ids, "input_mask": mask, "segment_ids": tf.zeros_like(ids)})
+    return found
+
+  def model_inputs(self, batch):
+    """The columns stacked: [b * (2 + K), S] each, anchors then positives then negatives."""
+    columns = self.columns(batch)
+    return {key: tf.concat([c[key] for c in columns], 0) for key in columns[0]}
+
+  def denominators(self, batch):
+    return {"pairs": tf.cast(tf.shape(batch["anchor_input_ids"])[0], tf.float32)}
+
+  def embeddings_loss(self, embeddings, batch, denominators):
+    """(loss, stats) of the embeddings of each column ([b, D], [b, D] (, [b*K, D]))."""
+    anchors, positives = embeddings[0], embeddings[1]
+    b = anchors.shape[0]  # (static: the loop's batches are whole)
+    negatives = negative_ids = None
+    if self.num_negatives:
+      negatives = tf.reshape(embeddings[2], [b, self.num_negatives, -1])
+      negative_ids = batch["negative_text_id"]
+    loss = retrieval.in_batch_negatives_loss(
+        anchors, positives, negatives, scale=self.scale, symmetric=self.symmetric,
+        anchor_ids=batch["anchor_text_id"], positive_ids=batch["positive_text_id"],
+        negative_ids=negative_ids, matryoshka_dims=self.matryoshka_dims)
+    loss = loss * float(b) / denominators["pairs"]
+    return loss, {"loss": loss}
+
+  def loss(self, outputs, batch, denominators):
+    b = batch["anchor_input_ids"].shape[0]
+    sizes = [b, b] + ([b * self.num_negatives] if self.num_negatives else [])
+    return self.embeddings_loss(tf.split(outputs, sizes, axis=0), batch, denominators)
+
+
+class CachedTrainer(training.Trainer):
+  """training.Trainer whose per-micro-batch gradients come from retrieval.cached_step: the
+  encoder runs on mini_batch_size rows at a time (memory of a mini-batch, the loss over the
+  whole micro-batch). Made from a built Trainer: CachedTrainer.of(trainer, mini_batch_size)."""
+
+  @classmethod
+  def of(cls, trainer, mini_batch_size):
+    cached = cls.__new__(cls)
+    cached.__dict__.update(trainer.__dict__)
+    cached.mini_batch_size = int(mini_batch_size)
+    return cached
+
+  def _grads_and_stats(self, batch, denominators):
+    stats = {}
+
+    def loss_fn(embeddings):
+      loss, found = self.task.embeddings_loss(embeddings, batch, denominators)
+      stats.update(found)
+      return self.optimizer.scale_loss(loss) if self.loss_scale else loss
+
+    _, grads = retrieval.cached_step(self.model, self.task.columns(batch), loss_fn,
+                                     self.mini_batch_size, training=True)
+    grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+    return grads, stats
+
+
+# ----------------------------------------------------------------------------
+# 3. Evaluation
+
+def embedding_fn(model, strategy, use_xla=False):
+  """inference.make_inference_fn of the encoder's embeddings float32 [b, D] (inference mode)."""
+
+  def forward(batch):
+    return model({"input_ids": batch["input_ids"], "input_mask": batch["input_mask"],
+                  "segment_ids": tf.zeros_like(batch["input_ids"])}, training=False)
+
+  return inference.make_inference_fn(strategy, forward, use_xla)
+
+
+def embed(infer, arrays, batch_size, trim=True):
+  """Embeddings float32 [N, D] of encode_texts' arrays, batch_size texts a step; the texts go
+  longest first (each batch cut to its longest text when trim) and come back in order."""
+  order = np.argsort(-arrays["input_mask"].sum(axis=1), kind="stable")
+  sorted_arrays = {k: v[order] for k, v in arrays.items()}
+  dataset = tf.data.Dataset.from_tensor_slices(sorted_arrays).batch(batch_size)
+  parts = [outputs for _, outputs in inference.infer_dataset(
+      infer, dataset, batch_size, "input_mask" if trim else None)]
+  embeddings = np.concatenate(parts).astype(np.float32)
+  result = np.empty_like(embeddings)
+  result[order] = embeddings
+  return result
+
+
+def retrieval_run(query_ids, query_embeddings, doc_ids, doc_embeddings, top_k=TOP_K):
+  """{query_id: {doc_id: cosine score}} of the top_k documents of each query
+  (retrieval.exact_search)."""
+  scores, indices = retrieval.exact_search(query_embeddings, doc_embeddings, top_k)
+  return {q: {doc_ids[int(i)]: float(s) for s, i in zip(scores[row], indices[row])}
+          for row, q in enumerate(query_ids)}
+
+
+def retrieval_results(qrels, run, prefix="eval_"):
+  """The scorer's measures (tasks/retrieval_metrics.evaluate at K_VALUES) as {prefix + name:
+  value}, e.g. eval_NDCG@10, eval_MAP@100, eval_Recall@100, eval_MRR@10."""
+  return {prefix + name: value for name, value in
+          retrieval_metrics.evaluate(qrels, run, K_VALUES).items()}
