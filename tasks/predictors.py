@@ -434,6 +434,9 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     raise ValueError(f"--model_dir {path}: a pre-training run; pass --task={kind.served_as}")
   kind = task_registry.served(kind)
   labels = description.get("labels") if kind.labels else None
+  if kind.outputs == "vectors":  # a run_embeddings model directory says how it pools
+    pooling = pooling or description.get("pooling")
+    normalize = normalize or bool(description.get("normalize"))
   options = description.get("options") or {}
   given = max_seq_length
   # Embeddings are pooled from the encoder's outputs by the serving module.
