@@ -93,9 +93,7 @@ def pad_inputs(tokens, segment_ids, max_seq_length, tokenizer):
           segment_ids + [0] * padding)
 
 
-# --------------------------------------------------------------------------
-# Per-code-point tables (built once per process from Python's unicodedata)
-# --------------------------------------------------------------------------
+# --- Per-code-point tables (built once per process from Python's unicodedata)
 
 # Bits of the int32 that the table holds for each code point.
 _DELETE = 1 << 0      # cleaning deletes it: NUL, U+FFFD, Cc/Cf other than \t \n \r
@@ -203,9 +201,7 @@ def _shift_right(x, first):
   return tf.concat([tf.fill([1], first), x[:-1]], axis=0)[:tf.size(x)]
 
 
-# --------------------------------------------------------------------------
-# The original BasicTokenizer, on flat code points
-# --------------------------------------------------------------------------
+# --- The original BasicTokenizer, on flat code points
 
 def _final_sigma(chars, bits, rows):
   """chars int32 [N] -> [N] with each U+03A3 lower-cased as Python's str.lower does it:
@@ -328,9 +324,7 @@ def _basic_tokens(texts, tables, do_lower_case):
           tf.boolean_mask(rows, starts))
 
 
-# --------------------------------------------------------------------------
-# WordPiece (tensorflow-text's FastWordpieceTokenizer op) and the two paths
-# --------------------------------------------------------------------------
+# --- WordPiece (tensorflow-text's FastWordpieceTokenizer op) and the two paths
 
 # A text of only these characters takes the fast path: for them the original's cleaning,
 # lower-casing, accent stripping and splitting are ASCII lower-casing and the splitting on
@@ -487,9 +481,7 @@ def _unlowered_cond(pred, true_fn, false_fn):
   return outputs
 
 
-# --------------------------------------------------------------------------
-# WordPiece in TF ops, for the words over 256 bytes (only with a vocab token that long)
-# --------------------------------------------------------------------------
+# --- WordPiece in TF ops, for the words over 256 bytes (only with a vocab token that long)
 
 _FINGERPRINT_BUCKETS = (1 << 63) - 1
 
@@ -595,9 +587,7 @@ def _long_words_vocab(vocabulary):
               unk_id=vocab["[UNK]"])
 
 
-# --------------------------------------------------------------------------
-# Packing (convert_single_example)
-# --------------------------------------------------------------------------
+# --- Packing (convert_single_example)
 
 def _kept_lengths(length_a, length_b, max_seq_length):
   """Lengths [B] int64 of the word pieces of a and b (0: no text b) -> what truncation
@@ -651,9 +641,7 @@ def _pack(ids, splits, count_a, pairs, max_seq_length, cls_id, sep_id):
               segment_ids=segment_ids)
 
 
-# --------------------------------------------------------------------------
-# The Keras layer
-# --------------------------------------------------------------------------
+# --- The Keras layer
 
 # The asset of a BertPreprocessor in a .keras file: the token of each id, as a JSON list.
 VOCABULARY_ASSET = "vocabulary.json"
@@ -689,12 +677,15 @@ class BertPreprocessor(keras.layers.Layer):
       SavedModel with this layer runs where tensorflow_text cannot be imported (TensorFlow
       Serving builds without it, saved_model_cli); the same outputs, several times slower.
 
-  Call it on a string tensor [B] (single texts), a tuple/list (text_a, text_b) of two [B]
-  string tensors, or a dict {"text_a": [B], "text_b": [B]} (text_b optional; as many rows
-  as text_a, else an InvalidArgumentError); an empty text_b (or one without tokens) gives a
-  single-segment row, as in the original. A scalar
-  string (or pair of scalars) gives rows without the batch axis. Returns a dict of int32
-  [B, max_seq_length] tensors: input_ids, input_mask, segment_ids.
+  Call args:
+    inputs: a string tensor [B] (single texts), a tuple/list (text_a, text_b) of two [B]
+      string tensors, or a dict {"text_a": [B], "text_b": [B]} (text_b optional; as many
+      rows as text_a, else an InvalidArgumentError); an empty text_b (or one without tokens)
+      gives a single-segment row, as in the original. A scalar string (or pair of scalars)
+      gives rows without the batch axis.
+
+  Returns:
+    a dict of int32 [B, max_seq_length] tensors: input_ids, input_mask, segment_ids.
   """
 
   def __init__(self, vocab_file=None, do_lower_case=True, max_seq_length=128,
@@ -840,9 +831,7 @@ class BertPreprocessor(keras.layers.Layer):
             for name in ("input_ids", "input_mask", "segment_ids")}
 
 
-# --------------------------------------------------------------------------
-# A task model over text: BertPreprocessor + the model, compiled as the original trains
-# --------------------------------------------------------------------------
+# --- A task model over text: BertPreprocessor + the model, compiled as the original trains
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")

@@ -718,11 +718,25 @@ class FullTokenizer(object):
                 lower=lower, ids=ids, latin1=_latin1_to_ascii() if lower else b"")
 
   def tokenize(self, text):
-    """Tokenizes one text into a list of WordPiece str tokens."""
+    """Tokenizes one text as the original does.
+
+    Args:
+      text: str (or UTF-8 bytes).
+
+    Returns:
+      the WordPiece tokens, a list of str ([UNK] for a word with no pieces).
+    """
     return self.tokenize_batch([text])[0]
 
   def tokenize_batch(self, texts):
-    """Tokenizes a list of texts; the same as [tokenize(t) for t in texts], faster."""
+    """Tokenizes a list of texts; the same as [tokenize(t) for t in texts], faster.
+
+    Args:
+      texts: a list of str (or UTF-8 bytes).
+
+    Returns:
+      a list of lists of str tokens, one list per text.
+    """
     if not texts:
       return []
     self._refresh()
@@ -765,9 +779,12 @@ class FullTokenizer(object):
     return tuple(piece for token in tokens for piece in wordpiece(token))
 
   def convert_tokens_to_ids(self, tokens):
+    """Args: tokens, a list of str in the vocab. Returns: their ids, a list of int (a
+    KeyError for a token not in the vocab, as in the original)."""
     return convert_by_vocab(self.vocab, tokens)
 
   def convert_ids_to_tokens(self, ids):
+    """Args: ids, a list of int. Returns: their tokens, a list of str."""
     self._refresh()  # (inv_vocab follows the vocab)
     return convert_by_vocab(self.inv_vocab, ids)
 
