@@ -11,7 +11,9 @@ Read top to bottom:
                        read_queries (queries.jsonl: `_id`, `text`), read_qrels (qrels/*.tsv
                        through tasks/retrieval_metrics, then every id checked against the
                        corpus and queries, an unknown one naming its line)
-  3. inputs            TextIds (one integer per distinct text, for duplicate masking),
+  3. STS               read_sts (sts_dev.tsv / sts_test.tsv: a header naming `sentence1`,
+                       `sentence2` and `score`) -> (texts_a, texts_b, scores float64 [N])
+  4. inputs            TextIds (one integer per distinct text, for duplicate masking),
                        encode_texts: texts -> input_ids, input_mask int32 [N, S] ([CLS] text
                        [SEP], the text cut to S - 2 pieces)
 """
@@ -192,7 +194,43 @@ def read_qrels(path, queries, corpus):
 
 
 # ----------------------------------------------------------------------------
-# 3. Model inputs
+# 3. STS: sentence pairs with a gold similarity
+
+STS_COLUMNS = ("sentence1", "sentence2", "score")
+
+
+def read_sts(path):
+  """(texts_a, texts_b: lists of str, scores: float64 [N]) of an STS TSV file with a header
+  naming STS_COLUMNS (other columns ignored); an empty side, a score that is not a finite
+  number or a missing column is a ValueError naming file and line."""
+  lines = _text_lines(path)
+  header = [name.strip() for name in lines[0][1].split("\t")] if lines else []
+  for name in STS_COLUMNS:
+    if name not in header:
+      raise ValueError(f"{path} line 1: the header {header} names no `{name}` column")
+  a, b, score = (header.index(name) for name in STS_COLUMNS)
+  texts_a, texts_b, scores = [], [], []
+  for number, line in lines[1:]:
+    row = line.split("\t")
+    if not line.strip():
+      continue
+    get = lambda i: row[i] if i < len(row) else None  # noqa: E731
+    texts_a.append(_side(path, number, "sentence1", get(a)))
+    texts_b.append(_side(path, number, "sentence2", get(b)))
+    try:
+      value = float(get(score))
+    except (TypeError, ValueError):
+      value = float("nan")
+    if not np.isfinite(value):
+      raise ValueError(f"{path} line {number}: the score {get(score)!r} is not a number")
+    scores.append(value)
+  if not scores:
+    raise ValueError(f"{path}: no sentence pairs")
+  return texts_a, texts_b, np.array(scores, np.float64)
+
+
+# ----------------------------------------------------------------------------
+# 4. Model inputs
 
 class TextIds:
   """One integer id per distinct text (the same text, the same id): the ids the loss's duplicate
