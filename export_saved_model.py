@@ -258,16 +258,16 @@ def resolve_options(options):
   given = model["given"]
   if "task" not in given:
     options.task = model_dir_task(model)
-  if options.task not in ("classifier", "tagger") or model["task"] not in (
-      "classifier", "regression", "tagger"):
-    return options
+  kind = task_registry.of_description(model)
+  if not (task_registry.get(options.task).takes_num_labels and kind.takes_num_labels):
+    return options  # (the checks below are of the label flags)
   labels = model.get("labels")
   values = {"num_labels": options.num_labels} if "num_labels" in given else {}
   if "labels" in given and options.labels:
     values["labels"] = [x.strip() for x in options.labels.split(",")]
-  if model["task"] == "regression" and options.num_labels not in (None, 1):
+  if kind.num_labels is not None and options.num_labels not in (None, kind.num_labels):
     raise model_dir.conflict_error("num_labels", options.num_labels, model,
-                                   "the model is a regression (one output)")
+                                   f"the model is a {kind.name} ({kind.num_labels} output(s))")
   model_dir.raise_conflicts(values, model)
   count = len(labels) if labels else 1
   if options.task_name and NUM_LABELS.get(options.task_name.lower(), count) != count:
