@@ -18,7 +18,7 @@ import sys
 __version__ = "0.1.0"
 
 # The modules whose import registers Keras classes (@keras.saving.register_keras_serializable).
-KERAS_MODULES = ("modeling", "preprocessing", "optimization")
+KERAS_MODULES = ("modeling", "preprocessing", "optimization", "retrieval")
 
 
 def register_keras_objects():
