@@ -269,7 +269,7 @@ def test_predict_scores_rows_and_reranks_a_run(files, trained, tmp_path):
                               output_file=str(reranked), rerank_top_k=5))
   mine = retrieval_metrics.read_run(str(reranked))
   assert len(mine) == 9  # every query of the run, the unjudged q12 too
-  written = retrieval_metrics.read_run(str(out / "dev_run.trec"))
+  written = retrieval_metrics.read_run(str(out.parent / "dev_run.trec"))
   for q in written:
     assert mine[q] == pytest.approx(written[q], abs=1e-4)
 
@@ -286,3 +286,23 @@ def test_predict_rerank_run_errors(files, trained, tmp_path):
   with pytest.raises(ValueError, match="--rerank_run needs --corpus and --queries"):
     predict.run(predict.options(model_dir=str(out), rerank_run=str(files / "dev.trec"),
                                 output_file=str(tmp_path / "x.trec")))
+
+
+def test_huggingface_round_trip(files, tmp_path):
+  """save_huggingface of a reranker (BertForSequenceClassification, one label) read back by
+  load_model(task="reranker"): the same logits."""
+  config = modeling.BertConfig.from_json_file(str(files / "bert_config.json"))
+  model = task_registry.get("reranker").build(config)
+  rng = np.random.default_rng(5)
+  for v in model.weights:
+    v.assign(rng.normal(0, 0.2, v.shape).astype(np.float32))
+  checkpoints.save_huggingface(model, str(tmp_path / "hf"), vocab_file=str(files / "vocab.txt"),
+                               do_lower_case=True)
+  hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
+  assert hf_config["architectures"] == ["BertForSequenceClassification"]
+  loaded = checkpoints.load_model(str(tmp_path / "hf"), task="reranker")
+  assert isinstance(loaded, retrieval.BertCrossEncoder)
+  tokenizer = tokenization.FullTokenizer(str(files / "vocab.txt"), True)
+  arrays = reranking.encode_pairs(["what is apple", "tell me"], ["the story of apple", "a"],
+                                  tokenizer, 16)
+  np.testing.assert_allclose(np.asarray(loaded(arrays)), np.asarray(model(arrays)), atol=1e-5)
