@@ -306,3 +306,31 @@ def test_huggingface_round_trip(files, tmp_path):
   arrays = reranking.encode_pairs(["what is apple", "tell me"], ["the story of apple", "a"],
                                   tokenizer, 16)
   np.testing.assert_allclose(np.asarray(loaded(arrays)), np.asarray(model(arrays)), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_saved_model_of_the_model_directory(trained, files, tmp_path):
+  """export_saved_model of the reranker's best/ (no other model flag): serving_default over raw
+  text returns the logits predict.py gives, and predict.py reranks a run through it."""
+  import tensorflow as tf
+  from bert_keras import export_saved_model
+  best = trained[0] / "best"
+  export_saved_model.run(export_saved_model.options(init_checkpoint=str(best),
+                                                    export_dir=str(tmp_path / "sm")))
+  loaded = tf.saved_model.load(str(tmp_path / "sm"))
+  out = loaded.signatures["serving_default"](
+      text_a=tf.constant(["what is apple", "what is apple"]),
+      text_b=tf.constant(["the story of apple", "the story of tiger"]))
+  predictor = predict.load_predictor(predict.options(model_dir=str(best), input_file="-"))
+  expected = [row["score"] for row in predictor.predict(
+      ["what is apple"] * 2, ["the story of apple", "the story of tiger"])]
+  np.testing.assert_allclose(out["predictions"].numpy(), expected, atol=1e-4)
+  reranked = tmp_path / "reranked.trec"
+  predict.run(predict.options(model_dir=str(tmp_path / "sm"), rerank_run=str(files / "dev.trec"),
+                              corpus=str(files / "data" / "corpus.jsonl"),
+                              queries=str(files / "data" / "queries.jsonl"),
+                              output_file=str(reranked), rerank_top_k=5))
+  written = retrieval_metrics.read_run(str(trained[0] / "dev_run.trec"))
+  mine = retrieval_metrics.read_run(str(reranked))
+  for q in written:
+    assert mine[q] == pytest.approx(written[q], abs=1e-4)
