@@ -5,7 +5,8 @@ installed they are importable as ``bert_keras.<module>`` (for example
 ``from bert_keras import tokenization, modeling``).
 
 `import bert_keras` registers the package's Keras classes (modeling's models and layers,
-preprocessing's BertPreprocessor and TextModel, optimization's optimizers and schedule), so that
+preprocessing's BertPreprocessor and TextModel, optimization's optimizers and schedule,
+retrieval's BertCrossEncoder), so that
 `keras.saving.load_model` reads a `.keras` file of ours after that one import, without importing
 TensorFlow for those who never use Keras (create_pretraining_data, the tokenizer): when Keras is
 already imported, the modules that define the classes are imported now; otherwise when Keras is
