@@ -231,7 +231,7 @@ def build_model(task, config, labels=None):
   kind = task_registry.get(task)
   if kind.outputs == "vectors":
     kind = task_registry.get("encoder")
-  return kind.build(config, labels if kind.takes_num_labels else None)
+  return kind.build(config, labels if kind.labels else None)  # (a fixed count: its own)
 
 
 def _head(model):

@@ -46,7 +46,7 @@ class Pair:
   path: str
 
 
-def _text_lines(path):
+def text_lines(path):
   """(1-based line number, text of the line without its end) of a UTF-8 file."""
   with file_io.open_read(path) as f:
     data = f.read()
@@ -58,10 +58,10 @@ def _text_lines(path):
   return list(enumerate(text.splitlines(), 1))
 
 
-def _json_rows(path):
+def json_rows(path):
   """(line number, dict) of a JSON-lines file; blank lines skipped; a line that is not a JSON
   object is a ValueError naming it."""
-  for number, line in _text_lines(path):
+  for number, line in text_lines(path):
     if not line.strip():
       continue
     try:
@@ -73,7 +73,7 @@ def _json_rows(path):
     yield number, row
 
 
-def _side(path, number, name, value):
+def required_text(path, number, name, value):
   """A non-empty string `value` of column `name`, else a ValueError naming file and line."""
   if value is None or (isinstance(value, str) and not value.strip()):
     raise ValueError(f"{path} line {number}: the {name} is missing or empty")
@@ -83,7 +83,7 @@ def _side(path, number, name, value):
 
 
 def _tsv_pairs(path):
-  lines = _text_lines(path)
+  lines = text_lines(path)
   if not lines:
     raise ValueError(f"{path}: empty (expected a header naming the columns {ANCHOR} and "
                      f"{POSITIVE})")
@@ -100,19 +100,19 @@ def _tsv_pairs(path):
     if not any(field.strip() for field in row):
       continue
     get = lambda i: row[i] if i < len(row) else None  # noqa: E731
-    yield Pair(_side(path, number, ANCHOR, get(anchor)),
-               _side(path, number, POSITIVE, get(positive)),
-               [_side(path, number, header[i], get(i)) for i in negatives], number, path)
+    yield Pair(required_text(path, number, ANCHOR, get(anchor)),
+               required_text(path, number, POSITIVE, get(positive)),
+               [required_text(path, number, header[i], get(i)) for i in negatives], number, path)
 
 
 def _jsonl_pairs(path):
-  for number, row in _json_rows(path):
+  for number, row in json_rows(path):
     negatives = []
     for key in sorted(k for k in row if k.startswith(NEGATIVE)):
       values = row[key] if isinstance(row[key], list) else [row[key]]
-      negatives += [_side(path, number, key, v) for v in values]
-    yield Pair(_side(path, number, ANCHOR, row.get(ANCHOR)),
-               _side(path, number, POSITIVE, row.get(POSITIVE)), negatives, number, path)
+      negatives += [required_text(path, number, key, v) for v in values]
+    yield Pair(required_text(path, number, ANCHOR, row.get(ANCHOR)),
+               required_text(path, number, POSITIVE, row.get(POSITIVE)), negatives, number, path)
 
 
 def read_pairs(path):
@@ -137,7 +137,7 @@ def _ids_and_texts(path, text_of):
   """({id: text}, {id: line}) of a BEIR JSON-lines file; a missing or repeated `_id` is a
   ValueError naming the line."""
   texts, lines = {}, {}
-  for number, row in _json_rows(path):
+  for number, row in json_rows(path):
     doc_id = row.get("_id")
     if doc_id is None or str(doc_id) == "":
       raise ValueError(f"{path} line {number}: no `_id`")
@@ -160,7 +160,7 @@ def _document_text(path, number, row):
 
 
 def _query_text(path, number, row):
-  return _side(path, number, "text", row.get("text"))
+  return required_text(path, number, "text", row.get("text"))
 
 
 def read_corpus(path):
@@ -181,7 +181,7 @@ def read_qrels(path, queries, corpus):
   unknown = [(q, d) for q, judged in qrels.items() for d in judged
              if q not in queries or d not in corpus]
   if unknown:
-    for number, line in _text_lines(path):
+    for number, line in text_lines(path):
       fields = line.split("\t") if "\t" in line else line.split()
       if len(fields) in (3, 4) and (fields[0], fields[-2]) in unknown:
         query, doc = fields[0], fields[-2]
