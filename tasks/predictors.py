@@ -391,6 +391,10 @@ def load_saved_model(path, pooling=None, normalize=False, thresholds=None):
       with tf.io.gfile.GFile(os.path.join(where, model_dir.TASK_FILE)) as f:
         description = json.loads(f.read())
       break
+  if isinstance(description, dict) and description.get("task") in task_registry.task_json_names():
+    described = task_registry.of_description(description)  # (a kind its outputs do not tell)
+    if described.outputs == kind.outputs:
+      kind = described
   multi_label = bool(description and description.get("multi_label"))
   if thresholds is None and description:
     thresholds = description.get("thresholds")
