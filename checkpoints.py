@@ -811,9 +811,10 @@ def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, labe
   """Writes `model` in HuggingFace's layout, for transformers' from_pretrained and
   sentence-transformers: config.json (hf_config), model.safetensors (hf_state_dict, float32,
   Linear weights [out, in]), vocab.txt and tokenizer_config.json (do_lower_case, the
-  tokenizer class). Atomic as save_pretrained: written into a temporary sibling, then
-  renamed; an existing `directory` is replaced only when it holds nothing but these files
-  (else ValueError).
+  tokenizer class, model_max_length: max_position_embeddings). Atomic as save_pretrained:
+  written into a temporary sibling, then renamed; an existing `directory` is replaced only
+  when it holds nothing but these files (else ValueError). A one-output classifier (a
+  regression, a reranker) is what sentence-transformers' CrossEncoder reads (hf_config).
 
   Args:
     model: a modeling.BertModel or a task model holding one (hf_architecture names its
@@ -848,7 +849,10 @@ def _write_huggingface(model, directory, config, vocab_file, do_lower_case):
   weight_files.write_safetensors(os.path.join(directory, "model.safetensors"),
                                  hf_state_dict(model))
   gfile.copy(vocab_file, os.path.join(directory, model_files.VOCAB_FILE), overwrite=True)
-  tokenizer = {"tokenizer_class": "BertTokenizer"}
+  # model_max_length: transformers truncates there (CrossEncoder's default length) instead
+  # of running past the position table.
+  tokenizer = {"tokenizer_class": "BertTokenizer",
+               "model_max_length": int(_encoder_of(model).config.max_position_embeddings)}
   if do_lower_case is not None:
     tokenizer["do_lower_case"] = bool(do_lower_case)
   with gfile.GFile(os.path.join(directory, model_files.TOKENIZER_CONFIG_FILE), "w") as f:

@@ -105,7 +105,8 @@ def test_written_layout_computes_our_vectors(source, tmp_path, pooling, normaliz
   assert {k for k, v in config.items() if v is True and k.startswith("pooling_mode")} == {
       model_files.ST_POOLING_KEYS[pooling]}
   assert _read(directory, "config.json")["architectures"] == ["BertModel"]
-  assert _read(directory, "tokenizer_config.json")["do_lower_case"] is True
+  tokenizer = _read(directory, "tokenizer_config.json")
+  assert (tokenizer["do_lower_case"], tokenizer["model_max_length"]) == (True, 16)
   assert _read(directory, "config_sentence_transformers.json")["model_type"] == (
       "SentenceTransformer")
   ours = checkpoints.load_model(source, task="embeddings", pooling=pooling, normalize=normalize)
@@ -232,7 +233,7 @@ def test_sentence_transformers_itself_reads_the_layouts(source, tmp_path, poolin
   pairs = tmp_path / "pairs.tsv"
   pairs.write_text("".join(f"{a}\t{b}\n" for a, b in zip(TEXTS, TEXTS[1:] + TEXTS[:1])))
   features = preprocessing.BertPreprocessor(model.vocab_file, True, 16)(
-      np.array(TEXTS), np.array(TEXTS[1:] + TEXTS[:1]))
+      (np.array(TEXTS), np.array(TEXTS[1:] + TEXTS[:1])))
   want = np.asarray(cross({k: np.asarray(v) for k, v in features.items()}))[:, 0]
   got = _run_checker(python, cross_dir, pairs, "cross")
   np.testing.assert_allclose(np.array(got["scores"]), want, atol=1e-5)
