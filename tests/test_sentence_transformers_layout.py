@@ -246,3 +246,23 @@ def _run_checker(python, directory, texts, kind):
                         capture_output=True, text=True, timeout=600, check=False)
   assert done.returncode == 0, done.stderr[-2000:]
   return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_predict_and_export_take_over_the_directorys_pooling(source, tmp_path):
+  from bert_keras import export_saved_model
+  directory = _convert(source, tmp_path / "st", pooling="max", normalize=True,
+                       max_seq_length=12)
+  texts = ["w1 w5 w7", "w9 w3"]
+  predictor = predictors.load(directory)  # no --task: the directory is an embeddings model
+  got = np.array([row["embedding"] for row in predictor.predict(texts, None)])
+  model = checkpoints.load_model(source, task="embeddings", pooling="max", normalize=True)
+  features = preprocessing.BertPreprocessor(model.vocab_file, True, 12)(np.array(texts))
+  want = np.asarray(model({k: np.asarray(v) for k, v in features.items()}))
+  np.testing.assert_allclose(got, want, atol=1e-5)
+  options = export_saved_model.resolve_options(export_saved_model.options(
+      init_checkpoint=directory, export_dir=str(tmp_path / "export")))
+  assert (options.task, options.pooling, options.normalize, options.max_seq_length) == (
+      "embeddings", "max", True, 12)
+  options = export_saved_model.resolve_options(export_saved_model.options(
+      init_checkpoint=directory, export_dir=str(tmp_path / "export"), pooling="cls"))
+  assert (options.pooling, options.normalize) == ("cls", True)
