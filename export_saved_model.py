@@ -249,10 +249,13 @@ def model_dir_task(description):
 def resolve_options(options):
   """The options completed from --init_checkpoint when it is a model directory (a run_*
   output_dir or its best/: runtime/model_dir.py): --bert_config_file, --vocab_file,
-  --do_lower_case, --max_seq_length, --task, --labels (or --num_labels 1 for a regression)
-  and --max_answer_length, each where not given; given and in conflict with the directory,
-  a one-line ValueError naming the flag and the directory."""
-  options, model = model_dir.resolve_options(options, DEFAULTS, fill=("max_answer_length",))
+  --do_lower_case, --max_seq_length, --task, --labels (or --num_labels 1 for a regression),
+  --max_answer_length, and an embeddings model's --pooling and --normalize (a run_embeddings
+  task.json's, a sentence-transformers directory's modules), each where not given; given
+  and in conflict with the directory, a one-line ValueError naming the flag and the
+  directory."""
+  options, model = model_dir.resolve_options(
+      options, DEFAULTS, fill=("max_answer_length", "pooling", "normalize"))
   if model is None:
     return options
   given = model["given"]

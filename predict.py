@@ -6,8 +6,9 @@ r"""New text in, labelled answers out: a fine-tuned model's predictions on a fil
 --model_dir: a run_* output_dir or its best/ (its task.json, labels.txt, bert_config.json,
 vocab.txt and newest checkpoint: runtime/model_dir.py), an export_saved_model.py SavedModel
 (its serving_default; the label names from its label_names output, else labels.txt in its
-assets/ or beside it), or with --task=embeddings any checkpoint directory
-checkpoints.load_model reads (Google's, HuggingFace's).
+assets/ or beside it), a sentence-transformers directory (embeddings, pooled and normalized
+as its modules say unless --pooling / --normalize), or with --task=embeddings any checkpoint
+directory checkpoints.load_model reads (Google's, HuggingFace's).
 --input_file: TSV or CSV with a header (by extension), JSON Lines (.jsonl, .json, .ndjson),
 or "-" for standard input; --input_format overrides (for "-" without it, the first line
 decides: "{" JSON Lines, a tab TSV, else CSV). The texts are the fields named as in training
@@ -137,9 +138,10 @@ def _check_options(options):
   checks.check(options, {checks.CHOICES: {"pooling": (None,) + modeling.POOLINGS},
                          checks.FRACTION: ("threshold",)})
   if ((options.pooling is not None or options.normalize) and options.task != "embeddings"
-      and not predictors.is_saved_model(options.model_dir)):
+      and not predictors.is_saved_model(options.model_dir)
+      and not predictors.is_embeddings_model_dir(options.model_dir)):
     raise ValueError("--pooling / --normalize are for --task=embeddings (or an embeddings "
-                     "SavedModel)")
+                     "model directory or SavedModel)")
   output = options.output_file
   if output and output != "-":
     if options.input_file != "-" and os.path.abspath(output) == os.path.abspath(
