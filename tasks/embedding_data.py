@@ -203,7 +203,7 @@ def read_sts(path):
   """(texts_a, texts_b: lists of str, scores: float64 [N]) of an STS TSV file with a header
   naming STS_COLUMNS (other columns ignored); an empty side, a score that is not a finite
   number or a missing column is a ValueError naming file and line."""
-  lines = _text_lines(path)
+  lines = text_lines(path)
   header = [name.strip() for name in lines[0][1].split("\t")] if lines else []
   for name in STS_COLUMNS:
     if name not in header:
@@ -215,8 +215,8 @@ def read_sts(path):
     if not line.strip():
       continue
     get = lambda i: row[i] if i < len(row) else None  # noqa: E731
-    texts_a.append(_side(path, number, "sentence1", get(a)))
-    texts_b.append(_side(path, number, "sentence2", get(b)))
+    texts_a.append(required_text(path, number, "sentence1", get(a)))
+    texts_b.append(required_text(path, number, "sentence2", get(b)))
     try:
       value = float(get(score))
     except (TypeError, ValueError):
