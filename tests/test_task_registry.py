@@ -182,10 +182,10 @@ def check_saved_model(kind, setup):
       vocab_file=setup.vocab, max_seq_length=S,
       task=served.variant_of or served.name))
   loaded = tf.saved_model.load(str(export_dir))
-  texts = {"text_a": tf.constant(["the dog is hairy"])}
-  if served.pair != "no":
-    texts["text_b"] = tf.constant(["who was jim"])
-  out = loaded.signatures["serving_default"](**texts)
+  signature = loaded.signatures["serving_default"]
+  texts = {"text_a": tf.constant(["the dog is hairy"]), "text_b": tf.constant(["who was jim"])}
+  out = signature(**{k: v for k, v in texts.items()
+                     if k in signature.structured_input_signature[1]})
   expected = {"classes": "probabilities", "multi_label": "predicted", "score": "predictions",
               "vectors": "embeddings", "tags": "entity_types", "spans": "answer"}
   assert expected[served.outputs] in out, sorted(out)
