@@ -60,6 +60,7 @@ from bert_keras.tasks import embeddings
 from bert_keras.tasks import retrieval_metrics
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
+from bert_keras.utils import memory
 
 TRAIN_FILES = ("train.tsv", "train.jsonl")
 SPLITS = {"dev": os.path.join("qrels", "dev.tsv"), "test": os.path.join("qrels", "test.tsv")}
@@ -236,6 +237,27 @@ def read_data(options, tokenizer):
   return data
 
 
+def check_eval_memory(options, config, data):
+  """A ValueError, before any training, when a split's texts encoded at once (input_ids and
+  input_mask int32 [N, --max_seq_length]) and embedded (float32 [N, hidden_size]) need more
+  than the memory available now: it names the corpus and the flags that size it."""
+  available = memory.available_bytes()
+  per_text = 2 * 4 * options.max_seq_length + 4 * config.hidden_size
+  for split, flag in (("dev", "--do_eval"), ("test", "--do_predict")):
+    found = data[split]
+    if found is None:
+      continue
+    count = len(found.get("corpus", ())) + len(found.get("queries", ())) + 2 * len(
+        found.get("sts", [()])[0])
+    need = count * per_text
+    if need > available:
+      raise ValueError(
+          f"{flag}: the {split} set of --data_dir {options.data_dir} ({count:,} texts) "
+          f"needs {need / 1e9:.3g} GB to encode and embed at --max_seq_length="
+          f"{options.max_seq_length}, more than the {available / 1e9:.3g} GB of memory "
+          "available")
+
+
 def train_steps(options, num_rows):
   """(num_train_steps, num_warmup_steps) of --do_train ((None, None) without it)."""
   if not options.do_train:
@@ -270,6 +292,7 @@ def run(options, strategy=None):
                            required=("[UNK]", "[CLS]", "[SEP]"))
   run_checks.check_vocab_fits(config, tokenizer.vocab, options)
   data = read_data(options, tokenizer)
+  check_eval_memory(options, config, data)
   train_steps(options, len(data["train"]["pairs"]) if data["train"] else 0)
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)

@@ -255,3 +255,18 @@ def test_sts_evaluation_alone_and_its_bad_rows(files, tmp_path):
   with pytest.raises(ValueError, match=r"no .*qrels/dev.tsv .* and no .*sts_dev.tsv"):
     run_embeddings.run(base_options(files, tmp_path / "out3", data=data, do_eval=True))
   assert not (tmp_path / "out2").exists() and not (tmp_path / "out3").exists()
+
+
+def test_a_corpus_larger_than_memory_is_refused_before_training(files, tmp_path, monkeypatch):
+  """16 documents + 8 queries at --max_seq_length=12, hidden 32: 24 x (96 + 128) bytes; with
+  5 KB available the run stops before a model is built, naming the set and the flag (the
+  weights' own check, which 5 KB would fail first, is set aside here)."""
+  from bert_keras.runtime import run_checks
+  from bert_keras.utils import memory
+  monkeypatch.setattr(memory, "available_bytes", lambda: 5000)
+  monkeypatch.setattr(run_checks, "check_memory", lambda config, options: None)
+  out = tmp_path / "out"
+  with pytest.raises(ValueError, match=r"--do_eval: the dev set of --data_dir .* \(24 texts\) "
+                                       r"needs 5.38e-06 GB .*--max_seq_length=12"):
+    run_embeddings.run(base_options(files, out, do_train=True, do_eval=True))
+  assert not out.exists()
