@@ -455,10 +455,7 @@ def run(options, strategy=None):
   _fill_task_from(options, model)
   _validate(options)
   config = run_checks.load_and_check_config(options)
-  if options.max_seq_length > config.max_position_embeddings:
-    raise ValueError(
-        "Cannot use sequence length %d because the BERT model was only trained up to "
-        "sequence length %d" % (options.max_seq_length, config.max_position_embeddings))
+  run_checks.check_max_seq_length(config, options)
   task_name = None
   if options.tfds_name:
     task_name = tfds_input.glue_task_name(options.tfds_name, options.task_name, PROCESSORS)

@@ -258,18 +258,6 @@ def check_eval_memory(options, config, data):
           "available")
 
 
-def train_steps(options, num_rows):
-  """(num_train_steps, num_warmup_steps) of --do_train ((None, None) without it)."""
-  if not options.do_train:
-    return None, None
-  num_train_steps = int(num_rows / options.train_batch_size * options.num_train_epochs)
-  if num_train_steps < 1:
-    raise ValueError(
-        f"--num_train_epochs={options.num_train_epochs}: {num_rows} training rows / "
-        f"--train_batch_size={options.train_batch_size} x epochs gives 0 training steps")
-  return num_train_steps, int(num_train_steps * options.warmup_proportion)
-
-
 # ----------------------------------------------------------------------------
 
 def run(options, strategy=None):
@@ -280,20 +268,11 @@ def run(options, strategy=None):
   --normalize may be left out."""
   options, _ = model_dir.resolve_options(options, DEFAULTS, fill=("pooling", "normalize"))
   _validate(options)
-  config = run_checks.load_and_check_config(options)
-  if options.max_seq_length > config.max_position_embeddings:
-    raise ValueError(
-        "Cannot use sequence length %d because the BERT model was only trained up to "
-        "sequence length %d" % (options.max_seq_length, config.max_position_embeddings))
+  config, tokenizer = run_checks.config_and_tokenizer(options)
   dims = parse_matryoshka_dims(options.matryoshka_dims, config.hidden_size)
-  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
-                                         do_lower_case=options.do_lower_case)
-  tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
-                           required=("[UNK]", "[CLS]", "[SEP]"))
-  run_checks.check_vocab_fits(config, tokenizer.vocab, options)
   data = read_data(options, tokenizer)
   check_eval_memory(options, config, data)
-  train_steps(options, len(data["train"]["pairs"]) if data["train"] else 0)
+  training.train_steps(options, len(data["train"]["pairs"]) if data["train"] else 0)
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
   with outputs.output_directory(strategy, options.output_dir) as record_dir:
@@ -306,7 +285,8 @@ def run(options, strategy=None):
 
 def _train_eval_predict(options, strategy, config, data, tokenizer, dims, chief, record_dir):
   train = data["train"]
-  num_train_steps, num_warmup_steps = train_steps(options, len(train["pairs"]) if train else 0)
+  num_train_steps, num_warmup_steps = training.train_steps(
+      options, len(train["pairs"]) if train else 0)
   task = embeddings.EmbeddingTask(options.max_seq_length, train["num_negatives"] if train else 0,
                                   scale=options.scale, symmetric=options.symmetric,
                                   matryoshka_dims=dims)

@@ -195,22 +195,14 @@ def run(options, strategy=None):
   --output_dir or --init_checkpoint (runtime/model_dir.py), the model flags may be left out."""
   options, _ = model_dir.resolve_options(options, DEFAULTS, fill=("doc_stride",))
   _validate(options)
-  config = run_checks.load_and_check_config(options)
-  if options.max_seq_length > config.max_position_embeddings:
-    raise ValueError(
-        "Cannot use sequence length %d because the BERT model was only trained up to "
-        "sequence length %d" % (options.max_seq_length, config.max_position_embeddings))
-  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
-                                         do_lower_case=options.do_lower_case)
-  tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
-                           required=("[UNK]", "[CLS]", "[SEP]"))
-  run_checks.check_vocab_fits(config, tokenizer.vocab, options)
+  config, tokenizer = run_checks.config_and_tokenizer(options)
   data = read_data(options)
   labels = resolve_labels(options, data)
   windows = {split: None if sentences is None else ner.convert_sentences(
       sentences, tokenizer, labels, options.max_seq_length, options.doc_stride)
       for split, sentences in data.items()}
-  train_steps(options, len(windows["train"] or ()))   # (0 steps: an error before any output)
+  # (0 steps: an error before any output)
+  training.train_steps(options, len(windows["train"] or ()), "windows")
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
   with outputs.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
@@ -220,22 +212,10 @@ def run(options, strategy=None):
                                record_dir)
 
 
-def train_steps(options, num_windows):
-  """(num_train_steps, num_warmup_steps) of --do_train over num_windows training windows
-  ((None, None) without it); 0 steps is a ValueError naming the flags."""
-  if not options.do_train:
-    return None, None
-  num_train_steps = int(num_windows / options.train_batch_size * options.num_train_epochs)
-  if num_train_steps < 1:
-    raise ValueError(
-        f"--num_train_epochs={options.num_train_epochs}: {num_windows} training windows / "
-        f"--train_batch_size={options.train_batch_size} x epochs gives 0 training steps")
-  return num_train_steps, int(num_train_steps * options.warmup_proportion)
-
-
 def _train_eval_predict(options, strategy, config, data, windows, labels, chief, record_dir):
   """run() after the checks: train, eval and predict as the flags ask."""
-  num_train_steps, num_warmup_steps = train_steps(options, len(windows["train"] or ()))
+  num_train_steps, num_warmup_steps = training.train_steps(
+      options, len(windows["train"] or ()), "windows")
   trainer = training.build_trainer(
       options, strategy, lambda: modeling.BertTokenClassifier(config, len(labels)),
       ner.TaggerTask(), num_train_steps or 1, num_warmup_steps or 0)

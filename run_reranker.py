@@ -196,24 +196,16 @@ def read_data(options):
   return data
 
 
+def _units(options):
+  """What a training step counts: pairs, or queries for the listwise loss."""
+  return "queries" if options.loss == "listwise" else "pairs"
+
+
 def _num_units(options, pairs):
   """Training rows a step counts: pairs, or queries for the listwise loss."""
   if options.loss == "listwise":
     return len({pair.query for pair in pairs})
   return len(pairs)
-
-
-def train_steps(options, num_units):
-  """(num_train_steps, num_warmup_steps) of --do_train ((None, None) without it)."""
-  if not options.do_train:
-    return None, None
-  num_train_steps = int(num_units / options.train_batch_size * options.num_train_epochs)
-  if num_train_steps < 1:
-    raise ValueError(
-        f"--num_train_epochs={options.num_train_epochs}: {num_units} training "
-        f"{'queries' if options.loss == 'listwise' else 'pairs'} / --train_batch_size="
-        f"{options.train_batch_size} x epochs gives 0 training steps")
-  return num_train_steps, int(num_train_steps * options.warmup_proportion)
 
 
 # ----------------------------------------------------------------------------
@@ -225,18 +217,10 @@ def run(options, strategy=None):
   model directory as --output_dir or --init_checkpoint, the model flags may be left out."""
   options, _ = model_dir.resolve_options(options, DEFAULTS)
   _validate(options)
-  config = run_checks.load_and_check_config(options)
-  if options.max_seq_length > config.max_position_embeddings:
-    raise ValueError(
-        "Cannot use sequence length %d because the BERT model was only trained up to "
-        "sequence length %d" % (options.max_seq_length, config.max_position_embeddings))
-  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
-                                         do_lower_case=options.do_lower_case)
-  tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
-                           required=("[UNK]", "[CLS]", "[SEP]"))
-  run_checks.check_vocab_fits(config, tokenizer.vocab, options)
+  config, tokenizer = run_checks.config_and_tokenizer(options)
   data = read_data(options)
-  train_steps(options, _num_units(options, data["train"]) if data["train"] else 0)
+  training.train_steps(options, _num_units(options, data["train"]) if data["train"] else 0,
+                       _units(options))
   keras.utils.set_random_seed(options.seed)
   strategy = distribution.strategy_for(options, strategy)
   with outputs.output_directory(strategy, options.output_dir) as record_dir:
@@ -247,8 +231,8 @@ def run(options, strategy=None):
 
 def _train_eval_predict(options, strategy, config, data, tokenizer, chief, record_dir):
   train = data["train"]
-  num_train_steps, num_warmup_steps = train_steps(
-      options, _num_units(options, train) if train else 0)
+  num_train_steps, num_warmup_steps = training.train_steps(
+      options, _num_units(options, train) if train else 0, _units(options))
   train_file = os.path.join(record_dir, "train.tf_record")
   list_size = 1
   if train:

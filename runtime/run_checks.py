@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from bert_keras import checkpoints
 from bert_keras import modeling
+from bert_keras import tokenization
 from bert_keras.runtime import outputs
 from bert_keras.runtime import training_checkpoints
 from bert_keras.utils import memory
@@ -93,3 +94,26 @@ def check_vocab_fits(config, vocab, options):
     raise ValueError(f"--vocab_file {options.vocab_file} has ids up to {largest}, beyond the "
                      f"vocab_size {config.vocab_size} of --bert_config_file "
                      f"{options.bert_config_file} (does the vocab belong to this model?)")
+
+
+def check_max_seq_length(config, options):
+  """The original's check: --max_seq_length at most the config's max_position_embeddings."""
+  if options.max_seq_length > config.max_position_embeddings:
+    raise ValueError(
+        "Cannot use sequence length %d because the BERT model was only trained up to "
+        "sequence length %d" % (options.max_seq_length, config.max_position_embeddings))
+
+
+def config_and_tokenizer(options):
+  """What a fine-tuning script checks before reading its data: the config
+  (load_and_check_config, check_max_seq_length) and the vocab (a FullTokenizer of
+  --vocab_file with --do_lower_case, its special tokens, its size against the config).
+  Returns (modeling.BertConfig, tokenization.FullTokenizer)."""
+  config = load_and_check_config(options)
+  check_max_seq_length(config, options)
+  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
+                                         do_lower_case=options.do_lower_case)
+  tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
+                           required=("[UNK]", "[CLS]", "[SEP]"))
+  check_vocab_fits(config, tokenizer.vocab, options)
+  return config, tokenizer

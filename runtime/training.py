@@ -583,6 +583,21 @@ def best_metric(output_dir, metric_name):
 # ----------------------------------------------------------------------------
 # What the run_* scripts call.
 
+def train_steps(options, count, rows="rows"):
+  """(num_train_steps, num_warmup_steps) of --do_train over `count` training rows (called
+  `rows` in the message: windows, pairs, queries), int(count / --train_batch_size x
+  --num_train_epochs) and --warmup_proportion of them; (None, None) without --do_train; 0
+  steps is a ValueError naming the flags."""
+  if not options.do_train:
+    return None, None
+  num_train_steps = int(count / options.train_batch_size * options.num_train_epochs)
+  if num_train_steps < 1:
+    raise ValueError(
+        f"--num_train_epochs={options.num_train_epochs}: {count} training {rows} / "
+        f"--train_batch_size={options.train_batch_size} x epochs gives 0 training steps")
+  return num_train_steps, int(num_train_steps * options.warmup_proportion)
+
+
 def check_training_numbers(options):
   """The run_* scripts' training numbers, checked before a model is built: a ValueError naming
   the flag (a negative learning rate would train away from the data; a negative
