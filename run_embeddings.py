@@ -59,7 +59,6 @@ from bert_keras.tasks import embedding_data
 from bert_keras.tasks import embeddings
 from bert_keras.tasks import retrieval_metrics
 from bert_keras.utils import errors
-from bert_keras.utils import file_io
 from bert_keras.utils import memory
 
 TRAIN_FILES = ("train.tsv", "train.jsonl")
@@ -164,22 +163,8 @@ def _validate(options):
       checks.REQUIRES: checks.EVAL_EVERY_STEPS})
   if not options.scale > 0:
     raise ValueError(f"--scale={options.scale}: must be > 0")
-  measure, _, cut = options.metric.partition("@")
-  if options.metric not in STS_MEASURES and (
-      measure not in retrieval_metrics.MEASURES or cut not in map(str, embeddings.K_VALUES)):
-    measures = ", ".join(retrieval_metrics.MEASURES)
-    raise ValueError(f"--metric={options.metric}: a measure ({measures}) at a cut-off in "
-                     f"{', '.join(map(str, embeddings.K_VALUES))}, e.g. NDCG@10, or an STS "
-                     f"measure ({', '.join(STS_MEASURES)})")
+  retrieval_metrics.check_metric(options.metric, embeddings.K_VALUES, also=STS_MEASURES)
   training.check_training_numbers(options)
-
-
-def _train_file(options):
-  for name in TRAIN_FILES:
-    path = os.path.join(options.data_dir, name)
-    if tf.io.gfile.exists(path):
-      return path
-  raise ValueError(f"--data_dir: no {' or '.join(TRAIN_FILES)} in {options.data_dir}")
 
 
 def read_eval_set(data_dir, split):
@@ -200,14 +185,7 @@ def read_eval_set(data_dir, split):
 def read_retrieval_set(data_dir, split):
   """{"corpus": {doc_id: text}, "queries": {query_id: text} of the judged queries, "qrels"} of
   a BEIR set's split ("dev" or "test"); missing files and bad lines are ValueErrors."""
-  paths = {name: os.path.join(data_dir, name) for name in ("corpus.jsonl", "queries.jsonl")}
-  paths["qrels"] = os.path.join(data_dir, SPLITS[split])
-  for path in paths.values():
-    if not tf.io.gfile.exists(path):
-      raise ValueError(f"--data_dir: no such file {path}")
-  corpus = embedding_data.read_corpus(paths["corpus.jsonl"])
-  queries = embedding_data.read_queries(paths["queries.jsonl"])
-  qrels = embedding_data.read_qrels(paths["qrels"], queries, corpus)
+  corpus, queries, qrels = embedding_data.read_beir(data_dir, SPLITS[split])
   return {"corpus": corpus, "queries": {q: queries[q] for q in queries if q in qrels},
           "qrels": qrels}
 
@@ -218,7 +196,7 @@ def read_data(options, tokenizer):
   read and checked here, before a model is built."""
   data = {"train": None, "dev": None, "test": None}
   if options.do_train:
-    path = _train_file(options)
+    path = embedding_data.train_file(options.data_dir, TRAIN_FILES)
     pairs = embedding_data.read_pairs(path)
     text_ids = embedding_data.TextIds()
     ids = {"anchor": text_ids.ids([p.anchor for p in pairs]),
@@ -338,7 +316,7 @@ def _train_eval_predict(options, strategy, config, data, tokenizer, dims, chief,
                  "*****", split, len(data[split].get("queries", ())),
                  len(data[split].get("corpus", ())), len(data[split].get("sts", [()])[0]))
     results[key], run_ = evaluate(split, batch_size, step)
-    _write_results(options, split, results[key], run_, chief)
+    embeddings.write_results(options.output_dir, split, results[key], run_, "bert_keras", chief)
   return results
 
 
@@ -362,21 +340,6 @@ def _train(options, trainer, train, num_train_steps, record_dir, evaluate, chief
   training.fine_tune(trainer, options, train_file,
                      embeddings.decode_fn(options.max_seq_length, train["num_negatives"]),
                      num_train_steps, **extra)
-
-
-def _write_results(options, split, results, run_, chief):
-  """Logs the results; writes eval_results.txt and dev_run.trec (dev) or test_results.txt and
-  test_run.trec (test), chief only."""
-  logging.info("***** %s results *****", "Eval" if split == "dev" else "Test")
-  for key in sorted(results):
-    logging.info("  %s = %s", key, str(results[key]))
-  if chief:
-    name = "eval_results.txt" if split == "dev" else "test_results.txt"
-    file_io.write_text_atomic(os.path.join(options.output_dir, name),
-                              outputs.format_results(results))
-    if run_ is not None:
-      retrieval_metrics.write_run(os.path.join(options.output_dir, f"{split}_run.trec"), run_,
-                                  "bert_keras")
 
 
 main = errors.script_main(run)

@@ -60,7 +60,6 @@ from bert_keras.tasks import embeddings
 from bert_keras.tasks import reranking
 from bert_keras.tasks import retrieval_metrics
 from bert_keras.utils import errors
-from bert_keras.utils import file_io
 
 TRAIN_FILES = ("train.tsv", "train.jsonl")
 SPLITS = {"dev": os.path.join("qrels", "dev.tsv"), "test": os.path.join("qrels", "test.tsv")}
@@ -141,38 +140,20 @@ def _validate(options):
                                               "[SEP]")},
       checks.CHOICES: {"loss": reranking.LOSSES},
       checks.REQUIRES: checks.EVAL_EVERY_STEPS})
-  measure, _, cut = options.metric.partition("@")
-  if measure not in retrieval_metrics.MEASURES or cut not in map(str, embeddings.K_VALUES):
-    measures = ", ".join(retrieval_metrics.MEASURES)
-    raise ValueError(f"--metric={options.metric}: a measure ({measures}) at a cut-off in "
-                     f"{', '.join(map(str, embeddings.K_VALUES))}, e.g. NDCG@10")
+  retrieval_metrics.check_metric(options.metric, embeddings.K_VALUES)
   training.check_training_numbers(options)
-
-
-def _train_file(options):
-  for name in TRAIN_FILES:
-    path = os.path.join(options.data_dir, name)
-    if tf.io.gfile.exists(path):
-      return path
-  raise ValueError(f"--data_dir: no {' or '.join(TRAIN_FILES)} in {options.data_dir}")
 
 
 def read_rerank_set(data_dir, split, candidates_file, top_k):
   """{"corpus", "queries", "qrels", "candidates" {query_id: [doc_id]} of the judged queries}
   of a BEIR set's split and its candidates file; missing files and bad lines are
   ValueErrors naming them."""
-  paths = {name: os.path.join(data_dir, name) for name in ("corpus.jsonl", "queries.jsonl")}
-  paths["qrels"] = os.path.join(data_dir, SPLITS[split])
-  for path in paths.values():
-    if not tf.io.gfile.exists(path):
-      raise ValueError(f"--data_dir: no such file {path}")
-  corpus = embedding_data.read_corpus(paths["corpus.jsonl"])
-  queries = embedding_data.read_queries(paths["queries.jsonl"])
-  qrels = embedding_data.read_qrels(paths["qrels"], queries, corpus)
+  corpus, queries, qrels = embedding_data.read_beir(data_dir, SPLITS[split])
   candidates = reranking.read_candidates(candidates_file, queries, corpus, top_k)
   judged = {q: docs for q, docs in candidates.items() if q in qrels}
   if not judged:
-    raise ValueError(f"{candidates_file}: none of its queries is judged in {paths['qrels']}")
+    raise ValueError(f"{candidates_file}: none of its queries is judged in "
+                     f"{os.path.join(data_dir, SPLITS[split])}")
   return {"corpus": corpus, "queries": queries, "qrels": qrels, "candidates": judged}
 
 
@@ -182,7 +163,7 @@ def read_data(options):
   before a model is built."""
   data = {"train": None, "dev": None, "test": None, "train_path": None}
   if options.do_train:
-    data["train_path"] = _train_file(options)
+    data["train_path"] = embedding_data.train_file(options.data_dir, TRAIN_FILES)
     data["train"] = reranking.read_labelled_pairs(data["train_path"])
     if options.loss == "listwise":
       reranking.group_by_query(data["train"])  # (checks every query has a positive)
@@ -280,7 +261,8 @@ def _train_eval_predict(options, strategy, config, data, tokenizer, chief, recor
                  len(data[split]["candidates"]),
                  sum(len(d) for d in data[split]["candidates"].values()))
     results[key], run_ = evaluate(split, batch_size, step)
-    _write_results(options, split, results[key], run_, chief)
+    embeddings.write_results(options.output_dir, split, results[key], run_, reranking.RUN_TAG,
+                             chief)
   return results
 
 
@@ -302,20 +284,6 @@ def _train(options, trainer, train, train_file, list_size, num_train_steps, eval
   training.fine_tune(trainer, options, train_file,
                      reranking.decode_fn(options.max_seq_length, options.loss, list_size),
                      num_train_steps, **extra)
-
-
-def _write_results(options, split, results, run_, chief):
-  """Logs the results; writes eval_results.txt and dev_run.trec (dev) or test_results.txt and
-  test_run.trec (test), chief only."""
-  logging.info("***** %s results *****", "Eval" if split == "dev" else "Test")
-  for key in sorted(results):
-    logging.info("  %s = %s", key, str(results[key]))
-  if chief:
-    name = "eval_results.txt" if split == "dev" else "test_results.txt"
-    file_io.write_text_atomic(os.path.join(options.output_dir, name),
-                              outputs.format_results(results))
-    retrieval_metrics.write_run(os.path.join(options.output_dir, f"{split}_run.trec"), run_,
-                                reranking.RUN_TAG)
 
 
 main = errors.script_main(run)

@@ -22,8 +22,10 @@ import csv
 import dataclasses
 import io
 import json
+import os
 
 import numpy as np
+import tensorflow as tf
 
 from bert_keras import preprocessing
 from bert_keras.tasks import retrieval_metrics
@@ -171,6 +173,28 @@ def read_corpus(path):
 def read_queries(path):
   """{query_id: text} of a BEIR queries.jsonl, in file order."""
   return _ids_and_texts(path, _query_text)
+
+
+def train_file(data_dir, names):
+  """The first of `names` (e.g. train.tsv, train.jsonl) in data_dir, else a ValueError."""
+  for name in names:
+    path = os.path.join(data_dir, name)
+    if tf.io.gfile.exists(path):
+      return path
+  raise ValueError(f"--data_dir: no {' or '.join(names)} in {data_dir}")
+
+
+def read_beir(data_dir, qrels_file):
+  """(corpus {doc_id: text}, queries {query_id: text}, qrels) of a BEIR set in data_dir with
+  its qrels file (a path under it, e.g. qrels/dev.tsv); a missing file is a ValueError naming
+  it."""
+  paths = [os.path.join(data_dir, name) for name in ("corpus.jsonl", "queries.jsonl",
+                                                     qrels_file)]
+  for path in paths:
+    if not tf.io.gfile.exists(path):
+      raise ValueError(f"--data_dir: no such file {path}")
+  corpus, queries = read_corpus(paths[0]), read_queries(paths[1])
+  return corpus, queries, read_qrels(paths[2], queries, corpus)
 
 
 def read_qrels(path, queries, corpus):

@@ -19,12 +19,16 @@ sentence-transformers does on several devices without gathering; the step's loss
 the micro-batches' losses.
 """
 
+import os
+
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
 from bert_keras import retrieval
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import outputs
 from bert_keras.runtime import training
 from bert_keras.tasks import retrieval_metrics
 from bert_keras.utils import file_io
@@ -232,3 +236,18 @@ def sts_results(embeddings_a, embeddings_b, gold, prefix="eval_"):
   gold = np.asarray(gold, np.float64)
   return {prefix + "pearson": _pearson(cosine, gold),
           prefix + "spearman": _pearson(_ranks(cosine), _ranks(gold))}
+
+
+def write_results(output_dir, split, results, run, tag, chief=True):
+  """Logs a split's results; writes eval_results.txt and dev_run.trec ("dev") or
+  test_results.txt and test_run.trec ("test") into output_dir (the chief only; no run file
+  where `run` is None)."""
+  logging.info("***** %s results *****", "Eval" if split == "dev" else "Test")
+  for key in sorted(results):
+    logging.info("  %s = %s", key, str(results[key]))
+  if not chief:
+    return
+  name = "eval_results.txt" if split == "dev" else "test_results.txt"
+  file_io.write_text_atomic(os.path.join(output_dir, name), outputs.format_results(results))
+  if run is not None:
+    retrieval_metrics.write_run(os.path.join(output_dir, f"{split}_run.trec"), run, tag)

@@ -164,6 +164,17 @@ def write_run(path, run, tag):
   file_io.write_text_atomic(path, "".join(parts))
 
 
+def check_metric(metric, k_values, also=()):
+  """--metric (a measure at a cut-off, e.g. NDCG@10; or one of `also`): a ValueError naming
+  the flag unless it is one these k_values give."""
+  measure, _, cut = metric.partition("@")
+  if metric in also or (measure in MEASURES and cut in map(str, k_values)):
+    return
+  other = f", or one of {', '.join(also)}" if also else ""
+  raise ValueError(f"--metric={metric}: a measure ({', '.join(MEASURES)}) at a cut-off in "
+                   f"{', '.join(map(str, k_values))}, e.g. NDCG@10{other}")
+
+
 def _check_k_values(k_values):
   k_values = tuple(k_values)
   if not k_values or any(isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1
