@@ -124,14 +124,19 @@ def copy_model_files(source, target):
 # Reading
 # ----------------------------------------------------------------------------------------------
 
-def read_json_object(path):
-  """The JSON object (a dict) in `path`; a ValueError naming it otherwise."""
+def read_json(path):
+  """The JSON value in `path`; a ValueError naming it when it is not JSON."""
   with tf.io.gfile.GFile(path) as f:
     text = f.read()
   try:
-    value = json.loads(text)
+    return json.loads(text)
   except ValueError as e:
     raise ValueError("%s: not valid JSON (%s)" % (path, e)) from None
+
+
+def read_json_object(path):
+  """The JSON object (a dict) in `path`; a ValueError naming it otherwise."""
+  value = read_json(path)
   if not isinstance(value, dict):
     raise ValueError("%s: expected a JSON object" % path)
   return value
@@ -354,12 +359,7 @@ def _st_field(path, value, field, kind, check=None, what=None):
 def _st_modules(directory):
   """{"Transformer"|"Pooling"|"Normalize": the module's directory} of modules.json."""
   path = os.path.join(directory, ST_MODULES_FILE)
-  with tf.io.gfile.GFile(path) as f:
-    text = f.read()
-  try:
-    modules = json.loads(text)
-  except ValueError as e:
-    raise ValueError("%s: not valid JSON (%s)" % (path, e)) from None
+  modules = read_json(path)
   _st_field(path, modules, "modules", list, lambda v: v, "a non-empty list of modules")
   found = {}
   for i, module in enumerate(modules):
