@@ -116,12 +116,18 @@ def check_tf1_names(kind, setup):
   _assert_same(_outputs(fresh, setup.inputs), _outputs(model, setup.inputs))
 
 
-# A name each transformers architecture's state dict holds (transformers' own layout).
+# A name each transformers architecture's state dict holds (transformers' own layout), and
+# the outputs its head computes (a sequence classifier's head and a token classifier's have
+# the same names: only what they compute tells them apart).
 HF_NAMES = {"BertModel": "embeddings.word_embeddings.weight",
             "BertForSequenceClassification": "classifier.weight",
             "BertForTokenClassification": "classifier.weight",
             "BertForQuestionAnswering": "qa_outputs.weight",
             "BertForPreTraining": "cls.seq_relationship.weight"}
+HF_OUTPUTS = {"BertModel": ("sequence", "vectors"),
+              "BertForSequenceClassification": ("classes", "multi_label", "score"),
+              "BertForTokenClassification": ("tags",), "BertForQuestionAnswering": ("spans",),
+              "BertForPreTraining": ("pretraining",)}
 
 
 def check_huggingface(kind, setup):
@@ -131,6 +137,7 @@ def check_huggingface(kind, setup):
                                do_lower_case=True, label_names=_labels(kind))
   config = json.loads((directory / "config.json").read_text())
   assert config["architectures"] == [kind.hf_architecture]
+  assert kind.outputs in HF_OUTPUTS[kind.hf_architecture]
   assert HF_NAMES[kind.hf_architecture] in checkpoints.read_safetensors(
       str(directory / "model.safetensors"))
   loaded = checkpoints.load_model(str(directory), task=kind.name)
@@ -243,6 +250,8 @@ class PlantedExtraHead(modeling.BertClassifier):
 @pytest.mark.parametrize("planted, surface", [
     # an HuggingFace architecture that is not the one written
     (dict(hf_architecture="BertForMaskedLM"), check_huggingface),
+    # one with the same weight names that computes something else
+    (dict(hf_architecture="BertForTokenClassification"), check_huggingface),
     # a kind that says its outputs are a score, on a model with three
     (dict(outputs="score"), check_build),
     # a fixed number of outputs the model does not have
