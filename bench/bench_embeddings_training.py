@@ -12,7 +12,9 @@ own negatives; sentence-transformers' loss does not, so its side uses the batch 
 documentation gives for this loss, NO_DUPLICATES. Each side then embeds the 462 paragraphs and
 the held-out test questions (64 texts a step) and writes its top 100 as a TREC run, which
 tasks/retrieval_metrics scores (NDCG@10, MRR@10, Recall@10/100) against qrels/test.tsv. Wall
-time is end to end (process start to the run file), the sides timed one after the other.
+time is end to end (process start to the run file), the sides timed one after the other; the
+training time beside it is the trainer's construction and training (ours: from run_embeddings'
+log, "Running training" to "Running retrieval"), of the last round.
 
 torch and sentence-transformers are not dependencies of this repository: give a Python that has
 them (e.g. `python3 -m venv st-venv && st-venv/bin/pip install torch
@@ -113,7 +115,20 @@ def _run_ours(args, data, model_dir, out):
   os.rename(f"{out}/run/test_run.trec", f"{out}/test_run.trec")
   with open(f"{out}/run/test_results.txt") as f:
     steps = [int(line.split("=")[1]) for line in f if line.startswith("global_step")]
-  return {"steps": steps[0]}
+  return {"steps": steps[0], "train_s": _log_seconds(done.stderr, "Running training",
+                                                      "Running retrieval on test")}
+
+
+def _log_seconds(log, first, last):
+  """Seconds between the absl log lines (`I1126 15:06:06.271362 ...`) holding `first` and
+  `last` (the day's clock; None when either is missing)."""
+  times = {}
+  for line in log.splitlines():
+    for key in (first, last):
+      if key in line and key not in times and len(line) > 21:
+        h, m, sec = line[6:21].split(":")
+        times[key] = 3600 * int(h) + 60 * int(m) + float(sec)
+  return times[last] - times[first] if len(times) == 2 else None
 
 
 def _run_st(args, data, model_dir, out):
@@ -200,7 +215,8 @@ def main():
   print("| peer | end to end (s): fastest | median | steps | " + " | ".join(MEASURES) + " |")
   print("|---|---:|---:|---:|" + "---:|" * len(MEASURES))
   for name, r in results.items():
-    print(f"| {name} | {r['wall_s']:.1f} | {r['wall_s_median']:.1f} | {r['steps']} | "
+    train = "" if r.get("train_s") is None else f" (training {r['train_s']:.1f})"
+    print(f"| {name} | {r['wall_s']:.1f}{train} | {r['wall_s_median']:.1f} | {r['steps']} | "
           + " | ".join("%.4f" % r["test"][m] for m in MEASURES) + " |")
   if len(results) == 2:
     ours, theirs = results.values()
