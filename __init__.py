@@ -5,7 +5,8 @@ installed they are importable as ``bert_keras.<module>`` (for example
 ``from bert_keras import tokenization, modeling``).
 
 `import bert_keras` registers the package's Keras classes (modeling's models and layers,
-preprocessing's BertPreprocessor and TextModel, optimization's optimizers and schedule), so that
+preprocessing's BertPreprocessor and TextModel, optimization's optimizers and schedule,
+retrieval's BertCrossEncoder), so that
 `keras.saving.load_model` reads a `.keras` file of ours after that one import, without importing
 TensorFlow for those who never use Keras (create_pretraining_data, the tokenizer): when Keras is
 already imported, the modules that define the classes are imported now; otherwise when Keras is
@@ -18,7 +19,7 @@ import sys
 __version__ = "0.1.0"
 
 # The modules whose import registers Keras classes (@keras.saving.register_keras_serializable).
-KERAS_MODULES = ("modeling", "preprocessing", "optimization")
+KERAS_MODULES = ("modeling", "preprocessing", "optimization", "retrieval")
 
 
 def register_keras_objects():

@@ -9,7 +9,8 @@ Read top to bottom:
   3. save_tf1_checkpoint          writes the original's TF1 names, readable by the original code
   4. checkpoint directories       load_model (a directory -> a ready model, its vocab and
                                   casing), save_pretrained (a model -> Google's layout)
-  5. HuggingFace's layout         hf_config, hf_state_dict, save_huggingface
+  5. HuggingFace's layout         hf_config, hf_state_dict, save_huggingface; sentence-
+                                  transformers' (a bi-encoder): save_sentence_transformers
 The weight files themselves (safetensors, pytorch_model.bin: read_safetensors,
 read_pytorch_bin, write_safetensors) are read and written by utils/weight_files.py, the files of
 a model directory (labels.txt, task.json, tokenizer_config.json, ...) by model_files.py.
@@ -238,8 +239,10 @@ def load_checkpoint(model, path):
 
 
 def _resolve_checkpoint(path):
-  """-> ("huggingface", file) or ("tf", checkpoint prefix)."""
+  """-> ("huggingface", file) or ("tf", checkpoint prefix). A sentence-transformers directory
+  resolves to its Transformer module's weights."""
   gfile = tf.io.gfile
+  path = model_files.transformer_dir(path)
   if gfile.isdir(path):
     for name in ("model.safetensors", "pytorch_model.bin"):
       if gfile.exists(os.path.join(path, name)):
@@ -572,14 +575,17 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
       vocab.txt), a HuggingFace directory (config.json, model.safetensors or
       pytorch_model.bin, vocab.txt), one of our run_* output directories (its newest
       model.ckpt-N; pass bert_config_file unless a bert_config.json lies beside it), what
-      save_pretrained writes, or a checkpoint prefix/file (its config is looked for in its
-      directory).
+      save_pretrained writes, a sentence-transformers directory (its Transformer module's
+      weights: the top level, or 0_Transformer/ in older layouts), or a checkpoint
+      prefix/file (its config is looked for in its directory).
     task: str, "encoder" (modeling.BertModel), "classifier" (BertClassifier; num_labels
       defaults to the rows of the checkpoint's classifier head), "tagger"
       (BertTokenClassifier; a run_ner output_dir's labels.txt gives its tags, else num_labels
       as for "classifier"), "squad" (BertSquad), "pretrainer" (BertPretrainer) or
-      "embeddings" (BertSentenceEncoder: pass pooling="mean"|"cls"|"max" and normalize);
-      heads absent from the checkpoint keep their initial values.
+      "embeddings" (BertSentenceEncoder: pooling="mean"|"cls"|"max" and normalize, each
+      when not given the model directory's: a run_embeddings task.json, a
+      sentence-transformers directory's Pooling and Normalize modules); heads absent from
+      the checkpoint keep their initial values.
     num_labels: int or None, the outputs of a "classifier" or "tagger" head.
     bert_config_file: str or None, the config to build from (default: bert_config.json or
       config.json beside the checkpoint).
@@ -616,6 +622,9 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   if text_input and not task_kind.text_input:
     raise ValueError("text_input=True takes task %s, not %r" % (
         ", ".join(task_registry.names(text_input=True)), task))
+  if task_kind.outputs == "vectors":  # the directory's pooling, unless given
+    model_kwargs = {**_described_pooling(path), **model_kwargs}
+  path = model_files.transformer_dir(path)
   kind, resolved = _resolve_checkpoint(path)
   directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
   config_file = bert_config_file or model_files.config_file_in(directory, path)
@@ -654,6 +663,16 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
     text.labels = labels
     return text
   return model
+
+
+def _described_pooling(path):
+  """{"pooling", "normalize"} that the model directory of `path` says (a run_embeddings
+  task.json, a sentence-transformers directory's Pooling and Normalize modules), else {}."""
+  description = model_files.read_model_files(path)
+  if not description or description.get("task") != "embeddings":
+    return {}
+  return {key: description[key] for key in ("pooling", "normalize")
+          if description.get(key) is not None}
 
 
 def _classifier_rows(shapes, resolved):
@@ -760,7 +779,8 @@ def hf_state_dict(model):
 def hf_config(model, label_names=None):
   """transformers' config.json (a dict) of `model`: BertConfig's fields, model_type "bert",
   the architecture, layer_norm_eps, hidden_act in HuggingFace's name of the same function,
-  and for a classifier id2label / label2id (label_names, default LABEL_0...)."""
+  for a classifier id2label / label2id (label_names, default LABEL_0...), and for one score
+  (outputs "score") sentence-transformers' CrossEncoder activation: the identity."""
   config = _encoder_of(model).config
   act = config.hidden_act
   if not isinstance(act, str) or act.lower() not in _HF_ACTIVATION_NAMES:
@@ -780,6 +800,10 @@ def hf_config(model, label_names=None):
       raise ValueError("%d label names for a head of %d labels" % (len(names), count))
     out["id2label"] = {str(i): str(n) for i, n in enumerate(names)}
     out["label2id"] = {str(n): i for i, n in enumerate(names)}
+  if task_registry.of_model(model).outputs == "score":
+    # One score per pair (a regression, a reranker): sentence-transformers' CrossEncoder
+    # returns the logit itself (its default for one output is the sigmoid of it).
+    out["sentence_transformers"] = {"activation_fn": "torch.nn.modules.linear.Identity"}
   return out
 
 
@@ -787,9 +811,10 @@ def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, labe
   """Writes `model` in HuggingFace's layout, for transformers' from_pretrained and
   sentence-transformers: config.json (hf_config), model.safetensors (hf_state_dict, float32,
   Linear weights [out, in]), vocab.txt and tokenizer_config.json (do_lower_case, the
-  tokenizer class). Atomic as save_pretrained: written into a temporary sibling, then
-  renamed; an existing `directory` is replaced only when it holds nothing but these files
-  (else ValueError).
+  tokenizer class, model_max_length: max_position_embeddings). Atomic as save_pretrained:
+  written into a temporary sibling, then renamed; an existing `directory` is replaced only
+  when it holds nothing but these files (else ValueError). A one-output classifier (a
+  regression, a reranker) is what sentence-transformers' CrossEncoder reads (hf_config).
 
   Args:
     model: a modeling.BertModel or a task model holding one (hf_architecture names its
@@ -811,18 +836,71 @@ def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, labe
     raise ValueError("save_huggingface: a vocab file is needed (%s)" % (vocab_file or "none"))
   _check_replaceable(directory, _HF_FILES)
   config = hf_config(model, label_names)
-  gfile = tf.io.gfile
   with file_io.replaced_directory(directory) as tmp:  # (.<name>.tmp-<pid>)
-    with gfile.GFile(os.path.join(tmp, model_files.HF_CONFIG_FILE), "w") as f:
-      f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    weight_files.write_safetensors(os.path.join(tmp, "model.safetensors"),
-                                   hf_state_dict(model))
-    gfile.copy(vocab_file, os.path.join(tmp, model_files.VOCAB_FILE), overwrite=True)
-    tokenizer = {"tokenizer_class": "BertTokenizer"}
-    if do_lower_case is not None:
-      tokenizer["do_lower_case"] = bool(do_lower_case)
-    with gfile.GFile(os.path.join(tmp, model_files.TOKENIZER_CONFIG_FILE), "w") as f:
-      f.write(json.dumps(tokenizer, indent=2, sort_keys=True) + "\n")
+    _write_huggingface(model, tmp, config, vocab_file, do_lower_case)
+  return directory
+
+
+def _write_huggingface(model, directory, config, vocab_file, do_lower_case):
+  """save_huggingface's files, written into `directory` (which exists)."""
+  gfile = tf.io.gfile
+  with gfile.GFile(os.path.join(directory, model_files.HF_CONFIG_FILE), "w") as f:
+    f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
+  weight_files.write_safetensors(os.path.join(directory, "model.safetensors"),
+                                 hf_state_dict(model))
+  gfile.copy(vocab_file, os.path.join(directory, model_files.VOCAB_FILE), overwrite=True)
+  # model_max_length: transformers truncates there (CrossEncoder's default length) instead
+  # of running past the position table.
+  tokenizer = {"tokenizer_class": "BertTokenizer",
+               "model_max_length": int(_encoder_of(model).config.max_position_embeddings)}
+  if do_lower_case is not None:
+    tokenizer["do_lower_case"] = bool(do_lower_case)
+  with gfile.GFile(os.path.join(directory, model_files.TOKENIZER_CONFIG_FILE), "w") as f:
+    f.write(json.dumps(tokenizer, indent=2, sort_keys=True) + "\n")
+
+
+def save_sentence_transformers(model, directory, max_seq_length, pooling=None, normalize=None,
+                               vocab_file=None, do_lower_case=None):
+  """Writes a bi-encoder in sentence-transformers' layout (model_files.py lists its files):
+  the transformer as save_huggingface writes it (BertModel) at the top level, and the
+  Transformer, Pooling and (when normalized) Normalize modules, so that
+  sentence_transformers.SentenceTransformer(directory).encode(texts) returns the vectors
+  `model` computes. Atomic as save_huggingface (an existing `directory` is replaced only when
+  it holds nothing but these files).
+
+  Args:
+    model: a modeling.BertSentenceEncoder, or a BertModel (then pass pooling).
+    directory: str or path-like, the directory to write.
+    max_seq_length: int, sentence_bert_config.json's truncation length (word pieces).
+    pooling, normalize: the Pooling and Normalize modules (default: the model's).
+    vocab_file, do_lower_case: as save_huggingface.
+
+  Returns:
+    `directory` (str, without a trailing "/").
+  """
+  directory = os.fspath(directory).rstrip("/") or "/"
+  pooling = pooling or getattr(model, "pooling", None)
+  normalize = bool(getattr(model, "normalize", False) if normalize is None else normalize)
+  if pooling not in modeling.POOLINGS:
+    raise ValueError("save_sentence_transformers: pooling must be one of %s, got %r"
+                     % (", ".join(modeling.POOLINGS), pooling))
+  encoder = _encoder_of(model)
+  if not 0 < int(max_seq_length) <= encoder.config.max_position_embeddings:
+    raise ValueError("save_sentence_transformers: max_seq_length %s is not in 1..%d (the "
+                     "model's max_position_embeddings)"
+                     % (max_seq_length, encoder.config.max_position_embeddings))
+  vocab_file = vocab_file or _loaded_attribute(model, "vocab_file")
+  if do_lower_case is None:
+    do_lower_case = _loaded_attribute(model, "do_lower_case")
+  if not vocab_file or not tf.io.gfile.exists(vocab_file):
+    raise ValueError("save_sentence_transformers: a vocab file is needed (%s)"
+                     % (vocab_file or "none"))
+  _check_replaceable(directory, _HF_FILES + model_files.ST_FILES)
+  config = hf_config(encoder)
+  with file_io.replaced_directory(directory) as tmp:  # (.<name>.tmp-<pid>)
+    _write_huggingface(encoder, tmp, config, vocab_file, do_lower_case)
+    model_files.write_sentence_transformers_modules(
+        tmp, encoder.config.hidden_size, pooling, normalize, max_seq_length)
   return directory
 
 

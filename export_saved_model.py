@@ -231,7 +231,7 @@ def build_model(task, config, labels=None):
   kind = task_registry.get(task)
   if kind.outputs == "vectors":
     kind = task_registry.get("encoder")
-  return kind.build(config, labels if kind.takes_num_labels else None)
+  return kind.build(config, labels if kind.labels else None)  # (a fixed count: its own)
 
 
 def _head(model):
@@ -249,25 +249,28 @@ def model_dir_task(description):
 def resolve_options(options):
   """The options completed from --init_checkpoint when it is a model directory (a run_*
   output_dir or its best/: runtime/model_dir.py): --bert_config_file, --vocab_file,
-  --do_lower_case, --max_seq_length, --task, --labels (or --num_labels 1 for a regression)
-  and --max_answer_length, each where not given; given and in conflict with the directory,
-  a one-line ValueError naming the flag and the directory."""
-  options, model = model_dir.resolve_options(options, DEFAULTS, fill=("max_answer_length",))
+  --do_lower_case, --max_seq_length, --task, --labels (or --num_labels 1 for a regression),
+  --max_answer_length, and an embeddings model's --pooling and --normalize (a run_embeddings
+  task.json's, a sentence-transformers directory's modules), each where not given; given
+  and in conflict with the directory, a one-line ValueError naming the flag and the
+  directory."""
+  options, model = model_dir.resolve_options(
+      options, DEFAULTS, fill=("max_answer_length", "pooling", "normalize"))
   if model is None:
     return options
   given = model["given"]
   if "task" not in given:
     options.task = model_dir_task(model)
-  if options.task not in ("classifier", "tagger") or model["task"] not in (
-      "classifier", "regression", "tagger"):
-    return options
+  kind = task_registry.of_description(model)
+  if not (task_registry.get(options.task).takes_num_labels and kind.takes_num_labels):
+    return options  # (the checks below are of the label flags)
   labels = model.get("labels")
   values = {"num_labels": options.num_labels} if "num_labels" in given else {}
   if "labels" in given and options.labels:
     values["labels"] = [x.strip() for x in options.labels.split(",")]
-  if model["task"] == "regression" and options.num_labels not in (None, 1):
+  if kind.num_labels is not None and options.num_labels not in (None, kind.num_labels):
     raise model_dir.conflict_error("num_labels", options.num_labels, model,
-                                   "the model is a regression (one output)")
+                                   f"the model is a {kind.name} ({kind.num_labels} output(s))")
   model_dir.raise_conflicts(values, model)
   count = len(labels) if labels else 1
   if options.task_name and NUM_LABELS.get(options.task_name.lower(), count) != count:

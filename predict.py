@@ -6,8 +6,9 @@ r"""New text in, labelled answers out: a fine-tuned model's predictions on a fil
 --model_dir: a run_* output_dir or its best/ (its task.json, labels.txt, bert_config.json,
 vocab.txt and newest checkpoint: runtime/model_dir.py), an export_saved_model.py SavedModel
 (its serving_default; the label names from its label_names output, else labels.txt in its
-assets/ or beside it), or with --task=embeddings any checkpoint directory
-checkpoints.load_model reads (Google's, HuggingFace's).
+assets/ or beside it), a sentence-transformers directory (embeddings, pooled and normalized
+as its modules say unless --pooling / --normalize), or with --task=embeddings any checkpoint
+directory checkpoints.load_model reads (Google's, HuggingFace's).
 --input_file: TSV or CSV with a header (by extension), JSON Lines (.jsonl, .json, .ndjson),
 or "-" for standard input; --input_format overrides (for "-" without it, the first line
 decides: "{" JSON Lines, a tab TSV, else CSV). The texts are the fields named as in training
@@ -23,6 +24,13 @@ the prediction's (a prediction field replaces an input field of the same name):
   tagger       "entities" [{"type", "text", "start", "end", "score"}] (character offsets)
   squad        "answer" {"text", "start", "end"} (character offsets into the context)
   embeddings   "embedding" [floats] (--pooling, --normalize)
+  reranker     "score" (the relevance logit of text_a = the query, text_b = the passage)
+
+A reranker (run_reranker.py's model directory or its SavedModel) also reranks a TREC run:
+  python predict.py --model_dir=/tmp/reranker_output --rerank_run=dev_run.trec \
+    --corpus=corpus.jsonl --queries=queries.jsonl --output_file=reranked.trec
+the first --rerank_top_k candidates of each query of the run scored (the BEIR corpus and
+queries JSON lines), written as a TREC run (tasks/reranking.rerank_file).
 It streams: rows are read, predicted in batches of --batch_size and written one batch at a
 time (memory does not grow with the input), into a temporary file renamed when complete;
 progress (rows/s, ETA) on stderr. A bad row (a missing field, not UTF-8, not JSON, a wrong
@@ -45,6 +53,7 @@ from bert_keras.runtime import common_flags
 from bert_keras.runtime import option_checks as checks
 from bert_keras.tasks import predict_io
 from bert_keras.tasks import predictors
+from bert_keras.tasks import reranking
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
 from bert_keras.utils import progress as progress_lib
@@ -93,8 +102,14 @@ def define_flags(fv=flags.FLAGS):
                        flag_values=fv)
   flags.DEFINE_integer("max_answer_length", None, "squad: longest answer in pieces (task.json).",
                        flag_values=fv)
+  flags.DEFINE_string("rerank_run", None, "A reranker: the TREC run whose candidates are "
+                      "reranked (instead of --input_file; needs --corpus, --queries and "
+                      "--output_file).", flag_values=fv)
+  flags.DEFINE_string("corpus", None, "--rerank_run: the BEIR corpus.jsonl.", flag_values=fv)
+  flags.DEFINE_string("queries", None, "--rerank_run: the BEIR queries.jsonl.", flag_values=fv)
+  flags.DEFINE_integer("rerank_top_k", reranking.TOP_K, "--rerank_run: candidates reranked "
+                       "per query.", flag_values=fv)
   flags.mark_flag_as_required("model_dir", flag_values=fv)
-  flags.mark_flag_as_required("input_file", flag_values=fv)
 
 
 # The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
@@ -106,6 +121,9 @@ def _check_options(options):
   """Flag problems as one-line ValueErrors, before the model is loaded."""
   if not options.model_dir or not tf.io.gfile.isdir(options.model_dir):
     raise ValueError(f"--model_dir {options.model_dir}: no such directory")
+  if options.rerank_run:
+    _check_rerank_options(options)
+    return
   if not options.input_file:
     raise ValueError("--input_file is required (a file, or - for standard input)")
   if options.input_file != "-" and not tf.io.gfile.exists(options.input_file):
@@ -120,9 +138,10 @@ def _check_options(options):
   checks.check(options, {checks.CHOICES: {"pooling": (None,) + modeling.POOLINGS},
                          checks.FRACTION: ("threshold",)})
   if ((options.pooling is not None or options.normalize) and options.task != "embeddings"
-      and not predictors.is_saved_model(options.model_dir)):
+      and not predictors.is_saved_model(options.model_dir)
+      and not predictors.is_embeddings_model_dir(options.model_dir)):
     raise ValueError("--pooling / --normalize are for --task=embeddings (or an embeddings "
-                     "SavedModel)")
+                     "model directory or SavedModel)")
   output = options.output_file
   if output and output != "-":
     if options.input_file != "-" and os.path.abspath(output) == os.path.abspath(
@@ -131,6 +150,18 @@ def _check_options(options):
     parent = os.path.dirname(output)
     if parent and not file_io.is_remote(output) and not os.path.isdir(parent):
       raise ValueError(f"--output_file {output}: no such directory {parent}")
+
+
+def _check_rerank_options(options):
+  """--rerank_run's flags: the run, corpus and queries files, an output file, a top k."""
+  if options.input_file:
+    raise ValueError("--rerank_run replaces --input_file: pass one")
+  if not options.corpus or not options.queries:
+    raise ValueError("--rerank_run needs --corpus and --queries (BEIR JSON lines)")
+  if not options.output_file or options.output_file == "-":
+    raise ValueError("--rerank_run needs --output_file (the reranked TREC run)")
+  checks.check(options, {checks.EXISTING_FILES: ("rerank_run", "corpus", "queries"),
+                         checks.POSITIVE: ("rerank_top_k", "batch_size")})
 
 
 class Columns(object):
@@ -278,9 +309,27 @@ def predict_file(predictor, options):
   return counts
 
 
+def rerank_run(predictor, options):
+  """--rerank_run: the run's candidates scored by a reranker `predictor`, written to
+  --output_file; returns {"queries", "pairs"}."""
+  if predictor.kind.outputs != "score" or predictor.pair == "no":
+    raise ValueError(f"--rerank_run: --model_dir {options.model_dir} is a {predictor.task} "
+                     "model, not a reranker")
+  counts = reranking.rerank_file(
+      lambda queries, passages: [row["score"] for row in predictor.predict(queries, passages)],
+      options.rerank_run, options.corpus, options.queries, options.output_file,
+      options.rerank_top_k, options.batch_size)
+  logging.info("predict: reranked %d queries (%d pairs) of %s -> %s", counts["queries"],
+               counts["pairs"], options.rerank_run, options.output_file)
+  return counts
+
+
 def run(options):
-  """Checks the options, loads the model, streams --input_file to --output_file."""
+  """Checks the options, loads the model, streams --input_file to --output_file (or reranks
+  --rerank_run)."""
   _check_options(options)
+  if options.rerank_run:
+    return rerank_run(load_predictor(options), options)
   return predict_file(load_predictor(options), options)
 
 

@@ -1,6 +1,7 @@
 """Bi-encoder training and search: the in-batch negatives loss (sentence-transformers'
 MultipleNegativesRankingLoss, its symmetric form and MatryoshkaLoss), the cached (gradient-cache)
-training step of CachedMultipleNegativesRankingLoss (Gao et al., 2021), and exact top-k search.
+training step of CachedMultipleNegativesRankingLoss (Gao et al., 2021), and exact top-k search;
+and the cross-encoder (reranker): its model and its two losses.
 
 Read top to bottom:
   1. in_batch_negatives_loss    scale * cosine (or dot) logits, cross-entropy to the diagonal;
@@ -8,6 +9,9 @@ Read top to bottom:
   2. plain_step, cached_step    (loss, gradients) of an encoder over a batch of text columns;
                                 the cached step embeds in mini-batches and equals the plain one
   3. exact_search               top-k of query x corpus scores over corpus chunks, running top-k
+  4. BertCrossEncoder           a (query, passage) pair -> one relevance logit [B, 1];
+                                pointwise_loss (binary cross-entropy from logits) and
+                                listwise_loss (softmax cross-entropy over a query's candidates)
 
 Shapes: B batch (anchors), K hard negatives per anchor, D embedding size, S sequence length,
 Q queries, N corpus size. The loss uses keras.ops (any backend); the training steps use
@@ -26,6 +30,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 from keras import ops
+
+from bert_keras import modeling
 
 SIMILARITIES = ("cosine", "dot")
 
@@ -328,3 +334,67 @@ def _np_normalize(x):
   """x / max(||x||, 1e-12) along the last axis, in x's float dtype (float32 for integers)."""
   x = x if np.issubdtype(x.dtype, np.floating) else x.astype(np.float32)
   return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12).astype(x.dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. The cross-encoder (reranker)
+# ----------------------------------------------------------------------------------------------
+
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertCrossEncoder(modeling.BertClassifier):
+  """A reranker: BertClassifier with one output, the relevance logit of a (query, passage)
+  pair (the query as text_a / segment 0, the passage as text_b / segment 1), as
+  sentence-transformers' CrossEncoder with num_labels=1. Its weights and TF1 / HuggingFace
+  names are a one-output BertClassifier's (BertForSequenceClassification); its class tells it
+  apart from a regression (task_registry's "reranker").
+
+  BertCrossEncoder(encoder_or_config[, num_labels=1]). Inputs: BertModel's dict [B, S]. Returns
+  the logits float32 [B, 1]; sigmoid(logit) is the probability of relevance."""
+
+  def __init__(self, encoder_or_config, num_labels=1, **kwargs):
+    if int(num_labels) != 1:
+      raise ValueError(f"a cross-encoder has one output (the relevance logit), not "
+                       f"num_labels={num_labels}")
+    kwargs.setdefault("name", "bert_cross_encoder")
+    kwargs.pop("multi_label", None)
+    super().__init__(encoder_or_config, 1, **kwargs)
+
+  def probabilities(self, logits):
+    """The logits [B, 1] -> the probabilities of relevance float32 [B, 1] (sigmoid)."""
+    return tf.sigmoid(tf.cast(logits, tf.float32))
+
+
+def pointwise_loss(logits, labels, weights=None):
+  """Binary cross-entropy from logits, averaged: logits float [B] (or [B, 1]), labels 0/1 [B],
+  weights float [B] or None (all 1): sum_i w_i * bce(label_i, logit_i) / sum_i w_i. A scalar."""
+  logits = ops.reshape(_float(logits), (-1,))
+  labels = ops.cast(ops.reshape(labels, (-1,)), logits.dtype)
+  # log(1 + exp(-|x|)) + max(x, 0) - x * y: stable for any x
+  losses = (ops.log1p(ops.exp(-ops.abs(logits))) + ops.maximum(logits, 0.0) - logits * labels)
+  if weights is None:
+    return ops.mean(losses)
+  weights = ops.cast(ops.reshape(weights, (-1,)), logits.dtype)
+  return ops.sum(losses * weights) / ops.maximum(ops.sum(weights), 1e-12)
+
+
+def listwise_loss(logits, labels, mask=None):
+  """The softmax cross-entropy over each query's candidates, the positives as the target.
+
+  logits float [Q, C] (candidate c of query q), labels 0/1 [Q, C], mask bool/0-1 [Q, C] or None
+  (all real; padding candidates are left out of the softmax). For a query with P >= 1
+  positives the target distribution puts 1/P on each, so its loss is
+    logsumexp_{c real} logits[q, c] - (1/P) sum_{c positive} logits[q, c];
+  the result is the mean over the queries that have a positive (a query without one gives no
+  signal and is skipped; 0 when none has). A scalar."""
+  logits = _float(logits)
+  labels = ops.cast(labels, logits.dtype)
+  real = ops.ones_like(logits) if mask is None else ops.cast(mask, logits.dtype)
+  labels = labels * real
+  masked = ops.where(real > 0, logits, ops.cast(float("-inf"), logits.dtype))
+  positives = ops.sum(labels, axis=-1)                                      # [Q]
+  has_positive = ops.cast(positives > 0, logits.dtype)
+  target = ops.sum(labels * ops.where(real > 0, logits, 0.0), axis=-1) / ops.maximum(
+      positives, 1.0)
+  per_query = (ops.logsumexp(masked, axis=-1) - target) * has_positive
+  per_query = ops.where(has_positive > 0, per_query, 0.0)  # (a query with no real candidate)
+  return ops.sum(per_query) / ops.maximum(ops.sum(has_positive), 1.0)

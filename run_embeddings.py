@@ -15,7 +15,9 @@ run_classifier.py fine-tunes a classifier.
 set for --do_eval / --do_predict: corpus.jsonl (`_id`, `title`, `text`; a document is embedded
 as (title + " " + text).strip(), as BEIR's SentenceBERT does), queries.jsonl (`_id`, `text`),
 qrels/dev.tsv and qrels/test.tsv (`query-id corpus-id score`). Only the queries the qrels judge
-are searched (as BEIR's loader keeps them).
+are searched (as BEIR's loader keeps them). Beside or instead of it, sts_dev.tsv / sts_test.tsv
+(a header naming sentence1, sentence2, score): Pearson and Spearman of the pairs' cosine
+similarities (eval_pearson, eval_spearman).
 
 Each anchor must pick its positive among all positives and negatives of its batch (scale x
 cosine, cross-entropy; tasks/embeddings.py, retrieval.py); a text that occurs twice in a batch
@@ -61,6 +63,10 @@ from bert_keras.utils import file_io
 
 TRAIN_FILES = ("train.tsv", "train.jsonl")
 SPLITS = {"dev": os.path.join("qrels", "dev.tsv"), "test": os.path.join("qrels", "test.tsv")}
+# STS pairs with a gold score (sentence1, sentence2, score), evaluated beside or instead of
+# retrieval.
+STS_FILES = {"dev": "sts_dev.tsv", "test": "sts_test.tsv"}
+STS_MEASURES = ("pearson", "spearman")
 POOLINGS = modeling.POOLINGS
 
 
@@ -73,14 +79,15 @@ def define_flags(fv=flags.FLAGS):
   """run_classifier's model and training flags plus the bi-encoder's (pooling, loss, cache)."""
   flags.DEFINE_string("data_dir", None,
                       "The input data dir: train.tsv or train.jsonl, and a BEIR retrieval set "
-                      "(corpus.jsonl, queries.jsonl, qrels/dev.tsv, qrels/test.tsv).",
+                      "(corpus.jsonl, queries.jsonl, qrels/dev.tsv, qrels/test.tsv) and/or "
+                      "STS pairs (sts_dev.tsv, sts_test.tsv).",
                       flag_values=fv)
   common_flags.define_model_flags(max_seq_length=128, fv=fv)
   flags.DEFINE_bool("do_train", False, "Whether to run training.", flag_values=fv)
-  flags.DEFINE_bool("do_eval", False, "Whether to evaluate retrieval on qrels/dev.tsv.",
-                    flag_values=fv)
-  flags.DEFINE_bool("do_predict", False, "Whether to evaluate retrieval on qrels/test.tsv.",
-                    flag_values=fv)
+  flags.DEFINE_bool("do_eval", False, "Whether to evaluate on the dev set (qrels/dev.tsv, "
+                    "sts_dev.tsv).", flag_values=fv)
+  flags.DEFINE_bool("do_predict", False, "Whether to evaluate on the test set (qrels/test.tsv, "
+                    "sts_test.tsv).", flag_values=fv)
   flags.DEFINE_integer("train_batch_size", 32,
                        "Total batch size for training (rows: the in-batch negatives).",
                        flag_values=fv)
@@ -157,10 +164,12 @@ def _validate(options):
   if not options.scale > 0:
     raise ValueError(f"--scale={options.scale}: must be > 0")
   measure, _, cut = options.metric.partition("@")
-  if measure not in retrieval_metrics.MEASURES or cut not in map(str, embeddings.K_VALUES):
+  if options.metric not in STS_MEASURES and (
+      measure not in retrieval_metrics.MEASURES or cut not in map(str, embeddings.K_VALUES)):
     measures = ", ".join(retrieval_metrics.MEASURES)
     raise ValueError(f"--metric={options.metric}: a measure ({measures}) at a cut-off in "
-                     f"{', '.join(map(str, embeddings.K_VALUES))}, e.g. NDCG@10")
+                     f"{', '.join(map(str, embeddings.K_VALUES))}, e.g. NDCG@10, or an STS "
+                     f"measure ({', '.join(STS_MEASURES)})")
   training.check_training_numbers(options)
 
 
@@ -170,6 +179,21 @@ def _train_file(options):
     if tf.io.gfile.exists(path):
       return path
   raise ValueError(f"--data_dir: no {' or '.join(TRAIN_FILES)} in {options.data_dir}")
+
+
+def read_eval_set(data_dir, split):
+  """What a split ("dev" or "test") is evaluated on: the BEIR retrieval set when its qrels
+  file is there (read_retrieval_set), and/or the STS pairs of sts_<split>.tsv ("sts":
+  (texts_a, texts_b, scores)); neither there is a ValueError naming both."""
+  qrels, sts = os.path.join(data_dir, SPLITS[split]), os.path.join(data_dir, STS_FILES[split])
+  has_qrels, has_sts = tf.io.gfile.exists(qrels), tf.io.gfile.exists(sts)
+  if not has_qrels and not has_sts:
+    raise ValueError(f"--data_dir: no {qrels} (with corpus.jsonl and queries.jsonl) and no "
+                     f"{sts} to evaluate {split} on")
+  found = read_retrieval_set(data_dir, split) if has_qrels else {}
+  if has_sts:
+    found["sts"] = embedding_data.read_sts(sts)
+  return found
 
 
 def read_retrieval_set(data_dir, split):
@@ -206,9 +230,9 @@ def read_data(options, tokenizer):
     data["train"] = dict(pairs=pairs, columns=columns, text_ids=ids, path=path,
                          num_negatives=len(pairs[0].negatives))
   if options.do_eval:
-    data["dev"] = read_retrieval_set(options.data_dir, "dev")
+    data["dev"] = read_eval_set(options.data_dir, "dev")
   if options.do_predict:
-    data["test"] = read_retrieval_set(options.data_dir, "test")
+    data["test"] = read_eval_set(options.data_dir, "test")
   return data
 
 
@@ -273,16 +297,21 @@ def _train_eval_predict(options, strategy, config, data, tokenizer, dims, chief,
   trim = options.trim_eval_batches and not isinstance(strategy, tf.distribute.TPUStrategy)
 
   def evaluate(split, batch_size, step):
-    """(The results of a retrieval set at `step`, its run)."""
-    dataset = data[split]
-    doc_ids, query_ids = list(dataset["corpus"]), list(dataset["queries"])
+    """(The results of a split at `step`: retrieval's and/or STS's, the retrieval run or
+    None)."""
+    dataset, results, run_ = data[split], {}, None
     embed = lambda texts: embeddings.embed(  # noqa: E731
         infer, embedding_data.encode_texts(texts, tokenizer, options.max_seq_length),
         batch_size, trim)
-    docs = embed([dataset["corpus"][d] for d in doc_ids])
-    queries = embed([dataset["queries"][q] for q in query_ids])
-    run_ = embeddings.retrieval_run(query_ids, queries, doc_ids, docs)
-    results = embeddings.retrieval_results(dataset["qrels"], run_)
+    if "qrels" in dataset:
+      doc_ids, query_ids = list(dataset["corpus"]), list(dataset["queries"])
+      docs = embed([dataset["corpus"][d] for d in doc_ids])
+      queries = embed([dataset["queries"][q] for q in query_ids])
+      run_ = embeddings.retrieval_run(query_ids, queries, doc_ids, docs)
+      results.update(embeddings.retrieval_results(dataset["qrels"], run_))
+    if "sts" in dataset:
+      texts_a, texts_b, gold = dataset["sts"]
+      results.update(embeddings.sts_results(embed(texts_a), embed(texts_b), gold))
     results["global_step"] = int(step)
     return results, run_
 
@@ -302,8 +331,9 @@ def _train_eval_predict(options, strategy, config, data, tokenizer, dims, chief,
                                  ("test", "predict", options.predict_batch_size)):
     if data[split] is None:
       continue
-    logging.info("***** Running retrieval on %s: %d queries, %d documents *****", split,
-                 len(data[split]["queries"]), len(data[split]["corpus"]))
+    logging.info("***** Running evaluation on %s: %d queries, %d documents, %d STS pairs "
+                 "*****", split, len(data[split].get("queries", ())),
+                 len(data[split].get("corpus", ())), len(data[split].get("sts", [()])[0]))
     results[key], run_ = evaluate(split, batch_size, step)
     _write_results(options, split, results[key], run_, chief)
   return results
@@ -341,8 +371,9 @@ def _write_results(options, split, results, run_, chief):
     name = "eval_results.txt" if split == "dev" else "test_results.txt"
     file_io.write_text_atomic(os.path.join(options.output_dir, name),
                               outputs.format_results(results))
-    retrieval_metrics.write_run(os.path.join(options.output_dir, f"{split}_run.trec"), run_,
-                                "bert_keras")
+    if run_ is not None:
+      retrieval_metrics.write_run(os.path.join(options.output_dir, f"{split}_run.trec"), run_,
+                                  "bert_keras")
 
 
 main = errors.script_main(run)

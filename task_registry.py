@@ -26,6 +26,7 @@ from typing import Callable, Optional
 import keras
 
 from bert_keras import modeling
+from bert_keras import retrieval
 
 # What a kind's outputs are; each surface reads a kind through this, never through its name.
 #   sequence     BertModel's {"sequence_output" [B, S, H], "pooled_output" [B, H]}
@@ -240,6 +241,10 @@ def _regression_compile():
   return dict(loss=keras.losses.MeanSquaredError())
 
 
+def _reranker_compile():  # a relevance logit per pair, labels 0/1
+  return dict(loss=keras.losses.BinaryCrossentropy(from_logits=True))
+
+
 def _tagger_compile():  # label -1: pieces after a word's first, [CLS], [SEP], padding
   return dict(loss=keras.losses.SparseCategoricalCrossentropy(ignore_class=-1))
 
@@ -272,6 +277,10 @@ register(TaskKind(
     num_labels=1, compile_options=_regression_compile, task_json="regression",
     variant_of="classifier",
     description="one number per text or pair (run_classifier on STS-B)"))
+register(TaskKind(
+    "reranker", retrieval.BertCrossEncoder, "score", "BertForSequenceClassification",
+    num_labels=1, compile_options=_reranker_compile, pair="required", task_json="reranker",
+    description="the relevance of a (query, passage) pair: a cross-encoder (run_reranker)"))
 register(TaskKind(
     "tagger", modeling.BertTokenClassifier, "tags", "BertForTokenClassification",
     labels=True, probabilities="softmax", compile_options=_tagger_compile, pair="no",

@@ -11,7 +11,9 @@ Read top to bottom:
                        read_queries (queries.jsonl: `_id`, `text`), read_qrels (qrels/*.tsv
                        through tasks/retrieval_metrics, then every id checked against the
                        corpus and queries, an unknown one naming its line)
-  3. inputs            TextIds (one integer per distinct text, for duplicate masking),
+  3. STS               read_sts (sts_dev.tsv / sts_test.tsv: a header naming `sentence1`,
+                       `sentence2` and `score`) -> (texts_a, texts_b, scores float64 [N])
+  4. inputs            TextIds (one integer per distinct text, for duplicate masking),
                        encode_texts: texts -> input_ids, input_mask int32 [N, S] ([CLS] text
                        [SEP], the text cut to S - 2 pieces)
 """
@@ -44,7 +46,7 @@ class Pair:
   path: str
 
 
-def _text_lines(path):
+def text_lines(path):
   """(1-based line number, text of the line without its end) of a UTF-8 file."""
   with file_io.open_read(path) as f:
     data = f.read()
@@ -56,10 +58,10 @@ def _text_lines(path):
   return list(enumerate(text.splitlines(), 1))
 
 
-def _json_rows(path):
+def json_rows(path):
   """(line number, dict) of a JSON-lines file; blank lines skipped; a line that is not a JSON
   object is a ValueError naming it."""
-  for number, line in _text_lines(path):
+  for number, line in text_lines(path):
     if not line.strip():
       continue
     try:
@@ -71,7 +73,7 @@ def _json_rows(path):
     yield number, row
 
 
-def _side(path, number, name, value):
+def required_text(path, number, name, value):
   """A non-empty string `value` of column `name`, else a ValueError naming file and line."""
   if value is None or (isinstance(value, str) and not value.strip()):
     raise ValueError(f"{path} line {number}: the {name} is missing or empty")
@@ -81,7 +83,7 @@ def _side(path, number, name, value):
 
 
 def _tsv_pairs(path):
-  lines = _text_lines(path)
+  lines = text_lines(path)
   if not lines:
     raise ValueError(f"{path}: empty (expected a header naming the columns {ANCHOR} and "
                      f"{POSITIVE})")
@@ -98,19 +100,19 @@ def _tsv_pairs(path):
     if not any(field.strip() for field in row):
       continue
     get = lambda i: row[i] if i < len(row) else None  # noqa: E731
-    yield Pair(_side(path, number, ANCHOR, get(anchor)),
-               _side(path, number, POSITIVE, get(positive)),
-               [_side(path, number, header[i], get(i)) for i in negatives], number, path)
+    yield Pair(required_text(path, number, ANCHOR, get(anchor)),
+               required_text(path, number, POSITIVE, get(positive)),
+               [required_text(path, number, header[i], get(i)) for i in negatives], number, path)
 
 
 def _jsonl_pairs(path):
-  for number, row in _json_rows(path):
+  for number, row in json_rows(path):
     negatives = []
     for key in sorted(k for k in row if k.startswith(NEGATIVE)):
       values = row[key] if isinstance(row[key], list) else [row[key]]
-      negatives += [_side(path, number, key, v) for v in values]
-    yield Pair(_side(path, number, ANCHOR, row.get(ANCHOR)),
-               _side(path, number, POSITIVE, row.get(POSITIVE)), negatives, number, path)
+      negatives += [required_text(path, number, key, v) for v in values]
+    yield Pair(required_text(path, number, ANCHOR, row.get(ANCHOR)),
+               required_text(path, number, POSITIVE, row.get(POSITIVE)), negatives, number, path)
 
 
 def read_pairs(path):
@@ -135,7 +137,7 @@ def _ids_and_texts(path, text_of):
   """({id: text}, {id: line}) of a BEIR JSON-lines file; a missing or repeated `_id` is a
   ValueError naming the line."""
   texts, lines = {}, {}
-  for number, row in _json_rows(path):
+  for number, row in json_rows(path):
     doc_id = row.get("_id")
     if doc_id is None or str(doc_id) == "":
       raise ValueError(f"{path} line {number}: no `_id`")
@@ -158,7 +160,7 @@ def _document_text(path, number, row):
 
 
 def _query_text(path, number, row):
-  return _side(path, number, "text", row.get("text"))
+  return required_text(path, number, "text", row.get("text"))
 
 
 def read_corpus(path):
@@ -179,7 +181,7 @@ def read_qrels(path, queries, corpus):
   unknown = [(q, d) for q, judged in qrels.items() for d in judged
              if q not in queries or d not in corpus]
   if unknown:
-    for number, line in _text_lines(path):
+    for number, line in text_lines(path):
       fields = line.split("\t") if "\t" in line else line.split()
       if len(fields) in (3, 4) and (fields[0], fields[-2]) in unknown:
         query, doc = fields[0], fields[-2]
@@ -192,7 +194,43 @@ def read_qrels(path, queries, corpus):
 
 
 # ----------------------------------------------------------------------------
-# 3. Model inputs
+# 3. STS: sentence pairs with a gold similarity
+
+STS_COLUMNS = ("sentence1", "sentence2", "score")
+
+
+def read_sts(path):
+  """(texts_a, texts_b: lists of str, scores: float64 [N]) of an STS TSV file with a header
+  naming STS_COLUMNS (other columns ignored); an empty side, a score that is not a finite
+  number or a missing column is a ValueError naming file and line."""
+  lines = text_lines(path)
+  header = [name.strip() for name in lines[0][1].split("\t")] if lines else []
+  for name in STS_COLUMNS:
+    if name not in header:
+      raise ValueError(f"{path} line 1: the header {header} names no `{name}` column")
+  a, b, score = (header.index(name) for name in STS_COLUMNS)
+  texts_a, texts_b, scores = [], [], []
+  for number, line in lines[1:]:
+    row = line.split("\t")
+    if not line.strip():
+      continue
+    get = lambda i: row[i] if i < len(row) else None  # noqa: E731
+    texts_a.append(required_text(path, number, "sentence1", get(a)))
+    texts_b.append(required_text(path, number, "sentence2", get(b)))
+    try:
+      value = float(get(score))
+    except (TypeError, ValueError):
+      value = float("nan")
+    if not np.isfinite(value):
+      raise ValueError(f"{path} line {number}: the score {get(score)!r} is not a number")
+    scores.append(value)
+  if not scores:
+    raise ValueError(f"{path}: no sentence pairs")
+  return texts_a, texts_b, np.array(scores, np.float64)
+
+
+# ----------------------------------------------------------------------------
+# 4. Model inputs
 
 class TextIds:
   """One integer id per distinct text (the same text, the same id): the ids the loss's duplicate

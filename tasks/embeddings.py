@@ -201,3 +201,34 @@ def retrieval_results(qrels, run, prefix="eval_"):
   value}, e.g. eval_NDCG@10, eval_MAP@100, eval_Recall@100, eval_MRR@10."""
   return {prefix + name: value for name, value in
           retrieval_metrics.evaluate(qrels, run, K_VALUES).items()}
+
+
+def _ranks(x):
+  """The ranks of x [N] (1..N), ties given their mean rank (as Spearman's rho needs)."""
+  order = np.argsort(x, kind="stable")
+  ranks = np.empty(len(x), np.float64)
+  ranks[order] = np.arange(1, len(x) + 1)
+  values, inverse = np.unique(x, return_inverse=True)
+  sums = np.bincount(inverse, weights=ranks)
+  counts = np.bincount(inverse)
+  return (sums / counts)[inverse]
+
+
+def _pearson(x, y):
+  x, y = x - x.mean(), y - y.mean()
+  denominator = np.sqrt((x * x).sum() * (y * y).sum())
+  return float((x * y).sum() / denominator) if denominator > 0 else 0.0
+
+
+def sts_results(embeddings_a, embeddings_b, gold, prefix="eval_"):
+  """Pearson's r and Spearman's rho of the pairs' cosine similarities against the gold
+  scores, as sentence-transformers' EmbeddingSimilarityEvaluator reports them (its cosine
+  measures): embeddings float [N, D] each, gold float [N] -> {prefix + "pearson",
+  prefix + "spearman"}."""
+  a = np.asarray(embeddings_a, np.float64)
+  b = np.asarray(embeddings_b, np.float64)
+  norms = np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
+  cosine = (a * b).sum(axis=1) / norms
+  gold = np.asarray(gold, np.float64)
+  return {prefix + "pearson": _pearson(cosine, gold),
+          prefix + "spearman": _pearson(_ranks(cosine), _ranks(gold))}

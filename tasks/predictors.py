@@ -318,6 +318,17 @@ def is_saved_model(path):
   return tf.io.gfile.exists(os.path.join(path, "saved_model.pb"))
 
 
+def is_embeddings_model_dir(path):
+  """Whether `path` is a model directory of vectors: a run_embeddings output_dir (or its
+  best/), a sentence-transformers directory. False where it cannot be read as one."""
+  try:
+    description = model_dir.read_model_dir(path)
+    return bool(description) and (
+        task_registry.of_description(description).outputs == "vectors")
+  except (ValueError, tf.errors.OpError):
+    return False
+
+
 def _saved_model_labels(path):
   for where in (os.path.join(path, "assets"), path):
     labels = checkpoints.read_labels(where)
@@ -391,6 +402,10 @@ def load_saved_model(path, pooling=None, normalize=False, thresholds=None):
       with tf.io.gfile.GFile(os.path.join(where, model_dir.TASK_FILE)) as f:
         description = json.loads(f.read())
       break
+  if isinstance(description, dict) and description.get("task") in task_registry.task_json_names():
+    described = task_registry.of_description(description)  # (a kind its outputs do not tell)
+    if described.outputs == kind.outputs:
+      kind = described
   multi_label = bool(description and description.get("multi_label"))
   if thresholds is None and description:
     thresholds = description.get("thresholds")
@@ -434,7 +449,8 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     raise ValueError(f"--model_dir {path}: a pre-training run; pass --task={kind.served_as}")
   kind = task_registry.served(kind)
   labels = description.get("labels") if kind.labels else None
-  if kind.outputs == "vectors":  # a run_embeddings model directory says how it pools
+  if kind.outputs == "vectors":  # a run_embeddings (or sentence-transformers) model directory
+    # says how it pools
     pooling = pooling or description.get("pooling")
     normalize = normalize or bool(description.get("normalize"))
   options = description.get("options") or {}

@@ -17,8 +17,8 @@ import subprocess
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = ("vocab", "pretraining_data", "pretraining", "classifier", "squad", "tagger", "features",
-         "export", "query", "huggingface", "tflite")
+STEPS = ("vocab", "pretraining_data", "pretraining", "classifier", "squad", "tagger", "embeddings",
+         "rerank", "features", "export", "query", "huggingface", "tflite")
 # What each step's figure must show (a number after the name of the measure).
 FIGURES = {
     "vocab": r"\d+ tokens",
@@ -27,6 +27,9 @@ FIGURES = {
     "classifier": r"dev accuracy [01]\.\d{3}",
     "squad": r"exact \d+\.\d, F1 \d+\.\d",
     "tagger": r"dev entity F1 \d+\.\d, token accuracy \d+\.\d \(conlleval\)",
+    "embeddings": r"dev NDCG@10 [01]\.\d{3}, MRR@10 [01]\.\d{3}, Recall@10 [01]\.\d{3}",
+    "rerank": r"NDCG@10 [01]\.\d{3} -> [01]\.\d{3}, MRR@10 [01]\.\d{3} -> [01]\.\d{3} "
+              r"\(before -> after reranking\)",
     "features": r"\d+ tokens x 2 layers x 64",
     "export": r"signatures preprocess, serving_default",
     "query": r"probabilities other_topic [01]\.\d{3}, same_topic [01]\.\d{3}",
@@ -139,7 +142,11 @@ def test_each_step_wrote_its_files_in_out(demo_out):
       "squad_output/predictions.json", "squad_output/nbest_predictions.json",
       "squad_output/official_eval.json", "ner_output/eval_results.txt",
       "ner_output/dev_predictions.txt", "ner_output/test_predictions.txt",
-      "ner_output/dev_conlleval.txt", "ner_output/labels.txt", "features.jsonl",
+      "ner_output/dev_conlleval.txt", "ner_output/labels.txt",
+      "embeddings_output/eval_results.txt", "embeddings_output/dev_run.trec",
+      "embeddings_output/task.json", "reranker_output/eval_results.txt",
+      "reranker_output/dev_run.trec", "reranker_output/dev_scores.json",
+      "reranker_output/task.json", "features.jsonl",
       "saved_model/saved_model.pb", "query.json", "classifier_hf/config.json",
       "classifier_hf/model.safetensors", "classifier_hf/vocab.txt",
       "classifier_tflite/model.tflite", "classifier_tflite/labels.txt", "summary.md"]
@@ -159,3 +166,45 @@ def test_tagger_eval_f1_is_conllevals(demo_out):
     scored = json.load(f)
   assert float(results["eval_f1"]) * 100 == pytest.approx(scored["FB1"], abs=1e-9)
   assert float(results["eval_accuracy"]) * 100 == pytest.approx(scored["accuracy"], abs=1e-9)
+
+
+def _results(path):
+  with open(path) as f:
+    return dict(line.rstrip("\n").split(" = ") for line in f)
+
+
+def _run_queries(path):
+  """{query id: [doc ids in rank order]} of a TREC run."""
+  ranked = {}
+  with open(path) as f:
+    for line in f:
+      qid, _, doc, rank, _, _ = line.split()
+      ranked.setdefault(qid, []).append((int(rank), doc))
+  return {qid: [doc for _, doc in sorted(docs)] for qid, docs in ranked.items()}
+
+
+@pytest.mark.slow
+def test_reranker_reranks_the_bi_encoders_run_as_the_summary_says(demo_out):
+  """The reranker's candidates are the bi-encoder's dev run (its first 20 documents per query,
+  the same set in another order), its "before" figures are the bi-encoder's, its "after" ones
+  are evaluate_retrieval.py's of the reranked run, and the summary quotes them."""
+  retrieval = os.path.join(ROOT, "sample_tasks", "retrieval")
+  with open(os.path.join(retrieval, "qrels", "dev.tsv")) as f:
+    judged = {line.split("\t")[0] for line in f.read().splitlines()[1:]}
+  first = _run_queries(os.path.join(demo_out, "embeddings_output", "dev_run.trec"))
+  reranked = _run_queries(os.path.join(demo_out, "reranker_output", "dev_run.trec"))
+  assert set(first) == set(reranked) == judged
+  for qid, docs in reranked.items():
+    assert len(docs) == 20 and sorted(docs) == sorted(first[qid][:20]), qid
+  embedded = _results(os.path.join(demo_out, "embeddings_output", "eval_results.txt"))
+  results = _results(os.path.join(demo_out, "reranker_output", "eval_results.txt"))
+  with open(os.path.join(demo_out, "reranker_output", "dev_scores.json")) as f:
+    scored = json.load(f)
+  for measure in ("NDCG@10", "MRR@10"):
+    assert float(results["eval_before_" + measure]) == pytest.approx(
+        float(embedded["eval_" + measure]), abs=1e-9)
+    assert float(results["eval_" + measure]) == pytest.approx(scored[measure], abs=1e-9)
+  figure = _summary_rows(demo_out)["rerank"][1]
+  assert figure.startswith("NDCG@10 %.3f -> %.3f, MRR@10 %.3f -> %.3f " % (
+      float(results["eval_before_NDCG@10"]), float(results["eval_NDCG@10"]),
+      float(results["eval_before_MRR@10"]), float(results["eval_MRR@10"]))), figure

@@ -216,3 +216,42 @@ def test_flag_errors(files, tmp_path):
     with pytest.raises(ValueError, match=message):
       run_embeddings.run(base_options(files, tmp_path / "out", do_train=True, **overrides))
     assert not (tmp_path / "out").exists()
+
+
+def test_sts_measures_against_scipy():
+  """eval_pearson / eval_spearman against SciPy's pearsonr and spearmanr (ties in both the
+  cosines and the gold scores: Spearman's average ranks)."""
+  from scipy import stats
+  rng = np.random.default_rng(3)
+  a, b = rng.normal(size=(40, 8)), rng.normal(size=(40, 8))
+  b[:6] = a[:6] * 2.0  # cosine exactly 1 six times: tied ranks
+  gold = rng.integers(0, 5, size=40).astype(float)  # tied gold scores
+  found = embeddings.sts_results(a, b, gold)
+  cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+  assert found["eval_pearson"] == pytest.approx(stats.pearsonr(cosine, gold)[0], abs=1e-12)
+  assert found["eval_spearman"] == pytest.approx(stats.spearmanr(cosine, gold)[0], abs=1e-12)
+
+
+def test_sts_evaluation_alone_and_its_bad_rows(files, tmp_path):
+  data = tmp_path / "data"
+  data.mkdir()
+  (data / "train.tsv").write_text(_pairs())
+  rows = ["sentence1\tsentence2\tscore"] + [
+      f"what is {e}\tthe story of {f}\t{5.0 if e == f else 0.5 * i}"
+      for i, (e, f) in enumerate(zip(ENTITIES, ENTITIES[:8] + ENTITIES[:8]))]
+  (data / "sts_dev.tsv").write_text("\n".join(rows) + "\n")
+  out = tmp_path / "out"
+  results = run_embeddings.run(base_options(files, out, data=data, do_train=True, do_eval=True,
+                                            eval_every_steps=4, metric="spearman"))
+  found = read_results(out / "eval_results.txt")
+  assert set(found) == {"eval_pearson", "eval_spearman", "global_step"}
+  assert -1.0 <= results["eval"]["eval_spearman"] <= 1.0
+  assert not (out / "dev_run.trec").exists()
+  assert (out / "best" / "eval_results.txt").exists()
+  (data / "sts_dev.tsv").write_text("sentence1\tsentence2\tscore\na\tb\tmuch\n")
+  with pytest.raises(ValueError, match=r"sts_dev.tsv line 2: the score 'much' is not a number"):
+    run_embeddings.run(base_options(files, tmp_path / "out2", data=data, do_eval=True))
+  (data / "sts_dev.tsv").unlink()
+  with pytest.raises(ValueError, match=r"no .*qrels/dev.tsv .* and no .*sts_dev.tsv"):
+    run_embeddings.run(base_options(files, tmp_path / "out3", data=data, do_eval=True))
+  assert not (tmp_path / "out2").exists() and not (tmp_path / "out3").exists()

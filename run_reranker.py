@@ -1,0 +1,342 @@
+# coding=utf-8
+r"""BERT fine-tuning as a cross-encoder (reranker): a (query, passage) pair -> one relevance
+logit, trained on labelled pairs and evaluated by reranking candidate lists (a TREC run, e.g.
+run_embeddings' dev_run.trec) against BEIR qrels, the way run_classifier.py fine-tunes a
+classifier.
+
+  python run_reranker.py --do_train=true --do_eval=true \
+    --data_dir=$DATA_DIR --candidates_file=$EMBEDDINGS_OUTPUT/dev_run.trec \
+    --vocab_file=$BERT_BASE_DIR/vocab.txt --bert_config_file=$BERT_BASE_DIR/bert_config.json \
+    --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt --max_seq_length=256 \
+    --train_batch_size=32 --learning_rate=2e-5 --num_train_epochs=1.0 \
+    --output_dir=/tmp/reranker_output/
+
+--data_dir holds train.tsv (a header naming the columns `query`, `passage`, `label`) or
+train.jsonl (objects with those keys), label 0 or 1, for --do_train; and a BEIR retrieval set
+for --do_eval / --do_predict: corpus.jsonl (`_id`, `title`, `text`; a passage is (title + " " +
+text).strip()), queries.jsonl (`_id`, `text`), qrels/dev.tsv and qrels/test.tsv.
+
+--loss=pointwise (default): binary cross-entropy of each pair's logit against its label, the
+mean over the batch's pairs (--train_batch_size pairs a step). --loss=listwise: the rows are
+grouped by query (all rows of a query text, in first-appearance order; every query needs a
+positive); per query, logsumexp over its candidates' logits minus the mean logit of its
+positives (the softmax cross-entropy against the uniform distribution over the positives),
+the mean over the batch's queries (--train_batch_size queries a step, each padded to the
+longest list with masked-out candidates). tasks/reranking.py, retrieval.py.
+
+Evaluation reranks the first --rerank_top_k candidates of each judged query of
+--candidates_file (dev; --do_predict: --test_candidates_file, default --candidates_file) in
+the run's own order. Outputs in --output_dir: checkpoints (model.ckpt-N, resumable), the model
+files (bert_config.json, vocab.txt, tokenizer_config.json, task.json with "task":
+"reranker"; run_options.json: runtime/model_dir.py), eval_results.txt (eval_NDCG@10,
+eval_MAP@100, eval_Recall@k, eval_MRR@10, ... after reranking; eval_before_NDCG@10, ... of the
+candidates' own order over the same documents; global_step) and dev_run.trec (the reranked
+candidates, TREC run format); --do_predict writes test_results.txt and test_run.trec.
+--eval_every_steps keeps the best model by --metric (after reranking) in output_dir/best.
+"""
+
+from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+import keras
+import tensorflow as tf
+
+from bert_keras import checkpoints
+from bert_keras import retrieval
+from bert_keras import tokenization
+from bert_keras.runtime import common_flags
+from bert_keras.runtime import distribution
+from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
+from bert_keras.runtime import outputs
+from bert_keras.runtime import run_checks
+from bert_keras.runtime import training
+from bert_keras.runtime import training_checkpoints
+from bert_keras.tasks import embedding_data
+from bert_keras.tasks import embeddings
+from bert_keras.tasks import reranking
+from bert_keras.tasks import retrieval_metrics
+from bert_keras.utils import errors
+from bert_keras.utils import file_io
+
+TRAIN_FILES = ("train.tsv", "train.jsonl")
+SPLITS = {"dev": os.path.join("qrels", "dev.tsv"), "test": os.path.join("qrels", "test.tsv")}
+
+
+def options(**overrides):
+  """A namespace of all run() options: DEFAULTS updated with `overrides`."""
+  return common_flags.make_options(DEFAULTS, overrides)
+
+
+def define_flags(fv=flags.FLAGS):
+  """run_classifier's model and training flags plus the reranker's (loss, candidates)."""
+  flags.DEFINE_string("data_dir", None,
+                      "The input data dir: train.tsv or train.jsonl (query, passage, label), "
+                      "and a BEIR retrieval set (corpus.jsonl, queries.jsonl, qrels/dev.tsv, "
+                      "qrels/test.tsv).", flag_values=fv)
+  flags.DEFINE_string("candidates_file", None,
+                      "--do_eval: the TREC run whose candidates are reranked (e.g. "
+                      "run_embeddings' dev_run.trec).", flag_values=fv)
+  flags.DEFINE_string("test_candidates_file", None,
+                      "--do_predict: the TREC run of the test queries (default: "
+                      "--candidates_file).", flag_values=fv)
+  common_flags.define_model_flags(max_seq_length=256, fv=fv)
+  flags.DEFINE_bool("do_train", False, "Whether to run training.", flag_values=fv)
+  flags.DEFINE_bool("do_eval", False, "Whether to rerank --candidates_file against "
+                    "qrels/dev.tsv.", flag_values=fv)
+  flags.DEFINE_bool("do_predict", False, "Whether to rerank the test candidates against "
+                    "qrels/test.tsv.", flag_values=fv)
+  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training (pairs; "
+                       "queries with --loss=listwise).", flag_values=fv)
+  flags.DEFINE_integer("eval_batch_size", 64, "Pairs scored per step in eval.", flag_values=fv)
+  flags.DEFINE_integer("predict_batch_size", 64, "Pairs scored per step in predict.",
+                       flag_values=fv)
+  flags.DEFINE_enum("loss", "pointwise", reranking.LOSSES,
+                    "pointwise: binary cross-entropy per pair; listwise: softmax "
+                    "cross-entropy over each query's candidates.", flag_values=fv)
+  flags.DEFINE_integer("rerank_top_k", reranking.TOP_K,
+                       "Candidates reranked per query (the first of the run's order).",
+                       flag_values=fv)
+  flags.DEFINE_string("metric", "NDCG@10",
+                      "The measure that chooses output_dir/best (a name of eval_results.txt "
+                      "without eval_, e.g. MRR@10, MAP@100).", flag_values=fv)
+  common_flags.define_fine_tuning_flags(fv=fv)
+  common_flags.define_tpu_flags(fv=fv)
+  common_flags.define_training_flags(fv=fv)
+  common_flags.define_eval_during_training_flags(fv=fv)
+  for name in ("data_dir", "output_dir"):
+    flags.mark_flag_as_required(name, flag_values=fv)
+  flags.adopt_module_key_flags(common_flags, flag_values=fv)
+
+
+# The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
+# read from define_flags without parsing or touching absl's FLAGS.
+DEFAULTS = common_flags.flag_defaults(define_flags)
+
+
+# ----------------------------------------------------------------------------
+# Checks and data.
+
+def _validate(options):
+  checks.check(options, {checks.REQUIRED: dict(
+      data_dir=None, vocab_file=checks.MODEL_DIR, bert_config_file=checks.MODEL_DIR,
+      output_dir=None)})
+  tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
+  if not options.do_train and not options.do_eval and not options.do_predict:
+    raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
+  if (options.do_eval or options.eval_every_steps) and not options.candidates_file:
+    raise ValueError("--do_eval / --eval_every_steps need --candidates_file (a TREC run of "
+                     "the dev queries)")
+  if options.do_predict and not (options.test_candidates_file or options.candidates_file):
+    raise ValueError("--do_predict needs --test_candidates_file (or --candidates_file)")
+  checks.check(options, {
+      checks.EXISTING_FILES: ("bert_config_file", "vocab_file", "candidates_file",
+                              "test_candidates_file"),
+      checks.POSITIVE: ("train_batch_size", "eval_batch_size", "predict_batch_size",
+                        "iterations_per_loop", "gradient_accumulation_steps", "rerank_top_k"),
+      checks.AT_LEAST: {"max_seq_length": (5, "[CLS] a query piece [SEP] a passage piece "
+                                              "[SEP]")},
+      checks.CHOICES: {"loss": reranking.LOSSES},
+      checks.REQUIRES: checks.EVAL_EVERY_STEPS})
+  measure, _, cut = options.metric.partition("@")
+  if measure not in retrieval_metrics.MEASURES or cut not in map(str, embeddings.K_VALUES):
+    measures = ", ".join(retrieval_metrics.MEASURES)
+    raise ValueError(f"--metric={options.metric}: a measure ({measures}) at a cut-off in "
+                     f"{', '.join(map(str, embeddings.K_VALUES))}, e.g. NDCG@10")
+  training.check_training_numbers(options)
+
+
+def _train_file(options):
+  for name in TRAIN_FILES:
+    path = os.path.join(options.data_dir, name)
+    if tf.io.gfile.exists(path):
+      return path
+  raise ValueError(f"--data_dir: no {' or '.join(TRAIN_FILES)} in {options.data_dir}")
+
+
+def read_rerank_set(data_dir, split, candidates_file, top_k):
+  """{"corpus", "queries", "qrels", "candidates" {query_id: [doc_id]} of the judged queries}
+  of a BEIR set's split and its candidates file; missing files and bad lines are
+  ValueErrors naming them."""
+  paths = {name: os.path.join(data_dir, name) for name in ("corpus.jsonl", "queries.jsonl")}
+  paths["qrels"] = os.path.join(data_dir, SPLITS[split])
+  for path in paths.values():
+    if not tf.io.gfile.exists(path):
+      raise ValueError(f"--data_dir: no such file {path}")
+  corpus = embedding_data.read_corpus(paths["corpus.jsonl"])
+  queries = embedding_data.read_queries(paths["queries.jsonl"])
+  qrels = embedding_data.read_qrels(paths["qrels"], queries, corpus)
+  candidates = reranking.read_candidates(candidates_file, queries, corpus, top_k)
+  judged = {q: docs for q, docs in candidates.items() if q in qrels}
+  if not judged:
+    raise ValueError(f"{candidates_file}: none of its queries is judged in {paths['qrels']}")
+  return {"corpus": corpus, "queries": queries, "qrels": qrels, "candidates": judged}
+
+
+def read_data(options):
+  """The training rows ("train": a list of reranking.LabelledPair) and the rerank sets ("dev",
+  "test"), each None where the flags do not ask for it; every file is read and checked here,
+  before a model is built."""
+  data = {"train": None, "dev": None, "test": None, "train_path": None}
+  if options.do_train:
+    data["train_path"] = _train_file(options)
+    data["train"] = reranking.read_labelled_pairs(data["train_path"])
+    if options.loss == "listwise":
+      reranking.group_by_query(data["train"])  # (checks every query has a positive)
+  if options.do_eval or options.eval_every_steps:
+    data["dev"] = read_rerank_set(options.data_dir, "dev", options.candidates_file,
+                                  options.rerank_top_k)
+  if options.do_predict:
+    data["test"] = read_rerank_set(options.data_dir, "test",
+                                   options.test_candidates_file or options.candidates_file,
+                                   options.rerank_top_k)
+  return data
+
+
+def _num_units(options, pairs):
+  """Training rows a step counts: pairs, or queries for the listwise loss."""
+  if options.loss == "listwise":
+    return len({pair.query for pair in pairs})
+  return len(pairs)
+
+
+def train_steps(options, num_units):
+  """(num_train_steps, num_warmup_steps) of --do_train ((None, None) without it)."""
+  if not options.do_train:
+    return None, None
+  num_train_steps = int(num_units / options.train_batch_size * options.num_train_epochs)
+  if num_train_steps < 1:
+    raise ValueError(
+        f"--num_train_epochs={options.num_train_epochs}: {num_units} training "
+        f"{'queries' if options.loss == 'listwise' else 'pairs'} / --train_batch_size="
+        f"{options.train_batch_size} x epochs gives 0 training steps")
+  return num_train_steps, int(num_train_steps * options.warmup_proportion)
+
+
+# ----------------------------------------------------------------------------
+
+def run(options, strategy=None):
+  """Trains and/or evaluates as the flags say; returns {"eval": the dev results (a dict) or
+  None, "predict": the test results or None}. options: a namespace from options(...), or the
+  parsed FLAGS; strategy: a tf.distribute strategy (built from the options when None). With a
+  model directory as --output_dir or --init_checkpoint, the model flags may be left out."""
+  options, _ = model_dir.resolve_options(options, DEFAULTS)
+  _validate(options)
+  config = run_checks.load_and_check_config(options)
+  if options.max_seq_length > config.max_position_embeddings:
+    raise ValueError(
+        "Cannot use sequence length %d because the BERT model was only trained up to "
+        "sequence length %d" % (options.max_seq_length, config.max_position_embeddings))
+  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
+                                         do_lower_case=options.do_lower_case)
+  tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
+                           required=("[UNK]", "[CLS]", "[SEP]"))
+  run_checks.check_vocab_fits(config, tokenizer.vocab, options)
+  data = read_data(options)
+  train_steps(options, _num_units(options, data["train"]) if data["train"] else 0)
+  keras.utils.set_random_seed(options.seed)
+  strategy = distribution.strategy_for(options, strategy)
+  with outputs.output_directory(strategy, options.output_dir) as record_dir:
+    chief = distribution.is_chief(strategy)
+    model_dir.prepare(options, chief, config, "reranker")
+    return _train_eval_predict(options, strategy, config, data, tokenizer, chief, record_dir)
+
+
+def _train_eval_predict(options, strategy, config, data, tokenizer, chief, record_dir):
+  train = data["train"]
+  num_train_steps, num_warmup_steps = train_steps(
+      options, _num_units(options, train) if train else 0)
+  train_file = os.path.join(record_dir, "train.tf_record")
+  list_size = 1
+  if train:
+    _, list_size = reranking.write_records(train, tokenizer, options.max_seq_length,
+                                           train_file, options.loss)
+  task = reranking.RerankTask(options.max_seq_length, options.loss, list_size)
+  trainer = training.build_trainer(options, strategy,
+                                   lambda: retrieval.BertCrossEncoder(config), task,
+                                   num_train_steps or 1, num_warmup_steps or 0)
+  infer = reranking.score_fn(trainer.model, trainer.strategy, trainer.use_xla)
+  trim = options.trim_eval_batches and not isinstance(strategy, tf.distribute.TPUStrategy)
+
+  def evaluate(split, batch_size, step):
+    """(The results of a rerank set at `step`, the reranked run)."""
+    dataset = data[split]
+    score = lambda queries, passages: reranking.score_pairs(  # noqa: E731
+        infer, reranking.encode_pairs(queries, passages, tokenizer, options.max_seq_length),
+        batch_size, trim)
+    run_ = reranking.rerank(dataset["candidates"], dataset["queries"], dataset["corpus"],
+                            score)
+    results = embeddings.retrieval_results(dataset["qrels"], run_)
+    results.update(embeddings.retrieval_results(
+        dataset["qrels"], reranking.candidate_run(dataset["candidates"]), "eval_before_"))
+    results["global_step"] = int(step)
+    return results, run_
+
+  if options.do_train:
+    _train(options, trainer, train, train_file, list_size, num_train_steps,
+           lambda step: evaluate("dev", options.eval_batch_size, step)[0], chief,
+           lambda d: checkpoints.save_tf1_checkpoint(trainer.model,
+                                                     os.path.join(d, "model.ckpt")))
+  else:
+    training_checkpoints.restore_for_inference(trainer, options.output_dir,
+                                               options.init_checkpoint)
+  if options.do_eval or options.do_predict:
+    training.restore_best(options, trainer)
+  results = {"eval": None, "predict": None}
+  step = int(trainer.global_step.numpy())
+  for split, key, batch_size, wanted in (
+      ("dev", "eval", options.eval_batch_size, options.do_eval),
+      ("test", "predict", options.predict_batch_size, options.do_predict)):
+    if not wanted:
+      continue
+    logging.info("***** Reranking %s: %d queries, %d pairs *****", split,
+                 len(data[split]["candidates"]),
+                 sum(len(d) for d in data[split]["candidates"].values()))
+    results[key], run_ = evaluate(split, batch_size, step)
+    _write_results(options, split, results[key], run_, chief)
+  return results
+
+
+def _train(options, trainer, train, train_file, list_size, num_train_steps, evaluate, chief,
+           save_best):
+  """--do_train: the records of train_file; with --eval_every_steps, evaluate(step) on the dev
+  candidates, the best model by eval_<--metric> in output_dir/best."""
+  logging.info("***** Running training *****")
+  logging.info("  Num pairs = %d (%s loss%s) from %s", len(train), options.loss,
+               f", lists of {list_size}" if options.loss == "listwise" else "",
+               train[0].path)
+  logging.info("  Batch size = %d", options.train_batch_size)
+  logging.info("  Num steps = %d", num_train_steps)
+  extra = {}
+  if options.eval_every_steps:
+    extra = {"eval_every_steps": options.eval_every_steps, "eval_fn": training.EvalHook(
+        evaluate, options.output_dir, metric_name="eval_" + options.metric,
+        patience=options.early_stopping_patience, chief=chief, save_best=save_best)}
+  training.fine_tune(trainer, options, train_file,
+                     reranking.decode_fn(options.max_seq_length, options.loss, list_size),
+                     num_train_steps, **extra)
+
+
+def _write_results(options, split, results, run_, chief):
+  """Logs the results; writes eval_results.txt and dev_run.trec (dev) or test_results.txt and
+  test_run.trec (test), chief only."""
+  logging.info("***** %s results *****", "Eval" if split == "dev" else "Test")
+  for key in sorted(results):
+    logging.info("  %s = %s", key, str(results[key]))
+  if chief:
+    name = "eval_results.txt" if split == "dev" else "test_results.txt"
+    file_io.write_text_atomic(os.path.join(options.output_dir, name),
+                              outputs.format_results(results))
+    retrieval_metrics.write_run(os.path.join(options.output_dir, f"{split}_run.trec"), run_,
+                                reranking.RUN_TAG)
+
+
+main = errors.script_main(run)
+
+
+if __name__ == "__main__":
+  define_flags()
+  app.run(main)
