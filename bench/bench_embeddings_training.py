@@ -14,7 +14,7 @@ the held-out test questions (64 texts a step) and writes its top 100 as a TREC r
 tasks/retrieval_metrics scores (NDCG@10, MRR@10, Recall@10/100) against qrels/test.tsv. Wall
 time is end to end (process start to the run file), the sides timed one after the other; the
 training time beside it is the trainer's construction and training (ours: from run_embeddings'
-log, "Running training" to "Running retrieval"), of the last round.
+log, "Running training" to "Running evaluation"), of the last round.
 
 torch and sentence-transformers are not dependencies of this repository: give a Python that has
 them (e.g. `python3 -m venv st-venv && st-venv/bin/pip install torch
@@ -116,7 +116,7 @@ def _run_ours(args, data, model_dir, out):
   with open(f"{out}/run/test_results.txt") as f:
     steps = [int(line.split("=")[1]) for line in f if line.startswith("global_step")]
   return {"steps": steps[0], "train_s": _log_seconds(done.stderr, "Running training",
-                                                      "Running retrieval on test")}
+                                                      "Running evaluation on test")}
 
 
 def _log_seconds(log, first, last):
