@@ -152,7 +152,9 @@ def train_original(config, init_checkpoint, batches, learning_rate, steps, warmu
       norms = (tf1.global_norm(grads), tf1.global_norm([tf1.convert_to_tensor(g) for g in grads]))
       saver = tf1.train.Saver(tf1.trainable_variables())
       losses, clip_norms = [], {}
-      with tf1.Session() as sess:
+      # One inter-op thread: the original's train_op reads global_step (the learning rate)
+      # and increments it with no order between the two; more threads race them.
+      with tf1.Session(config=tf1.ConfigProto(inter_op_parallelism_threads=1)) as sess:
         sess.run(tf1.global_variables_initializer())
         start = time.perf_counter()
         for step, batch in enumerate(batches, 1):

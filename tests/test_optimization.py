@@ -177,7 +177,10 @@ def test_adamw_matches_original_optimizer():
     # d(loss)/d(var) = the fed gradient exactly.
     loss = tf.add_n([tf.reduce_sum(v * tf.stop_gradient(g)) for v, g in zip(tvars, feeds)])
     train_op = original.create_optimizer(loss, init_lr, total, warmup, use_tpu=False)
-    with tf1.Session() as sess:
+    # One inter-op thread: the original's train_op groups the update (whose learning rate
+    # reads global_step) with global_step's increment, no order between them; with several
+    # threads a loaded machine now and then runs the increment first (a step's rate off).
+    with tf1.Session(config=tf1.ConfigProto(inter_op_parallelism_threads=1)) as sess:
       sess.run(tf1.global_variables_initializer())
       for grads in grad_steps:
         sess.run(train_op, feed_dict=dict(zip(feeds, grads)))

@@ -209,7 +209,9 @@ def _train_the_original(config, init_checkpoint, batches, learning_rate, num_tra
                if g is not None]
       norms = (tf1.global_norm(grads), tf1.global_norm([tf1.convert_to_tensor(g)
                                                         for g in grads]))
-      with tf1.Session() as sess:
+      # One inter-op thread: the original's train_op reads global_step (the learning rate)
+      # and increments it with no order between the two (test_optimization says more).
+      with tf1.Session(config=tf1.ConfigProto(inter_op_parallelism_threads=1)) as sess:
 
         def step(batch):
           feed = {features[k]: batch[k] for k in features}
