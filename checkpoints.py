@@ -669,7 +669,8 @@ def _described_pooling(path):
   """{"pooling", "normalize"} that the model directory of `path` says (a run_embeddings
   task.json, a sentence-transformers directory's Pooling and Normalize modules), else {}."""
   description = model_files.read_model_files(path)
-  if not description or description.get("task") != "embeddings":
+  if not description or description.get("task") not in task_registry.task_json_names() or (
+      task_registry.of_description(description).outputs != "vectors"):
     return {}
   return {key: description[key] for key in ("pooling", "normalize")
           if description.get(key) is not None}
