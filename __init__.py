@@ -20,12 +20,18 @@ __version__ = "0.1.0"
 
 # The modules whose import registers Keras classes (@keras.saving.register_keras_serializable).
 KERAS_MODULES = ("modeling", "preprocessing", "optimization", "retrieval")
+# Those written in Keras ops alone, registered on every backend; the others use TensorFlow
+# (tokenization in the graph) and register on JAX and PyTorch when they are imported.
+BACKEND_INDEPENDENT_MODULES = ("modeling", "optimization")
 
 
 def register_keras_objects():
-  """Imports the KERAS_MODULES (registering their classes with Keras); idempotent."""
-  for name in KERAS_MODULES:
-    # The package's name, not __name__: pytest imports this file as "__init__".
+  """Imports the KERAS_MODULES (registering their classes with Keras); idempotent. Under a
+  Keras backend other than TensorFlow only the BACKEND_INDEPENDENT_MODULES, so that
+  `import bert_keras` imports no TensorFlow there."""
+  # The package's name, not __name__: pytest imports this file as "__init__".
+  tensorflow_backend = importlib.import_module("bert_keras.utils.backend").is_tensorflow()
+  for name in KERAS_MODULES if tensorflow_backend else BACKEND_INDEPENDENT_MODULES:
     importlib.import_module(f"bert_keras.{name}")
 
 

@@ -34,16 +34,20 @@ while LayerNorm, softmax, the logits and the losses are float32.
 checkpoints.load_model(directory) builds and loads a model in one call.
 """
 
-from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+from bert_keras.utils import backend  # first: TensorFlow quietly, where it is Keras's backend
 import copy
 import json
 import math
 
 import keras
-import tensorflow as tf
 from keras import ops
 
+from bert_keras.utils import file_io
 from bert_keras.utils import memory
+
+# TensorFlow where it is the backend (a few TensorFlow-only steps below), else None: on JAX and
+# PyTorch this module imports no TensorFlow.
+tf = backend.tensorflow()
 
 _PACKAGE = "bert_keras"
 
@@ -110,16 +114,20 @@ class BertConfig(object):
     its "model_type"/"architectures" keys and read with from_hf_dict. The config is
     validated; any problem is a ValueError whose message starts with the file's name."""
     try:
-      with tf.io.gfile.GFile(json_file, "r") as reader:
+      with file_io.open_read(json_file) as reader:
         json_object = json.loads(reader.read())
-    except tf.errors.NotFoundError:
-      raise ValueError("%s: no such file" % json_file) from None
-    except tf.errors.OpError as e:
-      raise ValueError("%s: cannot read it: %s" % (json_file, e.message)) from None
     except UnicodeDecodeError as e:
       raise ValueError("%s: not UTF-8 text (%s)" % (json_file, e.reason)) from None
     except ValueError as e:
       raise ValueError("%s: not valid JSON: %s" % (json_file, e)) from None
+    except Exception as e:  # noqa: BLE001  (OSError, or TensorFlow's file errors on gs://)
+      text = file_io.file_error_text(e)
+      if text is None:
+        raise
+      if isinstance(e, FileNotFoundError) or "NotFound" in type(e).__name__:
+        raise ValueError("%s: no such file" % json_file) from None
+      reason = e.strerror if isinstance(e, OSError) and e.strerror else text
+      raise ValueError("%s: cannot read it: %s" % (json_file, reason)) from None
     if not isinstance(json_object, dict):
       raise ValueError("%s: not a JSON object of config fields" % json_file)
     config = (cls.from_hf_dict if _is_hf_config(json_object) else cls.from_dict)(json_object)
@@ -194,16 +202,16 @@ def _as_config(config):
 def gelu(x):
   """The original's gelu: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 
-  tf.nn.gelu computes that same formula; grappler recognises it after a MatMul + BiasAdd and
-  runs the three as one oneDNN kernel (Dense below), 5-7% faster than separate ops for
-  BERT-Base on CPU (bench/bench_model.py).
+  keras.ops.gelu computes that same formula (tf.nn.gelu on TensorFlow, which grappler
+  recognises after a MatMul + BiasAdd and runs the three as one oneDNN kernel: Dense below,
+  5-7% faster than separate ops for BERT-Base on CPU, bench/bench_model.py).
   """
-  return tf.nn.gelu(x, approximate=True)
+  return ops.gelu(x, approximate=True)
 
 
 def gelu_exact(x):
   """The exact gelu, x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))): HuggingFace's "gelu"."""
-  return tf.nn.gelu(x, approximate=False)
+  return ops.gelu(x, approximate=False)
 
 
 _ACTIVATIONS = {
@@ -248,16 +256,20 @@ def _initializer(config):
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class Dropout(keras.layers.Dropout):
-  """keras Dropout whose mask also depends on the tf.distribute replica it runs on.
+  """keras Dropout whose mask, under TensorFlow, also depends on the tf.distribute replica it
+  runs on.
 
   Keras keeps the dropout seed state in a variable that tf.distribute mirrors, so every
   replica would draw the same mask; here the replica id is added to the seed. On one
-  replica the masks are Keras's own (same seed, same stateless op).
+  replica the masks are Keras's own (same seed, same stateless op). On JAX and PyTorch this
+  is Keras's Dropout.
   """
 
   def call(self, inputs, training=False):
     if not training or self.rate <= 0:
       return inputs
+    if tf is None:
+      return super().call(inputs, training=training)
     seed = self.seed_generator.next()
     context = tf.distribute.get_replica_context()
     if context is not None and context.num_replicas_in_sync > 1:
@@ -267,6 +279,11 @@ class Dropout(keras.layers.Dropout):
       seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
     return tf.nn.experimental.stateless_dropout(inputs, rate=self.rate, seed=seed,
                                                 noise_shape=self.noise_shape)
+
+
+def _bias_add(y, bias):
+  """y [N, units] + bias [units]: TensorFlow's BiasAdd (fused with the MatMul) or a plain add."""
+  return tf.nn.bias_add(y, bias) if tf is not None else ops.add(y, bias)
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -290,13 +307,13 @@ class Dense(keras.layers.Layer):
 
   def call(self, x):
     # MatMul, BiasAdd and the activation, in that order on the 2-D tensor: the pattern that
-    # grappler's remapper fuses into one kernel (a broadcast "+ bias" is not fused).
+    # TensorFlow's grappler remapper fuses into one kernel (a broadcast "+ bias" is not fused).
     shape = ops.shape(x)
-    y = tf.nn.bias_add(tf.matmul(tf.reshape(x, (-1, shape[-1])), self.kernel), self.bias)
+    y = _bias_add(ops.matmul(ops.reshape(x, (-1, shape[-1])), self.kernel), self.bias)
     fn = get_activation(self.activation)
     if fn is not None:
       y = fn(y)
-    return tf.reshape(y, tuple(shape[:-1]) + (self.units,))
+    return ops.reshape(y, tuple(shape[:-1]) + (self.units,))
 
   def get_config(self):
     return {**super().get_config(), "units": self.units, "activation": self.activation,
@@ -383,7 +400,7 @@ class Embeddings(ConfigLayer):
                "more positions.")
     if seq_length is not None and seq_length > max_length:
       raise ValueError(message % (seq_length, max_length, max_length))
-    if seq_length is None:   # traced with an unknown length: checked when it runs
+    if seq_length is None and tf is not None:  # a TF graph of unknown length: checked at run
       tf.debugging.assert_less_equal(tf.shape(input_ids)[1], max_length,
                                      message=message % ("?", max_length, max_length))
     positions = self.position_embeddings[:ops.shape(input_ids)[1]]       # [S, H]
@@ -549,13 +566,21 @@ class MaskedLMHead(ConfigLayer):
                                        initializer="zeros")
 
   def call(self, sequence_output, masked_lm_positions, embedding_table):
-    x = tf.gather(sequence_output, masked_lm_positions, batch_dims=1)     # [B, P, H]
+    x = gather_positions(sequence_output, masked_lm_positions)           # [B, P, H]
     x = ops.cast(self.layer_norm(self.transform(x)), self.compute_dtype)
     b, p = ops.shape(x)[0], ops.shape(x)[1]
     table = ops.cast(embedding_table, self.compute_dtype)                  # [V, H]
-    logits = tf.matmul(ops.reshape(x, (-1, self.config.hidden_size)), table, transpose_b=True)
+    logits = ops.matmul(ops.reshape(x, (-1, self.config.hidden_size)), ops.transpose(table))
     logits = ops.cast(logits, "float32") + ops.cast(self.output_bias, "float32")
     return ops.reshape(logits, (b, p, self.config.vocab_size))
+
+
+def gather_positions(x, positions):
+  """x [B, S, H] at positions int [B, P] -> [B, P, H] (the original's gather_indexes: one
+  gather from the flattened [B * S, H])."""
+  b, s, h = ops.shape(x)[0], ops.shape(x)[1], x.shape[-1]
+  flat = ops.reshape(positions + ops.arange(b, dtype="int32")[:, None] * s, (-1,))
+  return ops.reshape(ops.take(ops.reshape(x, (-1, h)), flat, axis=0), (b, -1, h))
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)
@@ -585,7 +610,7 @@ class NextSentenceHead(ConfigLayer):
 
 def real_token_index(input_mask):
   """int [B, S] (1 real token, 0 padding) -> int32 [T]: the flat positions (b * S + s) of
-  the T real tokens, in order."""
+  the T real tokens, in order. This and the two below: TensorFlow only (BertModel)."""
   return tf.cast(tf.where(tf.reshape(input_mask, [-1]) != 0)[:, 0], tf.int32)
 
 
@@ -639,8 +664,8 @@ class BertModel(keras.Model):
   block on the T real tokens only ([T, H], gathered by the input_mask) and only the
   attention on [B, S]: the outputs at the real positions are the same (the attention masks
   the padding out as a key), the work on the padding is saved (about half of it on
-  sentences of mixed lengths), and sequence_output and the encoder outputs are 0 at the
-  padding, where the original's hold values that nothing should read. Turn it on only where
+  sentences of mixed lengths; on TensorFlow only: on JAX and PyTorch every position is
+  computed), and sequence_output and the encoder outputs are 0 at the padding, where the original's hold values that nothing should read. Turn it on only where
   no output at the padding is read, and not under XLA or on TPUs (T is known only when the
   step runs). Task models
   (BertClassifier, BertSquad, BertPretrainer) take a BertModel and share its weights.
@@ -682,7 +707,11 @@ class BertModel(keras.Model):
     input_ids, input_mask, segment_ids = _unpack_inputs(inputs)
     x = self.embeddings(input_ids, segment_ids, training=training)
     embedding_output = x
-    token_index = real_token_index(input_mask) if self.skip_padding else None
+    # skip_padding gathers the real tokens on TensorFlow only: JAX compiles every step with
+    # XLA, whose shapes cannot depend on the data, so there (and on PyTorch) the blocks run on
+    # [B, S, H] and the padding is zeroed afterwards, the same outputs.
+    token_index = (real_token_index(input_mask) if self.skip_padding and tf is not None
+                   else None)
     if token_index is not None:
       x = gather_tokens(x, token_index)                                   # [T, H]
     encoder_outputs = []
@@ -691,6 +720,10 @@ class BertModel(keras.Model):
       encoder_outputs.append(x)
     if token_index is not None:  # zeros at the padding
       encoder_outputs = [scatter_tokens(y, token_index, input_mask) for y in encoder_outputs]
+      x = encoder_outputs[-1]
+    elif self.skip_padding:
+      real = ops.cast(input_mask, x.dtype)[:, :, None]
+      encoder_outputs = [y * real for y in encoder_outputs]
       x = encoder_outputs[-1]
     outputs = {"sequence_output": x, "pooled_output": self.pooler(x)}
     if self.output_hidden_states if output_hidden_states is None else output_hidden_states:
@@ -857,8 +890,8 @@ class BertClassifier(_TaskModel):
   def probabilities(self, logits):
     """The model's logits [B, num_labels] -> probabilities float32 [B, num_labels]: softmax
     over the labels, or for multi_label each label's sigmoid."""
-    logits = tf.cast(logits, tf.float32)
-    return tf.sigmoid(logits) if self.multi_label else tf.nn.softmax(logits, axis=-1)
+    logits = ops.cast(logits, "float32")
+    return ops.sigmoid(logits) if self.multi_label else ops.softmax(logits, axis=-1)
 
   def get_config(self):
     config = {**super().get_config(), "num_labels": self.num_labels}
@@ -1007,18 +1040,23 @@ class BertSentenceEncoder(_TaskModel):
 # 5. Losses (float32)
 # ----------------------------------------------------------------------------------------------
 
+def _sparse_nll(logits, labels):
+  """-log softmax(logits)[label]: logits [..., N], labels int [...] -> float32 [...]. Keras's
+  sparse categorical cross-entropy (TensorFlow's fused kernel on TensorFlow)."""
+  return ops.sparse_categorical_crossentropy(ops.cast(labels, "int32"),
+                                             ops.cast(logits, "float32"), from_logits=True)
+
+
 def masked_lm_per_position_loss(logits, label_ids):
   """-log p(label) at each masked position: logits [B, P, V], label_ids int [B, P] ->
   float32 [B, P]."""
-  return tf.nn.sparse_softmax_cross_entropy_with_logits(
-      labels=tf.cast(label_ids, tf.int32), logits=tf.cast(logits, tf.float32))
+  return _sparse_nll(logits, label_ids)
 
 
 def next_sentence_per_example_loss(logits, labels):
   """-log p(label) per example: logits [B, 2], labels int [B] or [B, 1] (0 = is next) ->
   float32 [B]."""
-  return tf.nn.sparse_softmax_cross_entropy_with_logits(
-      labels=tf.reshape(tf.cast(labels, tf.int32), [-1]), logits=tf.cast(logits, tf.float32))
+  return _sparse_nll(logits, ops.reshape(labels, (-1,)))
 
 
 def masked_lm_loss(logits, label_ids, label_weights, weight_sum=None):
@@ -1027,10 +1065,10 @@ def masked_lm_loss(logits, label_ids, label_weights, weight_sum=None):
 
   logits [B, P, V], label_ids int [B, P], label_weights float [B, P] -> scalar float32.
   """
-  weights = tf.cast(label_weights, tf.float32)
+  weights = ops.cast(label_weights, "float32")
   if weight_sum is None:
-    weight_sum = tf.reduce_sum(weights)
-  return (tf.reduce_sum(weights * masked_lm_per_position_loss(logits, label_ids)) /
+    weight_sum = ops.sum(weights)
+  return (ops.sum(weights * masked_lm_per_position_loss(logits, label_ids)) /
           (weight_sum + 1e-5))
 
 
@@ -1039,16 +1077,14 @@ def next_sentence_loss(logits, labels, num_examples=None):
   the batch mean). logits [B, 2], labels int [B] or [B, 1] (0 = is next) -> scalar float32."""
   per_example = next_sentence_per_example_loss(logits, labels)
   if num_examples is None:
-    num_examples = tf.cast(tf.shape(per_example)[0], tf.float32)
-  return tf.reduce_sum(per_example) / num_examples
+    num_examples = ops.cast(ops.shape(per_example)[0], "float32")
+  return ops.sum(per_example) / num_examples
 
 
 def classifier_loss(logits, label_ids):
   """Per-example -log softmax(logits)[label]: logits [B, N], label_ids int [B] -> float32 [B]
   (the original's per_example_loss; its "loss" is the batch mean)."""
-  log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-  labels = tf.reshape(tf.cast(label_ids, tf.int32), [-1])
-  return -tf.gather(log_probs, labels, batch_dims=1)
+  return _sparse_nll(logits, ops.reshape(label_ids, (-1,)))
 
 
 def multi_label_loss(logits, labels, pos_weight=None):
@@ -1057,25 +1093,23 @@ def multi_label_loss(logits, labels, pos_weight=None):
   multi-hot labels float [B, C] -> float32 [B]. pos_weight: None (all 1) or float [C], each
   label's weight of its positive term (run_classifier's --class_weights). Without pos_weight
   it equals keras.losses.BinaryCrossentropy(from_logits=True, reduction=None)."""
-  logits = tf.cast(logits, tf.float32)
-  labels = tf.cast(labels, tf.float32)
-  if pos_weight is None:
-    per_label = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
-  else:
-    per_label = tf.nn.weighted_cross_entropy_with_logits(
-        labels=labels, logits=logits, pos_weight=tf.cast(pos_weight, tf.float32))
-  return tf.reduce_mean(per_label, axis=-1)
+  x = ops.cast(logits, "float32")
+  y = ops.cast(labels, "float32")
+  # -log sigmoid(x) = softplus(-x) = log1p(exp(-|x|)) + max(-x, 0), stable for any x;
+  # -log(1 - sigmoid(x)) = x + softplus(-x).
+  softplus_minus_x = ops.log1p(ops.exp(-ops.abs(x))) + ops.maximum(-x, 0.0)
+  w = 1.0 if pos_weight is None else ops.cast(pos_weight, "float32")
+  per_label = w * y * softplus_minus_x + (1.0 - y) * (x + softplus_minus_x)
+  return ops.mean(per_label, axis=-1)
 
 
 def token_classifier_loss(logits, label_ids):
   """Per-token -log softmax(logits)[label], 0 where label_ids < 0 (WordPieces after a word's
   first, [CLS], [SEP], padding): logits [B, S, N], label_ids int [B, S] -> float32 [B, S].
   The mean over the tagged tokens is sum(loss) / sum(label_ids >= 0)."""
-  log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
-  labels = tf.cast(label_ids, tf.int32)
-  tagged = labels >= 0
-  picked = tf.gather(log_probs, tf.maximum(labels, 0), batch_dims=2)
-  return tf.where(tagged, -picked, tf.zeros_like(picked))
+  labels = ops.cast(label_ids, "int32")
+  picked = _sparse_nll(logits, ops.maximum(labels, 0))
+  return ops.where(labels >= 0, picked, ops.zeros_like(picked))
 
 
 def squad_loss(start_logits, end_logits, start_positions, end_positions):
@@ -1085,10 +1119,11 @@ def squad_loss(start_logits, end_logits, start_positions, end_positions):
   original's one-hot). The batch mean is the original's total_loss = (start_loss +
   end_loss) / 2."""
   def nll(logits, positions):
-    logits = tf.cast(logits, tf.float32)
-    one_hot = tf.one_hot(tf.reshape(tf.cast(positions, tf.int32), [-1]),
-                         depth=tf.shape(logits)[-1], dtype=tf.float32)
-    return -tf.reduce_sum(one_hot * tf.nn.log_softmax(logits, axis=-1), axis=-1)
+    logits = ops.cast(logits, "float32")
+    positions = ops.reshape(ops.cast(positions, "int32"), (-1, 1))
+    one_hot = ops.cast(positions == ops.arange(ops.shape(logits)[-1], dtype="int32")[None],
+                       "float32")                                             # [B, S]
+    return -ops.sum(one_hot * ops.log_softmax(logits, axis=-1), axis=-1)
   return (nll(start_logits, start_positions) + nll(end_logits, end_positions)) / 2.0
 
 

@@ -21,8 +21,13 @@ own `global_clipnorm` clips each replica's partial gradient before the sum).
 
 import re
 
+from bert_keras.utils import backend  # first: TensorFlow quietly, where it is Keras's backend
 import keras
-import tensorflow as tf
+from keras import ops
+
+# TensorFlow where it is the backend (cross-replica clipping, the XLA-compiled update), else
+# None: on JAX and PyTorch this module imports no TensorFlow.
+tf = backend.tensorflow()
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 
@@ -59,18 +64,17 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     self.power = float(power)
 
   def __call__(self, step):
-    step = tf.convert_to_tensor(step)
-    step_f = tf.cast(step, tf.float32)
-    decay_steps = tf.constant(float(max(self.num_train_steps, 1)), tf.float32)
-    fraction = tf.minimum(step_f, decay_steps) / decay_steps
-    lr = ((self.init_lr - self.end_lr) * tf.pow(1.0 - fraction, self.power)
+    step = ops.convert_to_tensor(step)
+    step_f = ops.cast(step, "float32")
+    decay_steps = ops.convert_to_tensor(float(max(self.num_train_steps, 1)), "float32")
+    fraction = ops.minimum(step_f, decay_steps) / decay_steps
+    lr = ((self.init_lr - self.end_lr) * ops.power(1.0 - fraction, self.power)
           + self.end_lr)
     if self.num_warmup_steps:
-      step_i = tf.cast(step, tf.int32)
-      warmup_i = tf.constant(self.num_warmup_steps, tf.int32)
-      warmup_lr = self.init_lr * (tf.cast(step_i, tf.float32) /
-                                  tf.cast(warmup_i, tf.float32))
-      is_warmup = tf.cast(step_i < warmup_i, tf.float32)
+      step_i = ops.cast(step, "int32")
+      warmup_lr = self.init_lr * (ops.cast(step_i, "float32") /
+                                  float(self.num_warmup_steps))
+      is_warmup = ops.cast(step_i < self.num_warmup_steps, "float32")
       lr = (1.0 - is_warmup) * lr + is_warmup * warmup_lr
     return lr
 
@@ -80,17 +84,32 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
             "power": self.power}
 
 
+def clip_by_global_norm(grads, clip_norm):
+  """The original's clipping, g * c / max(||grads||, c) with ||grads|| the global norm over the
+  list (None entries kept): tf.clip_by_global_norm's formula, in Keras ops."""
+  present = [g for g in grads if g is not None]
+  if not present:
+    return grads
+  norm = ops.sqrt(sum(ops.sum(ops.square(ops.cast(g, "float32"))) for g in present))
+  scale = clip_norm / ops.maximum(norm, clip_norm)
+  return [None if g is None else g * ops.cast(scale, g.dtype) for g in grads]
+
+
 class _ClipAfterReduce:
   """Mixin: global-norm clipping of the cross-replica SUM of the gradients.
 
   Keras' base optimizer clips (`_clip_gradients`) before the TF backend sums the
-  per-replica gradients (`_all_reduce_sum_gradients`); we clip after the sum,
-  with tf.clip_by_global_norm (the original's op: g * c / max(norm, c)).
-  Dense-ifies IndexedSlices gradients (embedding lookups), as the original did.
+  per-replica gradients (`_all_reduce_sum_gradients`); under TensorFlow we clip after the sum,
+  with tf.clip_by_global_norm (the original's op: g * c / max(norm, c)), and dense-ify
+  IndexedSlices gradients (embedding lookups), as the original did. On JAX and PyTorch the
+  gradients reach the optimizer already summed (Keras's distribution shards the batch inside
+  one program), so they are clipped where Keras clips, by the same formula.
   """
 
   def _clip_gradients(self, grads):
-    return grads
+    if tf is not None or not self.global_clipnorm:
+      return grads
+    return clip_by_global_norm(grads, self.global_clipnorm)
 
   def _all_reduce_sum_gradients(self, grads_and_vars):
     grads_and_vars = [
@@ -108,17 +127,22 @@ class _ClipAfterReduce:
     return grads_and_vars
 
 
-@tf.function(jit_compile=True)
-def _adam_weight_decay_step(grad, m, v, w, lr, beta_1, one_minus_beta_1, beta_2,
+def _adam_weight_decay_math(grad, m, v, w, lr, beta_1, one_minus_beta_1, beta_2,
                             one_minus_beta_2, epsilon, decay):
-  """AdamWeightDecay's update of one variable -> (m, v, w) after it; every argument a
-  tensor. Compiled by XLA into one pass over g, m, v and w, not a dozen (twice as fast on a
-  CPU); the same operations on the same float32 constants as the original's (1 - beta is
-  rounded from the double, as its Python float is). decay 0: none (u + 0 * w = u)."""
+  """AdamWeightDecay's update of one variable -> (m, v, w) after it, in Keras ops; every
+  argument a tensor of the variable's dtype: the same operations on the same float32
+  constants as the original's (1 - beta is rounded from the double, as its Python float is).
+  decay 0: none (u + 0 * w = u)."""
   next_m = beta_1 * m + one_minus_beta_1 * grad
-  next_v = beta_2 * v + one_minus_beta_2 * tf.square(grad)
-  update = next_m / (tf.sqrt(next_v) + epsilon) + decay * w
+  next_v = beta_2 * v + one_minus_beta_2 * ops.square(grad)
+  update = next_m / (ops.sqrt(next_v) + epsilon) + decay * w
   return next_m, next_v, w - lr * update
+
+
+# Under TensorFlow compiled by XLA into one pass over g, m, v and w, not a dozen (twice as
+# fast on a CPU); JAX compiles the whole step anyway, PyTorch runs it as it is.
+_adam_weight_decay_step = (tf.function(_adam_weight_decay_math, jit_compile=True)
+                           if tf is not None else _adam_weight_decay_math)
 
 
 @keras.saving.register_keras_serializable(package="bert_keras")
@@ -161,11 +185,11 @@ class AdamWeightDecay(_ClipAfterReduce, keras.optimizers.Optimizer):
     dtype = variable.dtype
     index = self._get_variable_index(variable)
     m, v = self._adam_m[index], self._adam_v[index]
-    constant = lambda x: tf.constant(x, dtype)
+    constant = lambda x: ops.convert_to_tensor(x, dtype)
     decay = self.weight_decay_rate if self.use_weight_decay(variable) else 0.0
     next_m, next_v, next_w = _adam_weight_decay_step(
-        tf.cast(gradient, dtype), tf.convert_to_tensor(m), tf.convert_to_tensor(v),
-        tf.convert_to_tensor(variable), tf.cast(learning_rate, dtype),
+        ops.cast(gradient, dtype), ops.convert_to_tensor(m), ops.convert_to_tensor(v),
+        ops.convert_to_tensor(variable), ops.cast(learning_rate, dtype),
         constant(self.beta_1), constant(1.0 - self.beta_1), constant(self.beta_2),
         constant(1.0 - self.beta_2), constant(self.epsilon), constant(decay))
     self.assign(m, next_m)
@@ -219,29 +243,30 @@ class Lamb(AdamWeightDecay):
 
   def update_step(self, gradient, variable, learning_rate):
     dtype = variable.dtype
-    lr = tf.cast(learning_rate, dtype)
-    grad = tf.cast(gradient, dtype)
+    lr = ops.cast(learning_rate, dtype)
+    grad = ops.cast(gradient, dtype)
+    w = ops.convert_to_tensor(variable)
     index = self._get_variable_index(variable)
     m, v = self._lamb_m[index], self._lamb_v[index]
-    t = tf.cast(self.iterations + 1, dtype)
-    beta_1 = tf.cast(self.beta_1, dtype)
-    beta_2 = tf.cast(self.beta_2, dtype)
+    t = ops.cast(self.iterations + 1, dtype)
+    beta_1 = ops.cast(self.beta_1, dtype)
+    beta_2 = ops.cast(self.beta_2, dtype)
     next_m = beta_1 * m + (1.0 - beta_1) * grad
-    next_v = beta_2 * v + (1.0 - beta_2) * tf.square(grad)
-    m_hat = next_m / (1.0 - tf.pow(beta_1, t))
-    v_hat = next_v / (1.0 - tf.pow(beta_2, t))
-    update = m_hat / (tf.sqrt(v_hat) + tf.cast(self.epsilon, dtype))
+    next_v = beta_2 * v + (1.0 - beta_2) * ops.square(grad)
+    m_hat = next_m / (1.0 - ops.power(beta_1, t))
+    v_hat = next_v / (1.0 - ops.power(beta_2, t))
+    update = m_hat / (ops.sqrt(v_hat) + ops.cast(self.epsilon, dtype))
     if self.use_weight_decay(variable):
-      update += tf.cast(self.weight_decay_rate, dtype) * variable
-    ratio = tf.constant(1.0, dtype)
+      update += ops.cast(self.weight_decay_rate, dtype) * w
+    ratio = ops.convert_to_tensor(1.0, dtype)
     if self.use_layer_adaptation(variable):
-      w_norm = tf.norm(variable)
-      u_norm = tf.norm(update)
-      ratio = tf.where(tf.logical_and(w_norm > 0.0, u_norm > 0.0),
-                       w_norm / tf.where(u_norm > 0.0, u_norm, 1.0), 1.0)
+      w_norm = ops.sqrt(ops.sum(ops.square(w)))
+      u_norm = ops.sqrt(ops.sum(ops.square(update)))
+      ratio = ops.where(ops.logical_and(w_norm > 0.0, u_norm > 0.0),
+                        w_norm / ops.where(u_norm > 0.0, u_norm, 1.0), 1.0)
     self.assign(m, next_m)
     self.assign(v, next_v)
-    self.assign(variable, variable - lr * ratio * update)
+    self.assign(variable, w - lr * ratio * update)
 
   def get_config(self):
     return {**super().get_config(),

@@ -1,11 +1,9 @@
 # coding=utf-8
 """Throughput figures of the training loop: BERT's training FLOPs per sequence and the
 measured matmul peak of this device, whose ratio to the achieved rate is the model FLOPs
-utilisation (MFU)."""
+utilisation (MFU). The FLOP counts need no TensorFlow."""
 
 import time
-
-import tensorflow as tf
 
 _PEAK_FLOPS = {}
 
@@ -15,6 +13,7 @@ def measured_peak_flops(dtype="float32", n=2048, repeats=5):
   the denominator of model FLOPs utilisation (MFU)."""
   if dtype in _PEAK_FLOPS:
     return _PEAK_FLOPS[dtype]
+  import tensorflow as tf  # here only: the FLOP counts below serve JAX hosts too (bench/gpu)
   tf_dtype = {"float32": tf.float32, "bfloat16": tf.bfloat16, "float16": tf.float16}[dtype]
   if not tf.config.list_logical_devices("GPU") and not tf.config.list_logical_devices("TPU"):
     n = min(n, 1024)
