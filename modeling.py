@@ -665,10 +665,10 @@ class BertModel(keras.Model):
   attention on [B, S]: the outputs at the real positions are the same (the attention masks
   the padding out as a key), the work on the padding is saved (about half of it on
   sentences of mixed lengths; on TensorFlow only: on JAX and PyTorch every position is
-  computed), and sequence_output and the encoder outputs are 0 at the padding, where the original's hold values that nothing should read. Turn it on only where
-  no output at the padding is read, and not under XLA or on TPUs (T is known only when the
-  step runs). Task models
-  (BertClassifier, BertSquad, BertPretrainer) take a BertModel and share its weights.
+  computed), and sequence_output and the encoder outputs are 0 at the padding, where the
+  original's hold values that nothing should read. Turn it on only where no output at the
+  padding is read, and not under XLA or on TPUs (T is known only when the step runs). Task
+  models (BertClassifier, BertSquad, BertPretrainer) take a BertModel and share its weights.
   `checkpoints.load_model(directory)` builds one from a checkpoint directory.
   """
 
