@@ -95,6 +95,14 @@ def clip_by_global_norm(grads, clip_norm):
   return [None if g is None else g * ops.cast(scale, g.dtype) for g in grads]
 
 
+def _read(variable):
+  """A variable's current value as a tensor of the backend (a Keras variable's .value; on
+  TensorFlow ops.convert_to_tensor would hand a Keras variable back as it is, which an XLA
+  function cannot take)."""
+  return variable.value if isinstance(variable, keras.Variable) else ops.convert_to_tensor(
+      variable)
+
+
 class _ClipAfterReduce:
   """Mixin: global-norm clipping of the cross-replica SUM of the gradients.
 
@@ -188,8 +196,8 @@ class AdamWeightDecay(_ClipAfterReduce, keras.optimizers.Optimizer):
     constant = lambda x: ops.convert_to_tensor(x, dtype)
     decay = self.weight_decay_rate if self.use_weight_decay(variable) else 0.0
     next_m, next_v, next_w = _adam_weight_decay_step(
-        ops.cast(gradient, dtype), ops.convert_to_tensor(m), ops.convert_to_tensor(v),
-        ops.convert_to_tensor(variable), ops.cast(learning_rate, dtype),
+        ops.cast(gradient, dtype), _read(m), _read(v), _read(variable),
+        ops.cast(learning_rate, dtype),
         constant(self.beta_1), constant(1.0 - self.beta_1), constant(self.beta_2),
         constant(1.0 - self.beta_2), constant(self.epsilon), constant(decay))
     self.assign(m, next_m)
@@ -245,7 +253,7 @@ class Lamb(AdamWeightDecay):
     dtype = variable.dtype
     lr = ops.cast(learning_rate, dtype)
     grad = ops.cast(gradient, dtype)
-    w = ops.convert_to_tensor(variable)
+    w = _read(variable)
     index = self._get_variable_index(variable)
     m, v = self._lamb_m[index], self._lamb_v[index]
     t = ops.cast(self.iterations + 1, dtype)

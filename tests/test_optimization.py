@@ -268,3 +268,25 @@ def test_keras_calls_our_hooks_and_we_clip_after_the_sum():
   assert [name for name, _ in calls] == ["clip", "sum"], calls
   assert calls[0][1] == pytest.approx(10.0)  # Keras's clip (before the sum) is a no-op here
   assert calls[1][1] == pytest.approx(1.0)   # ours, after the sum, clips to global_clipnorm
+
+
+@pytest.mark.parametrize("optimizer_type", ["adamw", "lamb"])
+def test_update_in_tf_function_equals_eager(optimizer_type):
+  """The training loops apply the optimizer inside tf.function (and XLA): the same update as
+  eagerly, from the same state."""
+  rng = np.random.RandomState(3)
+  start = rng.normal(size=(4, 3)).astype("float32")
+  grads = [rng.normal(size=(4, 3)).astype("float32") for _ in range(3)]
+  results = []
+  for compiled in (False, True):
+    variable = keras.Variable(start, name="kernel")
+    optimizer = optimization.create_optimizer(1e-2, 10, 0, optimizer_type=optimizer_type)
+    optimizer.build([variable])
+    apply = lambda g: optimizer.apply([g], [variable])
+    if compiled:
+      apply = tf.function(apply)
+    for g in grads:
+      apply(tf.constant(g))
+    results.append(variable.numpy())
+  assert not np.allclose(results[0], start)
+  np.testing.assert_allclose(results[1], results[0], rtol=1e-6, atol=1e-7)

@@ -1,0 +1,149 @@
+"""modeling.py and optimization.py on every installed Keras backend against the TensorFlow
+backend: the same weights and inputs give every layer, head, loss, schedule value and two
+optimizer steps' updated weights within 1e-5; get_config and .keras round trips; importing
+them on JAX or PyTorch imports no TensorFlow.
+
+The reference is computed here (this process runs Keras on TensorFlow, whose model the other
+test files hold to the original); tests/backend_worker.py computes the same on each other
+backend in a subprocess (KERAS_BACKEND=jax / torch). jax (CPU) is in the test extra; torch is
+not: its cases skip unless it is installed (pip install torch, CPU wheel, then run this file).
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from bert_keras import modeling, optimization
+import backend_worker
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BACKENDS = [pytest.param(name, marks=pytest.mark.skipif(
+    importlib.util.find_spec(name) is None, reason=f"{name} is not installed"))
+    for name in ("jax", "torch")]
+CONFIG = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+              intermediate_size=37, max_position_embeddings=16, type_vocab_size=2)
+
+
+def _case(tmp_path_factory):
+  """The case file (weights, inputs, loss arguments) and the TensorFlow results."""
+  rng = np.random.RandomState(0)
+  config = modeling.BertConfig.from_dict(CONFIG)
+  case = {"config": np.array(json.dumps(config.to_dict()))}
+  models = backend_worker.build_models(modeling, config)
+  for name, model in models.items():
+    # random weights (LayerNorm and biases too), so that no term is a zero or a one
+    weights = [rng.normal(0, 0.3, w.shape).astype("float32") for w in model.get_weights()]
+    model.set_weights(weights)
+    for i, w in enumerate(model.get_weights()):
+      case["weights/%s/%d" % (name, i)] = w
+  b, s, p = 3, 12, 3
+  mask = (np.arange(s)[None] < np.array([[12], [7], [3]])).astype("int32")
+  inputs = {"input_ids": rng.randint(1, 99, (b, s)).astype("int32") * mask,
+            "input_mask": mask,
+            "segment_ids": ((np.arange(s)[None] >= 4) * mask).astype("int32"),
+            "masked_lm_positions": np.array([[1, 2, 5], [0, 3, 6], [1, 2, 0]], "int32"),
+            "masked_lm_ids": rng.randint(1, 99, (b, p)).astype("int32"),
+            "masked_lm_weights": np.array([[1, 1, 1], [1, 1, 0], [1, 1, 0]], "float32"),
+            "next_sentence_labels": np.array([[0], [1], [1]], "int32")}
+  for key, value in inputs.items():
+    case["inputs/" + key] = value
+  logits = lambda *shape: rng.normal(0, 3, shape).astype("float32")
+  loss_args = {
+      "masked_lm_per_position_loss": [logits(b, p, 99), inputs["masked_lm_ids"]],
+      "next_sentence_per_example_loss": [logits(b, 2), inputs["next_sentence_labels"]],
+      "masked_lm_loss": [logits(b, p, 99), inputs["masked_lm_ids"],
+                         inputs["masked_lm_weights"]],
+      "next_sentence_loss": [logits(b, 2), inputs["next_sentence_labels"]],
+      "classifier_loss": [logits(b, 3), np.array([0, 2, 1], "int32")],
+      "multi_label_loss": [logits(b, 4), (rng.rand(b, 4) > 0.5).astype("float32")],
+      "multi_label_loss_weighted": [logits(b, 4), (rng.rand(b, 4) > 0.5).astype("float32"),
+                                    np.array([0.5, 1.0, 2.0, 4.0], "float32")],
+      "token_classifier_loss": [logits(b, s, 5),
+                                rng.randint(-1, 5, (b, s)).astype("int32")],
+      "squad_loss": [logits(b, s), logits(b, s), np.array([1, 11, 40], "int32"),
+                     np.array([2, 0, 3], "int32")],
+      "pretrainer_weights": models["pretrainer"].get_weights(),
+  }
+  for name, args in loss_args.items():
+    for i, arg in enumerate(args):
+      case["losses/%s/%d" % (name, i)] = arg
+  path = str(tmp_path_factory.mktemp("backends") / "case.npz")
+  np.savez(path, **case)
+  reference = backend_worker.compute(keras, modeling, optimization, config, dict(np.load(path)))
+  return path, reference
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory):
+  assert keras.backend.backend() == "tensorflow"
+  return _case(tmp_path_factory)
+
+
+def _run_worker(backend, case_path, tmp_path):
+  results = str(tmp_path / ("%s.npz" % backend))
+  env = dict(os.environ, KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="2",
+             CUDA_VISIBLE_DEVICES="", JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, os.path.join(HERE, "backend_worker.py"), case_path,
+                         results], env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return dict(np.load(results))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_same_numbers_as_tensorflow(backend, case, tmp_path):
+  case_path, reference = case
+  results = _run_worker(backend, case_path, tmp_path)
+  assert str(results["backend"]) == backend
+  assert not bool(results["tensorflow_imported_before_saving"]), (
+      "modeling / optimization imported TensorFlow on " + backend)
+  compared = [k for k in reference if not k.startswith("round_trip/")
+              and k != "tensorflow_imported_before_saving"]
+  assert len(compared) > 40
+  for key in compared:
+    np.testing.assert_allclose(results[key], reference[key], rtol=1e-5, atol=1e-5,
+                               err_msg="%s on %s" % (key, backend))
+  for key in reference:
+    if key.startswith("round_trip/"):
+      assert float(results[key]) <= 1e-6, (key, float(results[key]))
+
+
+@pytest.mark.slow
+def test_reference_is_not_trivial(case):
+  """What the backends are held to moves: the optimizer steps change the weights, clipping
+  and weight decay act, skip_padding zeroes the padding and the schedule warms up."""
+  _, reference = case
+  assert reference["train/adamw/loss_1"] < reference["train/adamw/loss_0"]
+  assert not np.allclose(reference["train/adamw/weight_0"], reference["train/lamb/weight_0"])
+  assert np.all(reference["encoder/skip_padding"][2, 3:] == 0)
+  assert np.any(reference["encoder/sequence_output"][2, 3:] != 0)
+  np.testing.assert_allclose(reference["encoder/skip_padding"][0],
+                             reference["encoder/sequence_output"][0], atol=1e-5)
+  assert reference["schedule"][0] == 0 and reference["schedule"][4] > reference["schedule"][1]
+  for key, value in reference.items():
+    if key.startswith("round_trip/"):
+      assert float(value) <= 1e-6, key
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_import_without_tensorflow(backend):
+  """`import bert_keras` then Keras, modeling and optimization on JAX / PyTorch: no TensorFlow,
+  and a model built and called."""
+  script = ("import sys, numpy as np, bert_keras, keras\n"
+            "from bert_keras import modeling, optimization\n"
+            "c = modeling.BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, "
+            "num_attention_heads=2, intermediate_size=8)\n"
+            "y = modeling.BertClassifier(c, num_labels=2)(np.ones((1, 4), 'int32'))\n"
+            "assert tuple(y.shape) == (1, 2), y.shape\n"
+            "print(keras.backend.backend(), 'tensorflow' in sys.modules)\n")
+  env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.split() == [backend, "False"]
