@@ -40,10 +40,12 @@ import types
 from absl import app
 from absl import flags
 from absl import logging
+import numpy as np
 import tensorflow as tf
 
 from bert_keras import predict
 from bert_keras import task_registry
+from bert_keras.pretraining_data import tfrecord_encoding
 from bert_keras.runtime import beam_runner
 from bert_keras.runtime import common_flags
 from bert_keras.tasks import predict_io
@@ -52,8 +54,24 @@ from bert_keras.utils import file_io
 
 beam = beam_runner.import_beam()
 if beam is not None:
+  from apache_beam import coders
+  from apache_beam.io import filebasedsink
+  from apache_beam.io.filesystem import CompressionTypes
   from apache_beam.io.filesystems import FileSystems
   from apache_beam.ml.inference import base as inference_base
+
+  class FramedRecordSink(filebasedsink.FileBasedSink):
+    """Shards of records framed already (tfrecord_frame): written as they are. (Beam's
+    WriteToTFRecord needs a CRC32C package the [beam] extra does not install.)"""
+
+    def __init__(self, prefix, suffix, num_shards, shard_name_template):
+      super().__init__(prefix, coder=coders.BytesCoder(), file_name_suffix=suffix,
+                       num_shards=num_shards, shard_name_template=shard_name_template,
+                       mime_type="application/octet-stream",
+                       compression_type=CompressionTypes.UNCOMPRESSED)
+
+    def write_encoded_record(self, file_handle, value):
+      file_handle.write(value)
 
 NAMESPACE = "predict_beam"
 _DoFn = beam.DoFn if beam is not None else object
@@ -228,6 +246,28 @@ def embedding_example(row, id_column):
   return tf.train.Example(features=feature).SerializeToString()
 
 
+_CRC = []  # the process's tfrecord_encoding.Crc32c (its tables grow to the longest record)
+
+
+def masked_crc32c(data):
+  """TFRecord's masked CRC32C of `data` (bytes), with tfrecord_encoding's tables."""
+  if not _CRC:
+    _CRC.append(tfrecord_encoding.Crc32c(64))
+  crc = _CRC[0]
+  crc.ensure(len(data))
+  part = types.SimpleNamespace(crc=None, data=np.frombuffer(data, np.uint8)[None], valid=None,
+                               size=np.array([len(data)]))
+  return int(crc.finish(crc.contribution(part, np.zeros(1, np.int64)),
+                        np.array([len(data)]))[0])
+
+
+def tfrecord_frame(record):
+  """One TFRecord: the length, its masked CRC32C, the record, its masked CRC32C."""
+  length = len(record).to_bytes(8, "little")
+  return (length + masked_crc32c(length).to_bytes(4, "little") + record
+          + masked_crc32c(record).to_bytes(4, "little"))
+
+
 def _count_written(line):
   beam.metrics.Metrics.counter(NAMESPACE, "written").inc()
   return line
@@ -295,16 +335,22 @@ def build_pipeline(pipeline, files, info, options):
           | "SpreadRows" >> beam.Reshuffle()
           | "Predict" >> inference_base.RunInference(
               PredictorHandler(model_options, options.id_column)))
-  (rows
-   | "JsonLines" >> beam.Map(lambda row: _count_written(predict_io.json_line(row)[:-1]))
-   | "Write" >> beam.io.WriteToText(options.output_file, file_name_suffix=".jsonl", **shards))
+  written = (
+      rows
+      | "JsonLines" >> beam.Map(lambda row: _count_written(predict_io.json_line(row)[:-1]))
+      | "Write" >> beam.io.WriteToText(options.output_file, file_name_suffix=".jsonl", **shards))
   if options.output_tfrecord:
     (rows
-     | "Examples" >> beam.Map(embedding_example, options.id_column)
-     | "WriteTFRecord" >> beam.io.WriteToTFRecord(options.output_file,
-                                                  file_name_suffix=".tfrecord", **shards))
+     | "Examples" >> beam.Map(lambda row: tfrecord_frame(embedding_example(
+         row, options.id_column)))
+     | "WriteTFRecord" >> beam.io.Write(FramedRecordSink(
+         options.output_file, ".tfrecord", options.num_shards, shards["shard_name_template"])))
   if options.skip_bad_rows:
+    # Written once the rows' shards are final: a sink deletes the files that its shards'
+    # pattern (PREFIX-*-of-NNNNN.jsonl) matches before it renames its own, the dead letters'
+    # (PREFIX-errors-...) among them.
     (read.bad
+     | "AfterRows" >> beam.Map(lambda line, unused_written: line, beam.pvalue.AsList(written))
      | "WriteErrors" >> beam.io.WriteToText(options.output_file + "-errors",
                                             file_name_suffix=".jsonl", **shards))
 
@@ -317,10 +363,15 @@ def worker_error_message(exc):
   while e is not None and id(e) not in seen:
     seen.add(id(e))
     if isinstance(e, PredictError):
-      return str(e)
+      return _without_step(e)
     e = e.__cause__ or e.__context__
-  found = re.findall(r"PredictError: (.+?)(?: \[while running '[^\]]*'\])?$", str(exc), re.M)
-  return found[-1].strip() if found else None
+  found = re.findall(r"PredictError: (.+)$", str(exc), re.M)
+  return _without_step(found[-1]) if found else None
+
+
+def _without_step(message):
+  """A worker error's message without the step Beam appends ("[while running 'Step']")."""
+  return re.sub(r"( \[while running '[^\]]*'\])+$", "", str(message).strip())
 
 
 def _temporary_dirs(prefix):
@@ -392,7 +443,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  # The installed module, not __main__: the workers unpickle its DoFns and handler by name.
-  from bert_keras import predict_beam as _installed
-  _installed.define_flags()
-  app.run(_installed.main, flags_parser=beam_runner.parse_flags)
+  define_flags()
+  app.run(main, flags_parser=beam_runner.parse_flags)
