@@ -15,7 +15,6 @@ import hashlib
 import math
 import os
 import re
-import sys
 import tempfile
 import time
 import uuid
@@ -27,27 +26,12 @@ from bert_keras import create_pretraining_data as cpd
 from bert_keras import tokenization
 from bert_keras.pretraining_data import random_replay
 from bert_keras.pretraining_data import tfrecord_encoding
+from bert_keras.runtime import beam_runner
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
 
 
-def _import_beam():
-  """apache_beam, or None (the optional extra is not installed). Its import logs a warning
-  about the BigQuery client libraries (unused here) to the root logger: dropped."""
-  import logging as std_logging
-  quiet = std_logging.Filter()
-  quiet.filter = lambda record: "apitools not found" not in record.getMessage()
-  std_logging.getLogger().addFilter(quiet)
-  try:
-    import apache_beam
-    return apache_beam
-  except ImportError:
-    return None
-  finally:
-    std_logging.getLogger().removeFilter(quiet)
-
-
-beam = _import_beam()
+beam = beam_runner.import_beam()
 if beam is not None:
   from apache_beam.io.filesystem import CompressionTypes
   from apache_beam.io.filesystems import FileSystems
@@ -608,64 +592,11 @@ def usage_error_message(exc):
   return found[-1].strip() if found else None
 
 
-DIRECT_RUNNERS = ("DirectRunner", "direct", "FnApiRunner")
-
-
-def pipeline_options(runner="DirectRunner", direct_num_workers=1,
-                     direct_running_mode="in_memory", beam_args=()):
-  """Beam PipelineOptions of our --runner/--direct_* flags and the other arguments."""
-  from apache_beam.options.pipeline_options import PipelineOptions
-  args = ["--runner=%s" % runner, "--direct_num_workers=%d" % direct_num_workers,
-          "--direct_running_mode=%s" % direct_running_mode]
-  if runner in DIRECT_RUNNERS and not any(
-      a.startswith("--default_sdk_harness_log_level") for a in beam_args):
-    args.append("--default_sdk_harness_log_level=WARNING")  # worker processes: no INFO chatter
-  return PipelineOptions(args + list(beam_args))
-
-
-def _runner_for(options):
-  """The DirectRunner's batch engine (FnApiRunner), for --runner=DirectRunner; else None (Beam
-  makes the runner --runner names). Beam 2.77's DirectRunner would first try its Prism runner,
-  a binary it downloads at run time; --runner=PrismRunner still selects that one."""
-  from apache_beam.options.pipeline_options import StandardOptions
-  if options.view_as(StandardOptions).runner not in DIRECT_RUNNERS:
-    return None
-  from apache_beam.portability.api import beam_provision_api_pb2
-  from apache_beam.runners.portability.fn_api_runner import fn_runner
-  from apache_beam.runners.portability.portable_runner import JobServiceHandle
-  encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-  return fn_runner.FnApiRunner(provision_info=fn_runner.ExtendedProvisionInfo(
-      beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)))
-
-
-def unknown_beam_args(beam_args):
-  """The arguments that are no Beam pipeline option (PipelineOptions would discard them)."""
-  from apache_beam.options.pipeline_options import PipelineOptions
-  bad = [a for a in beam_args if not a.startswith("-")]
-  options = PipelineOptions(list(beam_args))
-  known = set(options.get_all_options())
-  everything = options.get_all_options(retain_unknown_options=True)
-  unknown = set(everything) - known
-  for arg in beam_args:
-    name = arg.lstrip("-").split("=", 1)[0]
-    if arg.startswith("-") and name in unknown:
-      bad.append(arg)
-  return bad
-
-
-def _metrics(result):
-  """({counter name: value}, set of error messages) of a finished pipeline."""
-  from apache_beam.metrics.metric import MetricsFilter
-  query = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))
-  counters = {}
-  for counter in query["counters"]:
-    value = counter.committed if counter.committed is not None else counter.attempted
-    counters[counter.key.metric.name] = counters.get(counter.key.metric.name, 0) + value
-  errors = set()
-  for found in query.get("string_sets", []):
-    value = found.committed if found.committed is not None else found.attempted
-    errors.update(value or ())
-  return counters, errors
+# The runner options and their checks: runtime/beam_runner.py (shared with predict_beam.py).
+DIRECT_RUNNERS = beam_runner.DIRECT_RUNNERS
+pipeline_options = beam_runner.pipeline_options
+unknown_beam_args = beam_runner.unknown_beam_args
+parse_flags = beam_runner.parse_flags
 
 
 def run(config, options=None):
@@ -688,7 +619,7 @@ def run(config, options=None):
   for path in config.output_files:
     logging.info("  %s-?????-of-%05d", path, num_shards)
   start = time.time()
-  runner = _runner_for(options)
+  runner = beam_runner.runner_for(options)
   if runner is not None:  # the DirectRunner's INFO lines (servers, workers) are noise here
     import logging as std_logging
     std_logging.getLogger("apache_beam").setLevel(std_logging.WARNING)
@@ -703,7 +634,7 @@ def run(config, options=None):
     if message is not None:
       raise UsageError(message) from None
     raise
-  counters, errors = _metrics(result)
+  counters, errors = beam_runner.metrics(result, NAMESPACE)
   if errors:
     _remove_temporaries(config.output_files, run_tag)
     raise UsageError(sorted(errors)[0])
@@ -750,19 +681,6 @@ def define_flags():
                      "parallel; the output does not depend on it.")
   FLAGS = flags.FLAGS
   flags.adopt_module_key_flags(cpd)  # --help lists them too, not only --helpfull
-
-
-def parse_flags(argv):
-  """absl's flags; the arguments it does not know are returned for Beam."""
-  from absl import app, flags
-  try:
-    return flags.FLAGS(argv, known_only=True)
-  except flags.Error as e:
-    sys.stderr.write("error: %s\n" % e)
-    sys.exit(1)
-  except app.UsageError as e:  # pragma: no cover
-    sys.stderr.write("error: %s\n" % e)
-    sys.exit(1)
 
 
 def main(argv):

@@ -117,7 +117,7 @@ def define_flags(fv=flags.FLAGS):
 DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
-def _check_options(options):
+def check_options(options):
   """Flag problems as one-line ValueErrors, before the model is loaded."""
   if not options.model_dir or not tf.io.gfile.isdir(options.model_dir):
     raise ValueError(f"--model_dir {options.model_dir}: no such directory")
@@ -327,7 +327,7 @@ def rerank_run(predictor, options):
 def run(options):
   """Checks the options, loads the model, streams --input_file to --output_file (or reranks
   --rerank_run)."""
-  _check_options(options)
+  check_options(options)
   if options.rerank_run:
     return rerank_run(load_predictor(options), options)
   return predict_file(load_predictor(options), options)

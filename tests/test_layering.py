@@ -24,9 +24,10 @@ ALLOWED = {
 }
 # The scripts that import another script, each for a stated reason: the Beam twin is
 # create_pretraining_data's job on another runner; run_squad scores itself with the official
-# evaluation's functions (evaluate_squad does nothing on import).
+# evaluation's functions (evaluate_squad does nothing on import); predict_beam is predict's job
+# on another runner (its checks, Columns and load_predictor).
 SCRIPT_IMPORTS = {("create_pretraining_data_beam", "create_pretraining_data"),
-                  ("run_squad", "evaluate_squad")}
+                  ("run_squad", "evaluate_squad"), ("predict_beam", "predict")}
 # Private modules (C extensions, no .py) and the one module that owns each.
 PRIVATE_MODULES = {"_word_table": "tokenization"}
 
