@@ -20,6 +20,7 @@ export below --min_agreement.
 
 import json
 import os
+import types
 import warnings
 
 from absl import logging
@@ -31,6 +32,7 @@ from bert_keras import preprocessing
 from bert_keras import serving
 from bert_keras import task_registry
 from bert_keras.runtime import model_dir
+from bert_keras.tasks import classifier_data
 from bert_keras.tasks import ner_scoring
 from bert_keras.tasks import predict_io
 from bert_keras.tasks import predictors
@@ -253,7 +255,8 @@ def sample_texts(init_checkpoint, calibration_file=None, limit=SAMPLE_ROWS):
   """The sample a quantized export is measured on: (texts_a, texts_b or None, where) from the
   dev file the model directory's run_options.json names (data_dir's dev.tsv / dev.jsonl, or a
   dev_file / eval_file option), else --calibration_file (TSV / CSV with a header, JSON Lines),
-  its first `limit` rows; a ValueError when there is neither."""
+  its first `limit` rows; a ValueError when there is neither. A run_classifier directory's
+  dev examples are read by its task's processor (GLUE's columns, a custom task's)."""
   path, columns = None, (None, None)
   try:
     description = model_dir.read_model_dir(init_checkpoint)
@@ -261,6 +264,9 @@ def sample_texts(init_checkpoint, calibration_file=None, limit=SAMPLE_ROWS):
     description = None
   if description:
     options = description.get("options") or {}
+    dev = _classifier_dev_examples(options, limit)
+    if dev is not None:
+      return dev
     columns = (options.get("text_a_column"), options.get("text_b_column"))
     candidates = [options.get(k) for k in ("dev_file", "eval_file")]
     if options.get("data_dir"):
@@ -275,6 +281,27 @@ def sample_texts(init_checkpoint, calibration_file=None, limit=SAMPLE_ROWS):
   if not tf.io.gfile.exists(path):
     raise ValueError(f"--calibration_file {path}: no such file")
   return _read_texts(path, columns, limit) + (path,)
+
+
+def _classifier_dev_examples(options, limit):
+  """(texts_a, texts_b or None, where) of a run_classifier run's dev examples (its
+  --task_name's processor on its --data_dir), None when the options name none that read."""
+  if not (options.get("task_name") and options.get("data_dir")):
+    return None
+  namespace = types.SimpleNamespace(**{name: None for name in classifier_data.CUSTOM_TASK_FLAGS})
+  namespace.__dict__.update(labels=None, multi_label=False, label_separator=",")
+  namespace.__dict__.update(options)
+  try:
+    examples = classifier_data.get_processor(namespace).get_dev_examples(options["data_dir"])
+  except (ValueError, OSError, KeyError, IndexError, tf.errors.OpError) as e:
+    logging.info("quantized: the run's dev examples do not read (%s)", e)
+    return None
+  examples = examples[:limit]
+  if not examples:
+    return None
+  texts_b = [e.text_b or "" for e in examples]
+  return ([e.text_a for e in examples], texts_b if any(texts_b) else None,
+          f"{options['task_name']} dev examples in {options['data_dir']}")
 
 
 def _read_texts(path, columns, limit):
