@@ -37,7 +37,8 @@ def source(tmp_path_factory):
                            + WORDS))
   config = modeling.BertConfig(vocab_size=len(WORDS) + 5, hidden_size=64, num_hidden_layers=2,
                                num_attention_heads=4, intermediate_size=256,
-                               max_position_embeddings=64, type_vocab_size=2)
+                               max_position_embeddings=64, type_vocab_size=2,
+                               hidden_act="gelu_exact")  # (HuggingFace's gelu: Erfc in ONNX)
   model = modeling.BertClassifier(config, len(LABELS))
   randomize(model, seed=3)
   for variable in model.weights:  # LayerNorm near its usual scale: a model that is not chaos
@@ -200,3 +201,17 @@ def test_gate_writes_the_record_and_refuses_below_the_minimum(tmp_path, capsys):
   assert json.loads((tmp_path / quantized.QUANTIZATION_FILE).read_text()) == record == dict(
       figures, min_agreement=0.99, accepted=True)
   assert "mean_cosine 0.950000 against the float model on 7 rows" in capsys.readouterr().out
+
+
+def test_a_classifier_directory_is_measured_on_its_dev_examples(tmp_path):
+  pairs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                       "sample_tasks", "pairs")
+  (tmp_path / "task.json").write_text(json.dumps({"task": "classifier",
+                                                  "labels": ["other_topic", "same_topic"]}))
+  (tmp_path / "run_options.json").write_text(json.dumps({"task_name": "custom",
+                                                         "data_dir": pairs}))
+  texts_a, texts_b, where = quantized.sample_texts(str(tmp_path), "ignored.tsv", limit=10)
+  with open(os.path.join(pairs, "dev.tsv")) as f:
+    rows = [line.rstrip("\n").split("\t") for line in f][1:11]
+  assert texts_a == [r[0] for r in rows] and texts_b == [r[1] for r in rows]
+  assert where == f"custom dev examples in {pairs}"
