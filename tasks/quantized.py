@@ -375,12 +375,13 @@ def gate(figures, directory, min_agreement, force, what):
 
 def onnx_int8(float_path, int8_path):
   """ONNX Runtime's dynamic quantization of the ONNX model `float_path` into `int8_path`:
-  weights int8 (QInt8, per tensor), activations quantized per batch at run time (MatMulInteger
-  / DynamicQuantizeMatMul)."""
+  weights int8 (QInt8), one scale per output channel, activations quantized per batch at run
+  time (MatMulInteger / DynamicQuantizeMatMul). (Per channel: all-MiniLM-L6-v2's mean cosine to
+  its float model on MRPC sentences is 0.993; one scale per tensor gives 0.960.)"""
   try:
     from onnxruntime import quantization
   except ImportError:
     raise ValueError("--format=onnx --quantize=dynamic needs onnxruntime: pip install "
                      "'bert-keras[onnx]'") from None
-  quantization.quantize_dynamic(float_path, int8_path,
+  quantization.quantize_dynamic(float_path, int8_path, per_channel=True,
                                 weight_type=quantization.QuantType.QInt8)
