@@ -49,6 +49,7 @@ from bert_keras.runtime import training_checkpoints
 from bert_keras.tasks import multi_label as multi_label_lib
 from bert_keras.tasks import ner
 from bert_keras.tasks import ner_serving
+from bert_keras.tasks import quantized
 from bert_keras.utils import errors
 
 # run_classifier's GLUE tasks -> their number of labels (len(processor.get_labels()); STS-B
@@ -92,8 +93,11 @@ def define_flags(fv=flags.FLAGS):
                     "model.onnx (tf2onnx, the [onnx] extra), the same inputs and files.",
                     flag_values=fv)
   flags.DEFINE_enum("quantize", "none", serving.QUANTIZATIONS,
-                    "--format=tflite: none (float32), dynamic (int8 weights) or float16.",
-                    flag_values=fv)
+                    "--format=tflite: none (float32), dynamic (int8 weights) or float16; "
+                    "--format=onnx: none or dynamic (ONNX Runtime's int8 weights). A quantized "
+                    "export is measured against the float model (quantization.json) and "
+                    "refused below --min_agreement.", flag_values=fv)
+  define_quantization_flags(fv)
   flags.DEFINE_string("labels", None, "--task=classifier: the label names in order, "
                       "comma-separated (labels.txt of --format=tflite). --task=tagger: its "
                       "tags in order (default: labels.txt beside --init_checkpoint).",
@@ -117,6 +121,20 @@ def define_flags(fv=flags.FLAGS):
   for name in ("init_checkpoint", "export_dir"):  # (the others: also from a model directory)
     flags.mark_flag_as_required(name, flag_values=fv)
   flags.adopt_module_key_flags(common_flags, flag_values=fv)
+
+
+def define_quantization_flags(fv):
+  """The flags of the quantized exports' measure (tasks/quantized.py)."""
+  flags.DEFINE_string("calibration_file", None, "--quantize: the texts (TSV / CSV with a "
+                      "header, JSON Lines; the fields as predict.py reads them) whose first "
+                      f"{quantized.SAMPLE_ROWS} rows the quantized model is measured on against "
+                      "the float one (default: the dev data the model directory's "
+                      "run_options.json names).", flag_values=fv)
+  flags.DEFINE_float("min_agreement", 0.99, "--quantize: the least agreement with the float "
+                     "model (label agreement, mean cosine, min(Pearson, Spearman)) exported.",
+                     flag_values=fv)
+  flags.DEFINE_bool("force_quantized", False, "--quantize: export below --min_agreement too.",
+                    flag_values=fv)
 
 
 # The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
@@ -165,8 +183,10 @@ def _check_options(options, config):
     raise ValueError(f"--pooling / --normalize are for --task=embeddings, not "
                      f"--task={options.task}")
   checks.check(options, {checks.CHOICES: {"format": FORMATS, "quantize": serving.QUANTIZATIONS}})
-  if options.quantize != "none" and options.format != "tflite":
-    raise ValueError("--quantize is for --format=tflite")
+  if options.quantize != "none" and options.format == "saved_model":
+    raise ValueError("--quantize is for --format=tflite or onnx")
+  if options.format == "onnx" and options.quantize not in ("none", "dynamic"):
+    raise ValueError(f"--quantize={options.quantize}: --format=onnx has none or dynamic")
   if options.task == "tagger" and options.format != "saved_model":
     raise ValueError(f"--format={options.format}: --task=tagger exports a SavedModel only")
   if options.task != "classifier" and (options.num_labels or options.task_name):
@@ -370,8 +390,13 @@ def write_token_id_model(module, options, num_labels, directory):
     data = serving.tflite_model(module, options.max_seq_length, options.quantize)
   else:
     data = serving.onnx_model(module, options.max_seq_length)
-  with tf.io.gfile.GFile(os.path.join(directory, "model." + options.format), "wb") as f:
+  path = os.path.join(directory, "model." + options.format)
+  float_path = path + ".float" if options.format == "onnx" and options.quantize != "none" else path
+  with tf.io.gfile.GFile(float_path, "wb") as f:
     f.write(data)
+  if float_path != path:
+    quantized.onnx_int8(float_path, path)
+    tf.io.gfile.remove(float_path)
   tf.io.gfile.copy(options.vocab_file, os.path.join(directory, "vocab.txt"))
   names = None
   if options.task == "classifier" and num_labels > 1:
@@ -385,6 +410,22 @@ def write_token_id_model(module, options, num_labels, directory):
             "quantize": options.quantize}
   with tf.io.gfile.GFile(os.path.join(directory, "model_config.json"), "w") as f:
     f.write(json.dumps(config, indent=2) + "\n")
+  if options.quantize != "none":
+    measure_quantized(module, options, path, directory)
+
+
+def measure_quantized(module, options, path, directory):
+  """The quantized model `path` against the float model (module.serve_token_ids) on the
+  sample (tasks/quantized.sample_texts): quantization.json in `directory`; a ValueError below
+  --min_agreement unless --force_quantized (the export is then not written)."""
+  texts_a, texts_b, source = quantized.sample_texts(options.init_checkpoint,
+                                                    options.calibration_file)
+  token_ids = quantized.TokenIds(options.vocab_file, options.do_lower_case,
+                                 options.max_seq_length)
+  figures = quantized.compare(module.serve_token_ids, path, token_ids, texts_a, texts_b)
+  figures.update(format=options.format, quantize=options.quantize, sample=source)
+  quantized.gate(figures, directory, options.min_agreement, options.force_quantized,
+                 f"--format={options.format} --quantize={options.quantize}")
 
 
 main = errors.script_main(run)

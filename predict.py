@@ -6,8 +6,11 @@ r"""New text in, labelled answers out: a fine-tuned model's predictions on a fil
 --model_dir: a run_* output_dir or its best/ (its task.json, labels.txt, bert_config.json,
 vocab.txt and newest checkpoint: runtime/model_dir.py), an export_saved_model.py SavedModel
 (its serving_default; the label names from its label_names output, else labels.txt in its
-assets/ or beside it), a sentence-transformers directory (embeddings, pooled and normalized
-as its modules say unless --pooling / --normalize), or with --task=embeddings any checkpoint
+assets/ or beside it), an export_saved_model.py --format=tflite / onnx export (model.tflite
+or model.onnx, or its directory: tokenized with its vocab.txt and model_config.json, run in
+TFLite or ONNX Runtime, the same rows as its SavedModel's: tasks/quantized.py), a
+sentence-transformers directory (embeddings, pooled and normalized as its modules say unless
+--pooling / --normalize), or with --task=embeddings any checkpoint
 directory checkpoints.load_model reads (Google's, HuggingFace's).
 --input_file: TSV or CSV with a header (by extension), JSON Lines (.jsonl, .json, .ndjson),
 or "-" for standard input; --input_format overrides (for "-" without it, the first line
@@ -53,6 +56,7 @@ from bert_keras.runtime import common_flags
 from bert_keras.runtime import option_checks as checks
 from bert_keras.tasks import predict_io
 from bert_keras.tasks import predictors
+from bert_keras.tasks import quantized
 from bert_keras.tasks import reranking
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
@@ -119,7 +123,8 @@ DEFAULTS = common_flags.flag_defaults(define_flags)
 
 def check_options(options):
   """Flag problems as one-line ValueErrors, before the model is loaded."""
-  if not options.model_dir or not tf.io.gfile.isdir(options.model_dir):
+  if not options.model_dir or not (tf.io.gfile.isdir(options.model_dir)
+                                   or quantized.is_token_id_model(options.model_dir)):
     raise ValueError(f"--model_dir {options.model_dir}: no such directory")
   if options.rerank_run:
     _check_rerank_options(options)
@@ -139,6 +144,7 @@ def check_options(options):
                          checks.FRACTION: ("threshold",)})
   if ((options.pooling is not None or options.normalize) and options.task != "embeddings"
       and not predictors.is_saved_model(options.model_dir)
+      and not quantized.is_token_id_model(options.model_dir)
       and not predictors.is_embeddings_model_dir(options.model_dir)):
     raise ValueError("--pooling / --normalize are for --task=embeddings (or an embeddings "
                      "model directory or SavedModel)")
@@ -273,6 +279,9 @@ def predict_stream(predictor, reader, write, options):
 
 def load_predictor(options):
   """The tasks/predictors.Predictor of --model_dir and the model options."""
+  if quantized.is_token_id_model(options.model_dir):  # a TFLite / ONNX export (token ids in)
+    return quantized.load(options.model_dir, pooling=options.pooling,
+                          normalize=options.normalize, threshold=options.threshold)
   predictor = predictors.load(
       options.model_dir, task=options.task, max_seq_length=options.max_seq_length,
       pooling=options.pooling, normalize=options.normalize, threshold=options.threshold,

@@ -261,7 +261,31 @@ def onnx_model(module, max_seq_length, opset=17):
   spec = [tf.TensorSpec([None, max_seq_length], tf.int32, name=n) for n in FEATURES]
   function = tf.function(module.serve_token_ids, input_signature=spec)
   proto, _ = convert.from_function(function, input_signature=spec, opset=opset)
+  _erfc_as_erf(proto.graph)
   return proto.SerializeToString()
+
+
+def _erfc_as_erf(graph):
+  """Each Erfc node of an ONNX graph (tf2onnx passes TensorFlow's through: the exact GELU of
+  HuggingFace's "gelu", 0.5 x erfc(-x / sqrt 2)) rewritten as 1 - Erf(x): ONNX has no Erfc, and
+  onnxruntime refuses such a model."""
+  from onnx import helper
+  from onnx import TensorProto
+  nodes = list(graph.node)
+  if not any(node.op_type == "Erfc" for node in nodes):
+    return
+  one = "erfc_as_erf_one"
+  graph.initializer.append(helper.make_tensor(one, TensorProto.FLOAT, [], [1.0]))
+  rewritten = []
+  for node in nodes:
+    if node.op_type != "Erfc":
+      rewritten.append(node)
+      continue
+    erf = node.output[0] + "_erf"
+    rewritten.append(helper.make_node("Erf", [node.input[0]], [erf], name=node.name + "_erf"))
+    rewritten.append(helper.make_node("Sub", [one, erf], [node.output[0]], name=node.name))
+  del graph.node[:]
+  graph.node.extend(rewritten)
 
 
 def check_export_dir(export_dir, overwrite=False):

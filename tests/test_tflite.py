@@ -37,11 +37,15 @@ def exports(tmp_path_factory):
   common = dict(task="classifier", init_checkpoint=source, vocab_file=str(vocab),
                 bert_config_file=os.path.join(source, "bert_config.json"),
                 max_seq_length=SEQ, labels="neg,neutral,pos")
+  calibration = root / "calibration.tsv"  # (the quantized exports' measure: test_quantized.py)
+  calibration.write_text("sentence\n" + "".join(t + "\n" for t in _texts(64, seed=9)))
   out = {}
   for name, extra in (("saved_model", {}), ("none", dict(format="tflite")),
                       ("dynamic", dict(format="tflite", quantize="dynamic")),
                       ("float16", dict(format="tflite", quantize="float16"))):
     out[name] = str(root / name)
+    if "quantize" in extra:
+      extra.update(calibration_file=str(calibration), min_agreement=0.0)
     export_saved_model.run(export_saved_model.options(export_dir=out[name], **common, **extra))
   return out
 
@@ -99,7 +103,7 @@ def test_int8_keeps_the_label_where_the_margin_is_clear_in_a_third_of_the_size(e
 def test_tflite_directory_holds_what_an_app_needs(exports):
   directory = exports["dynamic"]
   assert sorted(os.listdir(directory)) == ["labels.txt", "model.tflite", "model_config.json",
-                                           "vocab.txt"]
+                                           "quantization.json", "vocab.txt"]
   assert open(os.path.join(directory, "labels.txt")).read() == "neg\nneutral\npos\n"
   with open(os.path.join(directory, "model_config.json")) as f:
     config = json.load(f)

@@ -1,0 +1,387 @@
+# coding=utf-8
+"""Token-id models (export_saved_model.py --format=tflite / onnx) for predict.py, and the
+measure of a quantized export against its float model.
+
+An export directory holds model.tflite or model.onnx (inputs input_ids, input_mask,
+segment_ids int32 [B, S], S = model_config.json's max_seq_length), vocab.txt,
+model_config.json (task, max_seq_length, do_lower_case, labels, quantize) and, for a
+classifier, labels.txt. load(path) turns it (or the model file inside it) into a
+predictors.GraphPredictor: the texts are tokenized outside the model with the export's own
+vocabulary and casing (preprocessing.BertPreprocessor, the SavedModel's tokenizer), the model
+runs in TFLite's interpreter or ONNX Runtime, and the rows are read as the SavedModel's are.
+
+measure(kind, float_outputs, quantized_outputs, input_mask) compares the two models' outputs
+on one sample: label agreement (classifiers: the argmax; multi-label: the same label set),
+mean cosine of the embeddings, min(Pearson, Spearman) of scores (regressions, rerankers), the
+best span's agreement (squad), entity F1 against the float model's tags (taggers:
+entity_f1). gate() writes it into the export directory as quantization.json and refuses an
+export below --min_agreement.
+"""
+
+import json
+import os
+import types
+import warnings
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from bert_keras import model_files
+from bert_keras import preprocessing
+from bert_keras import serving
+from bert_keras import task_registry
+from bert_keras.runtime import model_dir
+from bert_keras.tasks import classifier_data
+from bert_keras.tasks import ner_scoring
+from bert_keras.tasks import predict_io
+from bert_keras.tasks import predictors
+
+MODEL_FILES = ("model.tflite", "model.onnx")
+CONFIG_FILE = "model_config.json"
+QUANTIZATION_FILE = "quantization.json"
+# The most rows of a sample a quantized export is measured on.
+SAMPLE_ROWS = 256
+# The output that tells a token-id model's kind of outputs, the first found deciding.
+_OUTPUT_KINDS = (("embeddings", "vectors"), ("start_logits", "spans"),
+                 ("predictions", "score"), ("predicted", "multi_label"),
+                 ("probabilities", "classes"))
+
+
+def model_file(path):
+  """The model.tflite / model.onnx of `path` (such a file, or a directory holding one), else
+  None."""
+  path = os.fspath(path)
+  if path.endswith((".tflite", ".onnx")) and tf.io.gfile.exists(path) and not (
+      tf.io.gfile.isdir(path)):
+    return path
+  if tf.io.gfile.isdir(path):
+    for name in MODEL_FILES:
+      if tf.io.gfile.exists(os.path.join(path, name)):
+        return os.path.join(path, name)
+  return None
+
+
+def is_token_id_model(path):
+  return bool(path) and model_file(path) is not None
+
+
+class TFLiteRunner(object):
+  """model.tflite's serving_default: runner(features) -> {output: np.ndarray}."""
+
+  def __init__(self, path, threads=None):
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")  # tf.lite.Interpreter's deprecation notice
+      self._interpreter = tf.lite.Interpreter(path, num_threads=threads)
+    self._runner = self._interpreter.get_signature_runner("serving_default")
+    self.output_names = tuple(
+        self._interpreter.get_signature_list()["serving_default"]["outputs"])
+
+  def __call__(self, features):
+    return dict(self._runner(**{k: np.asarray(features[k], np.int32)
+                                for k in serving.FEATURES}))
+
+
+class OnnxRunner(object):
+  """model.onnx in ONNX Runtime (CPU): runner(features) -> {output: np.ndarray}."""
+
+  def __init__(self, path, threads=None):
+    try:
+      import onnxruntime
+    except ImportError:
+      raise ValueError(f"{path}: running an ONNX model needs onnxruntime: pip install "
+                       "'bert-keras[onnx]'") from None
+    session_options = onnxruntime.SessionOptions()
+    if threads:
+      session_options.intra_op_num_threads = threads
+    self._session = onnxruntime.InferenceSession(path, session_options,
+                                                 providers=["CPUExecutionProvider"])
+    self.output_names = tuple(o.name for o in self._session.get_outputs())
+    self._inputs = [i.name for i in self._session.get_inputs()]
+
+  def __call__(self, features):
+    feeds = {name: np.asarray(features[name], np.int32) for name in self._inputs}
+    return dict(zip(self.output_names, self._session.run(None, feeds)))
+
+
+def runner(path, threads=None):
+  """TFLiteRunner or OnnxRunner of a model file, by its extension."""
+  return (TFLiteRunner if path.endswith(".tflite") else OnnxRunner)(path, threads)
+
+
+def read_config(directory):
+  """model_config.json of an export directory (a ValueError naming it when absent)."""
+  path = os.path.join(directory, CONFIG_FILE)
+  if not tf.io.gfile.exists(path):
+    raise ValueError(f"--model_dir {directory}: no {CONFIG_FILE} beside the model "
+                     "(export_saved_model.py --format=tflite / onnx writes one)")
+  return model_files.read_json_object(path)
+
+
+def kind_of(output_names):
+  """The task_registry kind a token-id model's outputs serve (None: not export's)."""
+  family = next((f for name, f in _OUTPUT_KINDS if name in output_names), None)
+  return task_registry.kinds(outputs=family, servable=True)[0] if family else None
+
+
+class TokenIds(object):
+  """Texts -> features: the export's tokenizer (its vocab.txt and do_lower_case), packed to
+  its max_seq_length, as numpy int32 [B, S] arrays."""
+
+  def __init__(self, vocab_file, do_lower_case, max_seq_length):
+    self.preprocessor = preprocessing.BertPreprocessor(vocab_file, do_lower_case,
+                                                       max_seq_length)
+    spec = tf.TensorSpec([None], tf.string)
+    self._fn = tf.function(lambda a, b: self.preprocessor({"text_a": a, "text_b": b}),
+                           input_signature=[spec, spec])
+
+  def __call__(self, texts_a, texts_b=None):
+    texts_b = texts_b if texts_b is not None else [""] * len(texts_a)
+    features = self._fn(tf.constant(texts_a, tf.string), tf.constant(texts_b, tf.string))
+    return {k: v.numpy() for k, v in features.items()}
+
+
+def load(path, pooling=None, normalize=False, threshold=None, threads=None):
+  """The predictors.GraphPredictor of a token-id model (a model.tflite / model.onnx file or
+  its export directory): rows as the SavedModel of the same export gives them."""
+  path = model_file(path)
+  directory = os.path.dirname(path)
+  config = read_config(directory)
+  run = runner(path, threads)
+  kind = kind_of(run.output_names)
+  if kind is None:
+    raise ValueError(f"--model_dir {path}: outputs {', '.join(run.output_names)} are not "
+                     "export_saved_model.py's")
+  if kind.outputs == "spans":
+    raise ValueError(f"--model_dir {path}: a squad TFLite / ONNX model gives logits only; "
+                     "predict.py answers with its SavedModel or model directory")
+  vocab_file = os.path.join(directory, model_files.VOCAB_FILE)
+  tokens = TokenIds(vocab_file, bool(config.get("do_lower_case", True)),
+                    int(config["max_seq_length"]))
+
+  def fn(a, b):
+    return {k: tf.constant(v) for k, v in run(tokens(_strings(a), _strings(b))).items()}
+
+  preprocess = None
+  if kind.outputs == "vectors" and (pooling is not None or normalize):
+    preprocess = lambda a, b: {k: tf.constant(v) for k, v in  # noqa: E731
+                               tokens(_strings(a), _strings(b)).items()}
+  labels = config.get("labels") or model_files.read_labels(directory)
+  logging.info("predict: %s model %s (max_seq_length %s, quantize %s)", kind.name, path,
+               config.get("max_seq_length"), config.get("quantize", "none"))
+  predictor = predictors.GraphPredictor(
+      fn, kind.name, pooling=pooling or "mean", normalize=normalize, preprocess=preprocess,
+      labels=labels if kind.labels else None, multi_label=kind.outputs == "multi_label",
+      thresholds=None if threshold is None else [threshold], pair=kind.pair)
+  predictor.runner, predictor.token_ids = run, tokens
+  return predictor
+
+
+def _strings(tensor):
+  return [x.decode("utf-8") for x in tensor.numpy()]
+
+
+# ----------------------------------------------------------------------------------------------
+# The measure of a quantized model against its float model.
+
+def _cosine(a, b):
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  norms = np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-12)
+  return (a * b).sum(-1) / norms
+
+
+def _ranks(x):
+  order = np.argsort(x, kind="stable")
+  ranks = np.empty(len(x), np.float64)
+  ranks[order] = np.arange(len(x))
+  for value in np.unique(x):  # ties share their mean rank
+    tied = x == value
+    if tied.sum() > 1:
+      ranks[tied] = ranks[tied].mean()
+  return ranks
+
+
+def _pearson(a, b):
+  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+  if a.std() == 0 or b.std() == 0:
+    return 1.0 if np.allclose(a, b) else 0.0
+  return float(np.corrcoef(a, b)[0, 1])
+
+
+def entity_f1(float_tags, quantized_tags):
+  """conlleval's entity F1 (a fraction) of the quantized model's tags against the float
+  model's, each a list of sentences of tags."""
+  counts = ner_scoring.score_sentences(float_tags, quantized_tags)
+  if counts.gold_chunks == 0 and counts.found_chunks == 0:
+    return 1.0
+  return ner_scoring.metrics(counts)["FB1"] / 100.0
+
+
+def _span_argmax(logits, mask):
+  return np.where(np.asarray(mask) > 0, logits, -np.inf).argmax(axis=1)
+
+
+def measure(outputs, want, got, input_mask=None):
+  """How far the quantized outputs `got` stay from the float `want` (dicts of arrays of the
+  kind whose task_registry outputs are `outputs`): {"measure": name, "agreement": value,
+  ...more figures}."""
+  if outputs == "classes":
+    same = np.argmax(want["probabilities"], 1) == np.argmax(got["probabilities"], 1)
+    return {"measure": "label_agreement", "agreement": float(same.mean())}
+  if outputs == "multi_label":
+    same = (np.asarray(want["predicted"]) == np.asarray(got["predicted"])).all(axis=1)
+    return {"measure": "label_set_agreement", "agreement": float(same.mean())}
+  if outputs == "vectors":
+    cosine = _cosine(want["embeddings"], got["embeddings"])
+    return {"measure": "mean_cosine", "agreement": float(cosine.mean()),
+            "min_cosine": float(cosine.min())}
+  if outputs == "score":
+    a, b = np.reshape(want["predictions"], [-1]), np.reshape(got["predictions"], [-1])
+    pearson, spearman = _pearson(a, b), _pearson(_ranks(a), _ranks(b))
+    return {"measure": "min_pearson_spearman", "agreement": min(pearson, spearman),
+            "pearson": pearson, "spearman": spearman}
+  if outputs == "spans":
+    same = ((_span_argmax(want["start_logits"], input_mask)
+             == _span_argmax(got["start_logits"], input_mask))
+            & (_span_argmax(want["end_logits"], input_mask)
+               == _span_argmax(got["end_logits"], input_mask)))
+    return {"measure": "span_agreement", "agreement": float(same.mean())}
+  if outputs == "tags":
+    return {"measure": "entity_f1", "agreement": entity_f1(want["tags"], got["tags"])}
+  raise ValueError(f"no measure for outputs {outputs!r}")
+
+
+def sample_texts(init_checkpoint, calibration_file=None, limit=SAMPLE_ROWS):
+  """The sample a quantized export is measured on: (texts_a, texts_b or None, where) from the
+  dev file the model directory's run_options.json names (data_dir's dev.tsv / dev.jsonl, or a
+  dev_file / eval_file option), else --calibration_file (TSV / CSV with a header, JSON Lines),
+  its first `limit` rows; a ValueError when there is neither. A run_classifier directory's
+  dev examples are read by its task's processor (GLUE's columns, a custom task's)."""
+  path, columns = None, (None, None)
+  try:
+    description = model_dir.read_model_dir(init_checkpoint)
+  except (ValueError, tf.errors.OpError):
+    description = None
+  if description:
+    options = description.get("options") or {}
+    dev = _classifier_dev_examples(options, limit)
+    if dev is not None:
+      return dev
+    columns = (options.get("text_a_column"), options.get("text_b_column"))
+    candidates = [options.get(k) for k in ("dev_file", "eval_file")]
+    if options.get("data_dir"):
+      candidates += [os.path.join(options["data_dir"], n) for n in ("dev.tsv", "dev.jsonl")]
+    path = next((c for c in candidates if c and tf.io.gfile.exists(c)), None)
+  if path is None:
+    path = calibration_file
+  if not path:
+    raise ValueError("a quantized export is measured against the float model on a sample: "
+                     "give --calibration_file (texts as predict.py reads them), or export a "
+                     "model directory whose run_options.json names its dev data")
+  if not tf.io.gfile.exists(path):
+    raise ValueError(f"--calibration_file {path}: no such file")
+  return _read_texts(path, columns, limit) + (path,)
+
+
+def _classifier_dev_examples(options, limit):
+  """(texts_a, texts_b or None, where) of a run_classifier run's dev examples (its
+  --task_name's processor on its --data_dir), None when the options name none that read."""
+  if not (options.get("task_name") and options.get("data_dir")):
+    return None
+  namespace = types.SimpleNamespace(**{name: None for name in classifier_data.CUSTOM_TASK_FLAGS})
+  namespace.__dict__.update(labels=None, multi_label=False, label_separator=",")
+  namespace.__dict__.update(options)
+  try:
+    examples = classifier_data.get_processor(namespace).get_dev_examples(options["data_dir"])
+  except (ValueError, OSError, KeyError, IndexError, tf.errors.OpError) as e:
+    logging.info("quantized: the run's dev examples do not read (%s)", e)
+    return None
+  examples = examples[:limit]
+  if not examples:
+    return None
+  texts_b = [e.text_b or "" for e in examples]
+  return ([e.text_a for e in examples], texts_b if any(texts_b) else None,
+          f"{options['task_name']} dev examples in {options['data_dir']}")
+
+
+def _read_texts(path, columns, limit):
+  """(texts_a, texts_b or None) of the first `limit` good rows of `path`."""
+  reader = predict_io.Reader(path, predict_io.format_of(path))
+  a_name, b_name = columns
+  texts_a, texts_b = [], []
+  for row in reader:
+    if row.error is not None:
+      continue
+    fields = row.fields
+    if a_name is None:
+      a_name = next((n for n in predictors.TEXT_A_FIELDS if n in fields), None)
+      if a_name is None:
+        raise ValueError(f"{path}: no text field ({' or '.join(predictors.TEXT_A_FIELDS)}) "
+                         f"among {list(fields)}")
+      if b_name is None:
+        b_name = next((n for n in predictors.TEXT_B_FIELDS if n in fields), "")
+    if not isinstance(fields.get(a_name), str):
+      continue
+    texts_a.append(fields[a_name])
+    texts_b.append(fields.get(b_name) or "" if b_name else "")
+    if len(texts_a) == limit:
+      break
+  if not texts_a:
+    raise ValueError(f"{path}: no rows with a text to measure the quantized model on")
+  return texts_a, (texts_b if any(texts_b) else None)
+
+
+def compare(float_fn, path, token_ids, texts_a, texts_b, batch_size=32):
+  """measure() of the model file `path` against float_fn(input_ids, input_mask, segment_ids)
+  (-> dict of tensors) on the texts, in batches (the kind of outputs told by the model's);
+  with "examples" added."""
+  quantized = runner(path)
+  outputs = kind_of(quantized.output_names).outputs
+  want, got, masks = {}, {}, []
+  for start in range(0, len(texts_a), batch_size):
+    features = token_ids(texts_a[start:start + batch_size],
+                         texts_b[start:start + batch_size] if texts_b else None)
+    masks.append(features["input_mask"])
+    reference = float_fn(**{k: tf.constant(features[k], tf.int32) for k in serving.FEATURES})
+    result = quantized(features)
+    for name in result:
+      want.setdefault(name, []).append(np.asarray(reference[name]))
+      got.setdefault(name, []).append(result[name])
+  want = {k: np.concatenate(v) for k, v in want.items()}
+  got = {k: np.concatenate(v) for k, v in got.items()}
+  figures = measure(outputs, want, got, np.concatenate(masks))
+  figures["examples"] = len(texts_a)
+  return figures
+
+
+def gate(figures, directory, min_agreement, force, what):
+  """Writes quantization.json (figures, with min_agreement) into `directory` and prints it;
+  a ValueError with the figure when the agreement is below min_agreement, unless force."""
+  record = dict(figures, min_agreement=min_agreement, accepted=bool(
+      figures["agreement"] >= min_agreement or force))
+  with tf.io.gfile.GFile(os.path.join(directory, QUANTIZATION_FILE), "w") as f:
+    f.write(json.dumps(record, indent=2) + "\n")
+  print(f"{what}: {figures['measure']} {figures['agreement']:.6f} against the float model on "
+        f"{figures['examples']} rows ({QUANTIZATION_FILE})")
+  if figures["agreement"] < min_agreement:
+    if not force:
+      raise ValueError(f"{what}: {figures['measure']} {figures['agreement']:.6f} against the "
+                       f"float model on {figures['examples']} rows is below --min_agreement "
+                       f"{min_agreement:g}; not exported (--force_quantized exports it anyway)")
+    logging.warning("%s: %s %.6f is below --min_agreement %g; exported (--force_quantized)",
+                    what, figures["measure"], figures["agreement"], min_agreement)
+  return record
+
+
+def onnx_int8(float_path, int8_path):
+  """ONNX Runtime's dynamic quantization of the ONNX model `float_path` into `int8_path`:
+  weights int8 (QInt8), one scale per output channel, activations quantized per batch at run
+  time (MatMulInteger / DynamicQuantizeMatMul). (Per channel: all-MiniLM-L6-v2's mean cosine to
+  its float model on MRPC sentences is 0.993; one scale per tensor gives 0.960.)"""
+  try:
+    from onnxruntime import quantization
+  except ImportError:
+    raise ValueError("--format=onnx --quantize=dynamic needs onnxruntime: pip install "
+                     "'bert-keras[onnx]'") from None
+  quantization.quantize_dynamic(float_path, int8_path, per_channel=True,
+                                weight_type=quantization.QuantType.QInt8)
