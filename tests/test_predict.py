@@ -434,7 +434,8 @@ def test_row_edge_cases_name_the_line_or_are_skipped(dirs, tmp_path, caplog):
                "edges.jsonl", skip_bad_rows=True)
   assert len(got) == 2 and "skipped 3 bad rows" in caplog.text
   pair = '{"sentence": "\\ud83d\\ude00 the dog"}\n'  # a surrogate pair is one character
-  assert _run(tmp_path, dirs, "classifier", pair, "pair.jsonl")[0]["sentence"] == "\U0001f600 the dog"
+  got = _run(tmp_path, dirs, "classifier", pair, "pair.jsonl")
+  assert got[0]["sentence"] == "\U0001f600 the dog"
   plain = _run(tmp_path, dirs, "classifier", good, "plain.jsonl")
   assert _run(tmp_path, dirs, "classifier", b"\xef\xbb\xbf" + good.encode(), "bom.jsonl") == plain
 
