@@ -481,3 +481,26 @@ def test_saved_model_takes_a_scalar_text_as_a_batch_of_one(tmp_path):
                      "vector"):
     loaded.signatures["serving_default"](text_a=tf.constant([["the dog"]]),
                                          text_b=tf.constant([[""]]))
+
+
+def test_tampered_thresholds_file_names_the_file_and_field(tmp_path):
+  """--multi_label reads thresholds.json beside --init_checkpoint: a threshold that is not a
+  number in [0, 1], or a separator that is not a string, is an error naming the file and the
+  field (not NumPy's "could not convert")."""
+  from bert_keras import export_saved_model
+  path = tmp_path / "thresholds.json"
+  for record, message in (
+      ({"labels": ["a", "b"], "thresholds": [0.5, "x"]}, r"\"thresholds\" must be 2 numbers "
+       r"in \[0, 1\] \(one a label\), not \"x\""),
+      ({"labels": ["a", "b"], "thresholds": [0.5, 7]}, "not 7"),
+      ({"labels": ["a", "b"], "thresholds": [0.5, True]}, "not true"),
+      ({"labels": ["a"], "thresholds": [0.5], "label_separator": 3},
+       "\"label_separator\" must be a string, not 3")):
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=f"{path}: {message}"):
+      export_saved_model.multi_label_head(export_saved_model.options(
+          init_checkpoint=str(tmp_path), multi_label=True))
+  path.write_text(json.dumps({"labels": ["a", "b"], "thresholds": [0.25, 1]}))
+  names, thresholds, separator = export_saved_model.multi_label_head(
+      export_saved_model.options(init_checkpoint=str(tmp_path), multi_label=True))
+  assert names == ["a", "b"] and thresholds.tolist() == [0.25, 1.0] and separator == ","
