@@ -1,13 +1,15 @@
 r"""The CoNLL chunk evaluation (conlleval, version 2004-01-26) in one drop-in script.
 
-  python evaluate_ner.py [FILE] [--delimiter=REGEX] [--output_json=F]
+  python evaluate_ner.py [FILE] [--delimiter=TEXT] [--delimiter_is_regex] [--output_json=F]
 
 FILE (or standard input without one, or "-") holds one token a line, `token ... gold
 predicted`: its last two fields are the gold and the predicted tag; an empty line or a first
-field "-X-" is a sentence boundary. Fields are split at each match of --delimiter, a regular
-expression (default: one space, as conlleval's -d; "\t" for tabs, "[ \t]+" for any run of
-blanks), and every non-empty line has as many fields as the first. It prints conlleval's
-report, figure for figure:
+field "-X-" is a sentence boundary. Fields are split at each occurrence of --delimiter, a
+literal text (default: one space, as conlleval's -d; "\t", a backslash and a t, is a tab);
+with --delimiter_is_regex at each match of it as a regular expression, as conlleval's -d is
+("[ \t]+": any run of blanks; a pattern that backtracks can take minutes on one line, which
+is why that is not the default). Every non-empty line has as many fields as the first. It
+prints conlleval's report, figure for figure:
 
   processed 8 tokens with 3 phrases; found: 3 phrases; correct: 2.
   accuracy:  87.50%; precision:  66.67%; recall:  66.67%; FB1:  66.67
@@ -38,13 +40,28 @@ def parse_args(argv=None):
   parser.add_argument("file", nargs="?", default="-",
                       help="the input (default or -: standard input)")
   parser.add_argument("--delimiter", "-d", default=" ",
-                      help="regular expression between fields (default: one space)")
+                      help="the text between fields (default: one space; \\t: a tab)")
+  parser.add_argument("--delimiter_is_regex", action="store_true",
+                      help="--delimiter is a regular expression (as conlleval's -d)")
   parser.add_argument("--output_json", default=None, help="also write the figures as JSON")
   return parser.parse_args(argv)
 
 
-def evaluate(path, delimiter=" "):
-  """Finished ner_scoring.ConllCounts of a file ("-": standard input)."""
+# The characters that mean something in a regular expression (re.escape also escapes blanks,
+# which would show in the error messages' delimiter).
+_SPECIAL = re.compile(r"([.^$*+?{}\[\]\\|()])")
+
+
+def literal_pattern(text):
+  """The regular expression that matches `text` and nothing else."""
+  return _SPECIAL.sub(r"\\\1", text)
+
+
+def evaluate(path, delimiter=" ", delimiter_is_regex=False):
+  """Finished ner_scoring.ConllCounts of a file ("-": standard input), its fields split at
+  each occurrence of the text `delimiter` (delimiter_is_regex: at each match of it)."""
+  if not delimiter_is_regex:
+    delimiter = literal_pattern(delimiter)
   if path == "-":
     return ner_scoring.score_lines(sys.stdin, delimiter, "<stdin>")
   return ner_scoring.score_file(path, delimiter)
@@ -55,11 +72,15 @@ def main(argv=None):
   with errors.one_line_errors():
     if not args.delimiter:
       raise ValueError("--delimiter is empty")
-    try:
-      re.compile(args.delimiter)
-    except re.error as e:
-      raise ValueError("--delimiter %r is not a regular expression: %s" % (args.delimiter, e))
-    counts = evaluate(args.file, args.delimiter)
+    delimiter = args.delimiter
+    if args.delimiter_is_regex:
+      try:
+        re.compile(delimiter)
+      except re.error as e:
+        raise ValueError("--delimiter %r is not a regular expression: %s" % (delimiter, e))
+    else:
+      delimiter = delimiter.replace("\\t", "\t")
+    counts = evaluate(args.file, delimiter, args.delimiter_is_regex)
     sys.stdout.write(ner_scoring.report(counts))
     if args.output_json:
       file_io.write_text_atomic(args.output_json, ner_scoring.metrics_json(counts))

@@ -5,7 +5,8 @@ r"""The official SQuAD evaluation (v1.1 and v2.0) in one drop-in script.
     [--out-image-dir/-p DIR] [--verbose/-v]
 
 The SQuAD version comes from the data file's "version" ("1.1" or "v2.0"; without one, a file
-with unanswerable questions is v2.0). It prints what the official evaluate-v1.1.py or
+with unanswerable questions is v2.0; any other version is refused, as is a v1.1 question
+without answers). It prints what the official evaluate-v1.1.py or
 evaluate-v2.0.py prints for the same files:
   * v1.1: {"exact_match": .., "f1": ..}: per question the best score over its gold answers,
     averaged over every question of the file (a question without a prediction scores 0);
@@ -106,6 +107,9 @@ def raw_scores(dataset, predictions, version="2.0", on_missing=None):
         on_missing(qid)
       continue
     golds = _gold_texts(qa, version)
+    if not golds:
+      raise ValueError("question %s has no answers (\"answers\": []): a v1.1 question needs "
+                       "one" % errors.error_line(qid, 100))
     prediction = predictions[qid]
     exact[qid] = max(exact_match(prediction, gold) for gold in golds)
     f1_scores[qid] = max(f1(prediction, gold, empty_matches_empty=version != "1.1")
@@ -282,6 +286,22 @@ def check_dataset(dataset, path):
     raise ValueError("data file %s has no questions" % path)
 
 
+def check_version(dataset_json, path):
+  """A ValueError naming the file unless its "version" (if any) is SQuAD 1.1 or 2.0, or
+  naming the question when a v1.1 file has a question without answers."""
+  if "version" in dataset_json:
+    given = dataset_json["version"]
+    if str(given).lstrip("v") not in ("1.1", "2.0"):
+      raise ValueError("data file %s: \"version\" %s is not a SQuAD version this evaluation "
+                       "scores (1.1 or 2.0)" % (path, errors.error_line(json.dumps(given), 50)))
+  if version_of(dataset_json) == "1.1":
+    for qa in questions(dataset_json["data"]):
+      if not qa["answers"]:
+        raise ValueError("data file %s: question %s has no answers (\"answers\": []): a "
+                         "v1.1 question needs one (a v2.0 file may have unanswerable ones)"
+                         % (path, errors.error_line(qa["id"], 100)))
+
+
 def check_predictions(predictions, path):
   """A ValueError naming the file and question unless `predictions` is {id: answer string}."""
   if not isinstance(predictions, dict):
@@ -338,6 +358,7 @@ def _main(args):
   if not isinstance(dataset_json, dict) or not isinstance(dataset_json.get("data"), list):
     raise SystemExit("error: data file %s has no \"data\" list" % args.data_file)
   check_dataset(dataset_json["data"], args.data_file)
+  check_version(dataset_json, args.data_file)
   predictions = _read_json(args.pred_file, "predictions file")
   check_predictions(predictions, args.pred_file)
   version = version_of(dataset_json)

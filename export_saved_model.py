@@ -239,9 +239,20 @@ def multi_label_head(options):
     thresholds = record["thresholds"]
   else:
     thresholds = [0.5] * len(names)
+  where = os.path.join(directory, multi_label_lib.THRESHOLDS_FILE)
+  bad = next((t for t in thresholds if isinstance(t, bool)
+              or not isinstance(t, (int, float)) or not 0 <= t <= 1), None)
+  if bad is not None or len(thresholds) != len(names):
+    raise ValueError(f"{where}: \"thresholds\" must be {len(names)} numbers in [0, 1] (one a "
+                     f"label), not {errors.error_line(json.dumps(bad), 60)}" if bad is not None
+                     else f"{where}: {len(thresholds)} \"thresholds\" for {len(names)} labels")
+  separator = record.get("label_separator", ",")
+  if not isinstance(separator, str):
+    raise ValueError(f"{where}: \"label_separator\" must be a string, not "
+                     f"{errors.error_line(json.dumps(separator), 60)}")
   logging.info("Multi-label: %s", ", ".join(f"{n} >= {t:.6g}" for n, t in zip(names,
                                                                               thresholds)))
-  return names, np.asarray(thresholds, np.float32), record.get("label_separator", ",")
+  return names, np.asarray(thresholds, np.float32), separator
 
 
 def build_model(task, config, labels=None):
@@ -385,7 +396,10 @@ def write_token_id_model(module, options, num_labels, directory):
   """--format=tflite's or onnx's files in `directory`: model.tflite (serving.tflite_model) or
   model.onnx (serving.onnx_model), vocab.txt, labels.txt (a classifier's label names, one a
   line) and model_config.json (task, inputs, max_seq_length, do_lower_case, labels,
-  quantize), what an app needs to tokenize and read."""
+  quantize; for TFLite also outputs, and input_tensors and output_tensors: the inputs and
+  outputs in the interpreter's order (get_input_details / get_output_details) with their
+  tensor names, so that an app without the signature runner knows which is which), what an
+  app needs to tokenize and read."""
   if options.format == "tflite":
     data = serving.tflite_model(module, options.max_seq_length, options.quantize)
   else:
@@ -408,6 +422,8 @@ def write_token_id_model(module, options, num_labels, directory):
             "max_seq_length": options.max_seq_length,
             "do_lower_case": bool(options.do_lower_case), "labels": names,
             "quantize": options.quantize}
+  if options.format == "tflite":
+    config.update(tflite_tensors(data))
   with tf.io.gfile.GFile(os.path.join(directory, "model_config.json"), "w") as f:
     f.write(json.dumps(config, indent=2) + "\n")
   if options.quantize != "none":
@@ -426,6 +442,23 @@ def measure_quantized(module, options, path, directory):
   figures.update(format=options.format, quantize=options.quantize, sample=source)
   quantized.gate(figures, directory, options.min_agreement, options.force_quantized,
                  f"--format={options.format} --quantize={options.quantize}")
+
+
+def tflite_tensors(data):
+  """The TFLite flatbuffer `data`'s serving_default inputs and outputs in the interpreter's
+  order: {"inputs": [signature names], "outputs": [...], "input_tensors": [{"name", "tensor",
+  "index"}], "output_tensors": [...]} (tensor: the interpreter's tensor name)."""
+  interpreter = tf.lite.Interpreter(model_content=data)
+  runner = interpreter.get_signature_runner("serving_default")
+  result = {}
+  for side, signature, details in (
+      ("input", runner.get_input_details(), interpreter.get_input_details()),
+      ("output", runner.get_output_details(), interpreter.get_output_details())):
+    by_index = {d["index"]: name for name, d in signature.items()}
+    result[side + "s"] = [by_index[d["index"]] for d in details]
+    result[side + "_tensors"] = [{"name": by_index[d["index"]], "tensor": d["name"],
+                                  "index": int(d["index"])} for d in details]
+  return result
 
 
 main = errors.script_main(run)

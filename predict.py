@@ -35,10 +35,15 @@ A reranker (run_reranker.py's model directory or its SavedModel) also reranks a 
 the first --rerank_top_k candidates of each query of the run scored (the BEIR corpus and
 queries JSON lines), written as a TREC run (tasks/reranking.rerank_file).
 It streams: rows are read, predicted in batches of --batch_size and written one batch at a
-time (memory does not grow with the input), into a temporary file renamed when complete;
-progress (rows/s, ETA) on stderr. A bad row (a missing field, not UTF-8, not JSON, a wrong
-number of fields) is an error naming the file and line, and no output file is left; with
+time (memory does not grow with the input), into a temporary file (.<name>.tmp-<pid>,
+utils/file_io.temp_name) renamed when complete; a temporary that a killed run left is
+removed by the next run. Progress (rows/s, ETA) on stderr. A bad row (a missing field, not
+UTF-8, not JSON or nested too deeply, a lone surrogate, a wrong number of fields, longer than
+--max_row_bytes) is an error naming the file and line, and no output file is left; with
 --skip_bad_rows it is skipped, and the count is logged at the end.
+--max_row_bytes (default 1 MiB; 0: no bound) bounds a row's size: tokenizing a row costs
+memory and time in proportion to its whole text (tens of times its size), however little of
+it the model reads, so a larger row is refused rather than read.
 """
 
 from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
@@ -63,6 +68,7 @@ from bert_keras.utils import file_io
 from bert_keras.utils import progress as progress_lib
 
 MAX_LOGGED_BAD_ROWS = 10
+MAX_ROW_BYTES = 1 << 20
 
 
 def options(**overrides):
@@ -100,6 +106,8 @@ def define_flags(fv=flags.FLAGS):
                      "task.json's thresholds, else 0.5).", flag_values=fv)
   flags.DEFINE_bool("skip_bad_rows", False, "Skip and count bad rows instead of stopping.",
                     flag_values=fv)
+  flags.DEFINE_integer("max_row_bytes", MAX_ROW_BYTES, "A row longer than this (bytes of its "
+                       "lines) is a bad row (0: no bound).", flag_values=fv)
   flags.DEFINE_integer("doc_stride", None, "squad: the windows' stride (default: task.json).",
                        flag_values=fv)
   flags.DEFINE_integer("max_query_length", None, "squad: question pieces kept (task.json).",
@@ -136,6 +144,8 @@ def check_options(options):
   predict_io.format_of(options.input_file, options.input_format)
   if options.batch_size < 1:
     raise ValueError(f"--batch_size={options.batch_size}: must be at least 1")
+  if options.max_row_bytes < 0:
+    raise ValueError(f"--max_row_bytes={options.max_row_bytes}: must be 0 (no bound) or more")
   if options.max_seq_length is not None and options.max_seq_length < 3:
     raise ValueError(f"--max_seq_length={options.max_seq_length}: must be at least 3")
   if options.task not in (None, "embeddings"):
@@ -153,6 +163,8 @@ def check_options(options):
     if options.input_file != "-" and os.path.abspath(output) == os.path.abspath(
         options.input_file):
       raise ValueError(f"--output_file {output} is the --input_file")
+    if tf.io.gfile.isdir(output):
+      raise ValueError(f"--output_file {output} is a directory: name a file")
     parent = os.path.dirname(output)
     if parent and not file_io.is_remote(output) and not os.path.isdir(parent):
       raise ValueError(f"--output_file {output}: no such directory {parent}")
@@ -246,7 +258,7 @@ def _batches(reader, columns, options, counts):
       if counts["bad"] <= MAX_LOGGED_BAD_ROWS:
         logging.warning("skipped %s: %s", reader.where(row.line), error)
       continue
-    batch.append((row.fields, texts[0], texts[1]))
+    batch.append((row, texts[0], texts[1]))
     if len(batch) == options.batch_size:
       yield batch
       batch = []
@@ -263,10 +275,15 @@ def predict_stream(predictor, reader, write, options):
   for batch in _batches(reader, columns, options, counts):
     texts_b = [b for _, _, b in batch] if columns.b else None
     results = predictor.predict([a for _, a, _ in batch], texts_b)
-    for (fields, _, _), prediction in zip(batch, results):
-      fields = {k: v for k, v in fields.items() if k not in prediction}
+    for (row, _, _), prediction in zip(batch, results):
+      fields = {k: v for k, v in row.fields.items() if k not in prediction}
       fields.update(prediction)
-      write(predict_io.json_line(fields))
+      try:
+        line = predict_io.json_line(fields)
+      except (RecursionError, ValueError) as e:  # (a field nested almost too deeply to read)
+        raise ValueError(f"{reader.where(row.line)}: the row cannot be written as JSON: "
+                         f"{type(e).__name__}") from None
+      write(line)
     counts["written"] += len(batch)
     done = counts["written"]
     eta = ("" if reader.size is None else ", %.0f%%, ETA %s" % (
@@ -299,13 +316,16 @@ def predict_file(predictor, options):
   """Streams --input_file through `predictor` to --output_file (atomically) or stdout;
   returns the counts {"rows", "bad", "written"}."""
   reader = predict_io.Reader(options.input_file,
-                             predict_io.format_of(options.input_file, options.input_format))
+                             predict_io.format_of(options.input_file, options.input_format),
+                             max_row_bytes=options.max_row_bytes)
   start = time.perf_counter()
   output = options.output_file
   if not output or output == "-":
     counts = predict_stream(predictor, reader, sys.stdout.write, options)
     sys.stdout.flush()
   else:
+    parent, name = os.path.split(output)
+    file_io.remove_stale_temporaries(parent or ".", finals=[name], log=logging.info)
     with file_io.atomic_output(output) as tmp:
       with file_io.open_write(tmp) as f:
         counts = predict_stream(predictor, reader, lambda line: f.write(line.encode("utf-8")),

@@ -16,6 +16,7 @@ checkpoints of model, optimizer and step in --output_dir and automatic resume.
 
 from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
 import os
+import re
 
 from absl import app
 from absl import flags
@@ -211,7 +212,79 @@ def run(options, strategy=None):
   with outputs.output_directory(strategy, options.output_dir):  # (made and locked)
     model_dir.prepare(options, distribution.is_chief(strategy), config, "pretraining",
                       max_predictions_per_seq=options.max_predictions_per_seq)
-    return _train_evaluate(options, config, input_files, strategy)
+    try:
+      return _train_evaluate(options, config, input_files, strategy)
+    except tf.errors.DataLossError as e:
+      text = damaged_record_text(str(e.message), input_files)
+      if text is None:
+        raise
+      raise ValueError(text) from None
+
+
+def _crc32c_table():
+  table = []
+  for byte in range(256):
+    crc = byte
+    for _ in range(8):
+      crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    table.append(crc)
+  return table
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def masked_crc32c(data):
+  """The masked CRC-32C of bytes `data`, as a TFRecord frame stores it."""
+  crc = 0xFFFFFFFF
+  for byte in data:
+    crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+  crc ^= 0xFFFFFFFF
+  return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _damaged_record_start(path, offset):
+  """The start of the record of the local TFRecord file `path` that TensorFlow reports as
+  "corrupted record at `offset`" (its length's checksum wrong: the record's start; its data's:
+  the data's start, 12 bytes on), or False where no such record is damaged; None where it
+  cannot be told (a remote file)."""
+  if file_io.is_remote(path):
+    return None
+  with open(path, "rb") as f:
+    position = 0
+    while position < offset - 12:  # the record boundaries up to `offset`
+      f.seek(position)
+      header = f.read(8)
+      if len(header) < 8:
+        return False
+      position += 16 + int.from_bytes(header, "little")
+    if position not in (offset, offset - 12):
+      return False
+    f.seek(position)
+    header = f.read(12)
+    if len(header) < 12 or masked_crc32c(header[:8]) != int.from_bytes(header[8:], "little"):
+      return position if position == offset else False
+    data = f.read(int.from_bytes(header[:8], "little") + 4)
+    damaged = len(data) < 4 or masked_crc32c(data[:-4]) != int.from_bytes(data[-4:], "little")
+    return position if damaged and position == offset - 12 else False
+
+
+def damaged_record_text(message, input_files):
+  """The one-line error of TensorFlow's "corrupted record at N" (a TFRecord checksum that
+  does not match) naming the --input_file that holds it; None for another message."""
+  found = re.search(r"corrupted record at (\d+)", message)
+  if not found:
+    return None
+  offset = int(found.group(1))
+  starts = {path: _damaged_record_start(path, offset) for path in input_files}
+  damaged = [path for path in input_files if starts[path] is not False]
+  named = damaged or input_files
+  if len(named) == 1 and starts[named[0]]:
+    offset = starts[named[0]]
+  where = named[0] if len(named) == 1 else "one of " + ", ".join(named[:5]) + (
+      f" (and {len(named) - 5} more)" if len(named) > 5 else "")
+  return (f"--input_file {where}: corrupted record at byte {offset} (its checksum does not "
+          "match: the file is damaged)")
 
 
 def _train_evaluate(options, config, input_files, strategy):

@@ -2,7 +2,8 @@
 original's tokenization and packing in its graph (preprocessing.BertPreprocessor).
 
 build_module(model, preprocessor, task) -> a tf.Module with two tf.functions, both taking
-text_a and text_b (tf.string [B]; an empty text_b means a single segment, as in the original):
+text_a and text_b (tf.string [B]; an empty text_b means a single segment, as in the original;
+a scalar string is a batch of one, B = 1; a higher rank is refused):
   preprocess:      input_ids, input_mask, segment_ids   int32 [B, S]
   serving_default: classifier  probabilities [B, N], logits [B, N] float32, label
                                tf.string [B] (the name of the argmax of probabilities) and
@@ -89,6 +90,22 @@ def span_text(input_ids, start, end, vocabulary):
   return tf.strings.regex_replace(tf.strings.regex_replace(text, " ##", ""), "##", "")
 
 
+# The signatures' text inputs: tf.string [B], or a scalar (one text: a batch of one, B = 1).
+# The rank is left open in the signature so that a scalar reaches _texts (a signature of
+# shape [None] lets a scalar through from C++ or TF Serving, where TensorFlow then fails deep
+# in the graph, and a rank that the graph knows cannot be checked in it).
+TEXT_SPEC = tf.TensorSpec(None, tf.string)
+
+
+def _texts(texts, name):
+  """tf.string [B] of a signature input: a vector as it is, a scalar as [1]; another rank is
+  an InvalidArgumentError naming the input."""
+  check = tf.debugging.assert_less(tf.rank(texts), 2, message=(
+      f"{name} must be a string or a vector [B] of strings (one text a row)"))
+  with tf.control_dependencies([check]):
+    return tf.reshape(texts, [-1])
+
+
 class ServingModule(tf.Module):
   """The exported object: the task model, its preprocessor and the two signatures."""
 
@@ -120,12 +137,13 @@ class ServingModule(tf.Module):
     self._max_answer_length = int(max_answer_length)
     self._trim_padding = bool(trim_padding)
     self._labels = None if labels is None else [str(label) for label in labels]
-    spec = tf.TensorSpec([None], tf.string)
+    spec = TEXT_SPEC
     self.preprocess = tf.function(self._preprocess, input_signature=[spec, spec])
     self.serve = tf.function(self._serve, input_signature=[spec, spec])
 
   def _preprocess(self, text_a, text_b):
-    return self.preprocessor({"text_a": text_a, "text_b": text_b})
+    return self.preprocessor({"text_a": _texts(text_a, "text_a"),
+                              "text_b": _texts(text_b, "text_b")})
 
   def _serve(self, text_a, text_b):
     features = self._preprocess(text_a, text_b)
@@ -216,7 +234,7 @@ class ServingModule(tf.Module):
     this module loads only with tf.saved_model.load.)"""
     archive = keras.export.ExportArchive()
     archive.track(self.model)
-    spec = tf.TensorSpec([None], tf.string)
+    spec = TEXT_SPEC
     archive.add_endpoint("serving_default", self.serve, input_signature=[spec, spec])
     archive.add_endpoint("preprocess", self.preprocess, input_signature=[spec, spec])
     return archive

@@ -4,9 +4,12 @@ or standard input), JSON Lines written out.
 
 read_rows(path, input_format) yields Row(fields, line, error): `fields` a dict of the row's
 fields (a TSV/CSV row: its header's names -> the row's values), `line` its first line number
-(1-based), `error` None or why the row cannot be used (not UTF-8, not a JSON object, a
-TSV/CSV row with more or fewer fields than the header). It reads one line at a time: memory
-does not grow with the input. Reader.bytes_read counts the bytes consumed (progress).
+(1-based), `error` None or why the row cannot be used (not UTF-8, not a JSON object, JSON
+nested too deeply, a string holding a lone surrogate (a "\\ud800" escape: not Unicode), a
+TSV/CSV row with more or fewer fields than the header, a row over max_row_bytes). It reads
+one line at a time: memory does not grow with the input. Reader.bytes_read counts the bytes
+consumed (progress). A UTF-8 byte order mark before the first line is skipped, whatever the
+format.
 
 Formats: "tsv" (tab-separated, no quoting: the GLUE files' convention), "csv" (RFC 4180
 quoting, a field may span lines), "jsonl" (one JSON object a line; empty lines skipped).
@@ -17,6 +20,7 @@ line decides (sniff_format): "{" -> jsonl, a tab -> tsv, else csv.
 
 import csv
 import json
+import re
 import sys
 
 from bert_keras.utils import file_io
@@ -24,6 +28,10 @@ from bert_keras.utils import file_io
 FORMATS = ("tsv", "csv", "jsonl")
 _EXTENSIONS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl",
                ".ndjson": "jsonl"}
+_BOM = b"\xef\xbb\xbf"
+# A JSON escape of a UTF-16 surrogate (U+D800..U+DFFF): a line holding one is checked for a
+# lone surrogate (a pair decodes to one character).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 class Row(object):
@@ -61,10 +69,12 @@ def sniff_format(first_line):
 class Reader(object):
   """The rows of `path` ("-": standard input) in `input_format` (None: sniffed). Iterate it
   for Row objects; `name` is how errors name the input; bytes_read and size (None for
-  standard input) measure the progress."""
+  standard input) measure the progress. max_row_bytes: a row longer (its lines' bytes) is
+  a bad row, not parsed (None or 0: no bound)."""
 
-  def __init__(self, path, input_format=None):
+  def __init__(self, path, input_format=None, max_row_bytes=None):
     self.path = path
+    self.max_row_bytes = max_row_bytes or None
     self.name = "<stdin>" if path == "-" else path
     self.format = input_format
     self.size = None if path == "-" else file_io.file_size(path)
@@ -91,6 +101,8 @@ class Reader(object):
         if isinstance(raw, str):
           raw = raw.encode("utf-8")
         self.bytes_read += len(raw)
+        if number == 1 and raw.startswith(_BOM):
+          raw = raw[len(_BOM):]
         yield number, raw
     finally:
       if close:
@@ -111,9 +123,19 @@ class Reader(object):
   def where(self, line):
     return f"{self.name} line {line}"
 
+  def _too_long(self, size):
+    """Why a row of `size` bytes is refused, or None."""
+    if self.max_row_bytes is not None and size > self.max_row_bytes:
+      return f"{size} bytes, over --max_row_bytes={self.max_row_bytes}"
+    return None
+
   def _jsonl_rows(self, lines):
     for number, raw in lines:
       if not raw.strip():
+        continue
+      error = self._too_long(len(raw))
+      if error is not None:
+        yield Row(None, number, error)
         continue
       try:
         text = raw.decode("utf-8")
@@ -125,8 +147,15 @@ class Reader(object):
       except ValueError as e:
         yield Row(None, number, f"not valid JSON ({e})")
         continue
+      except RecursionError:
+        yield Row(None, number, "JSON nested too deeply")
+        continue
       if not isinstance(value, dict):
         yield Row(None, number, "not a JSON object")
+        continue
+      if _SURROGATE_ESCAPE.search(raw) and not _is_unicode(value):
+        yield Row(None, number, "a string holds a lone surrogate (a \\ud800-\\udfff escape "
+                  "that is not half of a pair): not Unicode text")
         continue
       yield Row(value, number)
 
@@ -134,11 +163,12 @@ class Reader(object):
     """TSV / CSV rows: the first line is the header. Lines that are not UTF-8 are decoded
     with surrogate escapes and the row holding them is marked bad."""
     bad_lines = set()
-    state = {"last": 0}
+    state = {"last": 0, "bytes": 0}
 
     def decoded():
       for number, raw in lines:
         state["last"] = number
+        state["bytes"] += len(raw)
         try:
           yield raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -160,16 +190,31 @@ class Reader(object):
     if len(set(header)) != len(header):
       raise ValueError(f"{self.where(1)}: the header repeats a column name: {header}")
     first = state["last"] + 1
+    state["bytes"] = 0
     for values in reader:
       line, first = first, state["last"] + 1
+      size, state["bytes"] = state["bytes"], 0
       if not values:  # an empty line
         continue
-      if any(number in bad_lines for number in range(line, state["last"] + 1)):
+      too_long = self._too_long(size)
+      if too_long is not None:
+        yield Row(None, line, too_long)
+      elif any(number in bad_lines for number in range(line, state["last"] + 1)):
         yield Row(None, line, "not UTF-8")
       elif len(values) != len(header):
         yield Row(None, line, f"{len(values)} fields, the header has {len(header)}")
       else:
         yield Row(dict(zip(header, values)), line)
+
+
+def _is_unicode(value):
+  """Whether every string in the JSON value `value` (keys too) is encodable as UTF-8 (holds
+  no lone surrogate)."""
+  try:
+    json.dumps(value, ensure_ascii=False).encode("utf-8")
+  except UnicodeEncodeError:
+    return False
+  return True
 
 
 def json_line(fields):

@@ -451,3 +451,56 @@ def test_serving_signatures_refuse_mismatched_batches(tmp_path):
                            "have the same number of rows"):
           function(tf.constant(text_a, tf.string), tf.constant(text_b, tf.string))
     assert module.serve(tf.constant(["the dog", "runs"]), tf.constant(["runs", ""]))
+
+
+def test_saved_model_takes_a_scalar_text_as_a_batch_of_one(tmp_path):
+  """A scalar string fed to the SavedModel's signatures is a batch of one (the outputs of
+  [text]); a higher rank is refused with a message naming the input."""
+  from bert_keras import export_saved_model
+  from bert_keras import preprocessing
+  from bert_keras import serving
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]",
+                                              "the", "dog", "runs"]))
+  config = modeling.BertConfig(vocab_size=8, hidden_size=16, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=32)
+  preprocessor = preprocessing.BertPreprocessor(str(vocab), True, 16)
+  module = serving.ServingModule(export_saved_model.build_model("classifier", config, 2),
+                                 preprocessor, "classifier")
+  serving.save_atomic(module, str(tmp_path / "export"))
+  loaded = tf.saved_model.load(str(tmp_path / "export"))
+  for name in serving.SIGNATURES:
+    signature = loaded.signatures[name]
+    one = signature(text_a=tf.constant("the dog"), text_b=tf.constant("runs"))
+    batch = signature(text_a=tf.constant(["the dog"]), text_b=tf.constant(["runs"]))
+    assert set(one) == set(batch)
+    for key in batch:
+      assert one[key].shape == batch[key].shape and batch[key].shape[0] == 1, key
+      np.testing.assert_array_equal(one[key].numpy(), batch[key].numpy())
+  with pytest.raises(tf.errors.InvalidArgumentError, match="text_a must be a string or a "
+                     "vector"):
+    loaded.signatures["serving_default"](text_a=tf.constant([["the dog"]]),
+                                         text_b=tf.constant([[""]]))
+
+
+def test_tampered_thresholds_file_names_the_file_and_field(tmp_path):
+  """--multi_label reads thresholds.json beside --init_checkpoint: a threshold that is not a
+  number in [0, 1], or a separator that is not a string, is an error naming the file and the
+  field (not NumPy's "could not convert")."""
+  from bert_keras import export_saved_model
+  path = tmp_path / "thresholds.json"
+  for record, message in (
+      ({"labels": ["a", "b"], "thresholds": [0.5, "x"]}, r"\"thresholds\" must be 2 numbers "
+       r"in \[0, 1\] \(one a label\), not \"x\""),
+      ({"labels": ["a", "b"], "thresholds": [0.5, 7]}, "not 7"),
+      ({"labels": ["a", "b"], "thresholds": [0.5, True]}, "not true"),
+      ({"labels": ["a"], "thresholds": [0.5], "label_separator": 3},
+       "\"label_separator\" must be a string, not 3")):
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=f"{path}: .*{message}"):
+      export_saved_model.multi_label_head(export_saved_model.options(
+          init_checkpoint=str(tmp_path), multi_label=True))
+  path.write_text(json.dumps({"labels": ["a", "b"], "thresholds": [0.25, 1]}))
+  names, thresholds, separator = export_saved_model.multi_label_head(
+      export_saved_model.options(init_checkpoint=str(tmp_path), multi_label=True))
+  assert names == ["a", "b"] and thresholds.tolist() == [0.25, 1.0] and separator == ","

@@ -6,6 +6,7 @@ import json
 import random
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -163,6 +164,33 @@ def test_script(tmp_path):
   assert run.stderr.strip().splitlines() == [
       f"error: {path} line 1: 'John B-PER B-PER' has no gold and predicted tag "
       "(fields are split at '\\t')"]
+
+
+def test_delimiter_is_literal_unless_asked(tmp_path):
+  """--delimiter is a literal text (a backtracking pattern costs nothing; "|" and "." are
+  themselves; "\t" typed as a backslash and a t is a tab); --delimiter_is_regex reads it as
+  conlleval's -d does."""
+  path = tmp_path / "pipes.txt"
+  path.write_text(EXAMPLE.replace(" ", "|"), encoding="utf-8")
+  assert ner_scoring.report(evaluate_ner.evaluate(str(path), "|")) == EXAMPLE_REPORT
+  evil = tmp_path / "evil.txt"
+  evil.write_text("a" * 27 + "b O O\n", encoding="utf-8")
+  start = time.perf_counter()
+  with pytest.raises(ValueError, match="no gold and predicted tag"):
+    evaluate_ner.evaluate(str(evil), "(a+)+$")   # as a regex: 2^27 steps, seconds
+  assert time.perf_counter() - start < 2
+  tabs = tmp_path / "tabs.txt"
+  tabs.write_text(EXAMPLE.replace(" ", "\t"), encoding="utf-8")
+  blanks = tmp_path / "blanks.txt"
+  blanks.write_text(EXAMPLE.replace(" ", " \t "), encoding="utf-8")
+  for argv in ([str(tabs), "-d", "\\t"], [str(blanks), "--delimiter_is_regex", "-d", "[ \t]+"],
+               [str(path), "--delimiter=|"]):
+    run = subprocess.run([sys.executable, str(REPO / "evaluate_ner.py")] + argv,
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0 and run.stdout == EXAMPLE_REPORT, (argv, run.stderr)
+  run = subprocess.run([sys.executable, str(REPO / "evaluate_ner.py"), str(path), "-d", "(",
+                        "--delimiter_is_regex"], capture_output=True, text=True, cwd=tmp_path)
+  assert run.returncode == 1 and "is not a regular expression" in run.stderr
 
 
 def random_sentences(rng, count, types=("PER", "LOC", "ORG")):

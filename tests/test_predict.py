@@ -412,3 +412,87 @@ def test_outputs_of_each_task_without_a_model():
       "entity_scores": [[0.75, 0.0]]}), "tagger")
   assert tagger.predict([text], None) == [
       {"entities": [{"type": "PER", "text": "Jim", "start": 5, "end": 8, "score": 0.75}]}]
+
+
+def test_row_edge_cases_name_the_line_or_are_skipped(dirs, tmp_path, caplog):
+  """JSON nested 100,000 deep and a lone surrogate escape are bad rows naming the file and
+  line (skipped with --skip_bad_rows); a UTF-8 byte order mark on JSON Lines is skipped as on
+  TSV."""
+  good = '{"sentence": "the dog"}\n'
+  deep = "[" * 100000 + "]" * 100000
+  bad = [('{"sentence": "x", "n": %s}\n' % deep, "JSON nested too deeply"),
+         ('{"sentence": "a \\ud800 b"}\n', "lone surrogate"),
+         ('{"sentence": "a", "other": "\\udc00"}\n', "lone surrogate")]
+  for index, (line, message) in enumerate(bad):
+    path = tmp_path / f"edge{index}.jsonl"
+    path.write_text(good + line + good, encoding="utf-8")
+    with pytest.raises(ValueError, match=f"{path} line 2: .*{message}"):
+      predict.predict_file(_predictor(dirs, "classifier"), predict.options(
+          input_file=str(path), output_file=str(tmp_path / "edge.out")))
+  with caplog.at_level("INFO"):
+    got = _run(tmp_path, dirs, "classifier", good + "".join(b for b, _ in bad) + good,
+               "edges.jsonl", skip_bad_rows=True)
+  assert len(got) == 2 and "skipped 3 bad rows" in caplog.text
+  pair = '{"sentence": "\\ud83d\\ude00 the dog"}\n'  # a surrogate pair is one character
+  got = _run(tmp_path, dirs, "classifier", pair, "pair.jsonl")
+  assert got[0]["sentence"] == "\U0001f600 the dog"
+  plain = _run(tmp_path, dirs, "classifier", good, "plain.jsonl")
+  assert _run(tmp_path, dirs, "classifier", b"\xef\xbb\xbf" + good.encode(), "bom.jsonl") == plain
+
+
+def test_rows_over_max_row_bytes_are_refused(dirs, tmp_path, caplog):
+  """A row longer than --max_row_bytes (JSON Lines, TSV, a CSV row over two lines) is a bad
+  row, not tokenized; the other rows' outputs are those of a run without the bound."""
+  long_text = "the dog is hairy . " * 200
+  rows = [{"sentence": "the dog"}, {"sentence": long_text}, {"sentence": "hello world"}]
+  text = "".join(json.dumps(r) + "\n" for r in rows)
+  limit = len(json.dumps(rows[1])) // 2
+  with pytest.raises(ValueError, match=r"long.jsonl line 2: \d+ bytes, over "
+                     f"--max_row_bytes={limit}"):
+    _run(tmp_path, dirs, "classifier", text, "long.jsonl", max_row_bytes=limit)
+  unbounded = _run(tmp_path, dirs, "classifier", text, "long.jsonl", max_row_bytes=0)
+  with caplog.at_level("INFO"):
+    got = _run(tmp_path, dirs, "classifier", text, "long.jsonl", max_row_bytes=limit,
+               skip_bad_rows=True)
+  assert got == [unbounded[0], unbounded[2]] and "skipped 1 bad rows" in caplog.text
+  table = [[r["sentence"], str(i)] for i, r in enumerate(rows)]
+  with pytest.raises(ValueError, match=r"long.tsv line 3: \d+ bytes, over"):
+    _run(tmp_path, dirs, "classifier", _tsv(["sentence", "i"], table), "long.tsv",
+         max_row_bytes=limit)
+  table[1][0] = "two\nlines " + long_text
+  with pytest.raises(ValueError, match=r"long.csv line 3: \d+ bytes, over"):
+    _run(tmp_path, dirs, "classifier", _csv(["sentence", "i"], table), "long.csv",
+         max_row_bytes=limit)
+  assert _run(tmp_path, dirs, "classifier", _csv(["sentence", "i"], table), "long.csv",
+              max_row_bytes=limit, skip_bad_rows=True) == [
+      dict(unbounded[0], i="0"), dict(unbounded[2], i="2")]
+  with pytest.raises(ValueError, match="--max_row_bytes=-1: must be 0"):
+    predict.run(predict.options(model_dir=dirs["paths"]["classifier"],
+                                input_file=str(tmp_path / "long.jsonl"), max_row_bytes=-1))
+
+
+def test_output_temporaries_of_killed_runs_are_removed(dirs, tmp_path):
+  """The temporary a killed run left beside --output_file (utils/file_io.temp_name, a dead
+  pid) is removed by the next run; a live run's stays; --output_file naming a directory is
+  refused before anything is written."""
+  from bert_keras.utils import file_io
+  dead = subprocess.Popen([sys.executable, "-c", ""])
+  dead.wait()
+  out = tmp_path / "in.jsonl.out.jsonl"
+  stale = pathlib.Path(file_io.temp_name(str(out), tag=dead.pid))
+  live = pathlib.Path(file_io.temp_name(str(out), tag=os.getppid()))
+  stale.write_text("partial")
+  live.write_text("another run's")
+  _run(tmp_path, dirs, "classifier", '{"sentence": "the dog"}\n', "in.jsonl")
+  assert not stale.exists() and live.exists() and out.exists()
+  path = tmp_path / "in.jsonl"
+  (tmp_path / "directory").mkdir()
+  with pytest.raises(ValueError, match="--output_file .*directory is a directory: name a file"):
+    predict.run(predict.options(model_dir=dirs["paths"]["classifier"], input_file=str(path),
+                                output_file=str(tmp_path / "directory")))
+  assert os.listdir(tmp_path / "directory") == [] and not [
+      n for n in os.listdir(tmp_path) if ".tmp-" in n and n != live.name]
+  with pytest.raises(OSError):  # a rename that fails leaves no temporary either
+    with file_io.atomic_output(str(tmp_path / "directory")) as tmp:
+      pathlib.Path(tmp).write_text("complete")
+  assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n and n != live.name]

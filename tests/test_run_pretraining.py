@@ -11,7 +11,6 @@ few (each ~5 s of import).
 
 import json
 import os
-import re
 import pathlib
 import signal
 import subprocess
@@ -614,5 +613,14 @@ def test_damaged_record_past_the_first_records_is_one_line(data, tmp_path):  # n
   with pytest.raises(SystemExit) as info:
     with errors.one_line_errors():
       run_pretraining.run(options)
-  assert re.fullmatch(r"error: damaged data: corrupted record at \d+ of a TFRecord file \(its "
-                      r"checksum does not match: the file is damaged\)", str(info.value.code))
+  assert str(info.value.code) == (f"error: --input_file {path}: corrupted record at byte "
+                                  f"{offset} (its checksum does not match: the file is "
+                                  "damaged)")
+  # Among several files, the damaged one is named.
+  other = tmp_path / "whole.tfrecord"
+  _write_records(other, 90, seed=6)
+  assert run_pretraining.damaged_record_text(
+      f"corrupted record at {offset + 12}", [str(other), str(path)]) == (  # (its data)
+      f"--input_file {path}: corrupted record at byte {offset} (its checksum does not match: "
+      "the file is damaged)")
+  assert run_pretraining.damaged_record_text("another error", [str(path)]) is None

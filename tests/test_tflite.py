@@ -107,14 +107,33 @@ def test_tflite_directory_holds_what_an_app_needs(exports):
   assert open(os.path.join(directory, "labels.txt")).read() == "neg\nneutral\npos\n"
   with open(os.path.join(directory, "model_config.json")) as f:
     config = json.load(f)
-  assert config == {"task": "classifier", "inputs": ["input_ids", "input_mask", "segment_ids"],
-                    "max_seq_length": SEQ, "do_lower_case": True,
+  tensors = {k: config.pop(k) for k in ("inputs", "outputs", "input_tensors",
+                                         "output_tensors")}
+  assert config == {"max_seq_length": SEQ, "do_lower_case": True, "task": "classifier",
                     "labels": ["neg", "neutral", "pos"], "quantize": "dynamic"}
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    signature = tf.lite.Interpreter(os.path.join(directory, "model.tflite")).get_signature_list()
+    interpreter = tf.lite.Interpreter(os.path.join(directory, "model.tflite"))
+  signature = interpreter.get_signature_list()
   assert signature == {"serving_default": {"inputs": ["input_ids", "input_mask", "segment_ids"],
                                            "outputs": ["logits", "probabilities"]}}
+  # model_config.json: the inputs and outputs in the interpreter's order, with its tensor
+  # names: an app that reads get_output_details() by position knows which is which.
+  assert sorted(tensors["inputs"]) == ["input_ids", "input_mask", "segment_ids"]
+  assert sorted(tensors["outputs"]) == ["logits", "probabilities"]
+  for side, details in (("input", interpreter.get_input_details()),
+                        ("output", interpreter.get_output_details())):
+    assert [t["tensor"] for t in tensors[side + "_tensors"]] == [d["name"] for d in details]
+    assert [t["index"] for t in tensors[side + "_tensors"]] == [d["index"] for d in details]
+    assert [t["name"] for t in tensors[side + "_tensors"]] == tensors[side + "s"]
+  interpreter.allocate_tensors()
+  features, _ = _saved_model(exports["saved_model"], _texts(n=1, seed=3))
+  for name, detail in zip(tensors["inputs"], interpreter.get_input_details()):
+    interpreter.set_tensor(detail["index"], features[name].astype(np.int32))
+  interpreter.invoke()
+  want = _tflite(directory, features)  # by name, through the signature runner
+  for name, detail in zip(tensors["outputs"], interpreter.get_output_details()):
+    np.testing.assert_array_equal(interpreter.get_tensor(detail["index"]), want[name])
 
 
 @pytest.mark.slow

@@ -290,14 +290,15 @@ def recover_replaced_directory(path, log=None):
 @contextlib.contextmanager
 def atomic_output(path):
   """Yields temp_name(path) for the body to write; renames it to `path` when the body ends,
-  removes it when the body raises (a run that fails leaves no temporary)."""
+  removes it when the body or the rename raises (a run that fails leaves no temporary; a
+  killed one leaves it for remove_stale_temporaries)."""
   tmp = temp_name(path)
   try:
     yield tmp
+    rename(tmp, path)
   except BaseException:
     remove_quietly(tmp)
     raise
-  rename(tmp, path)
 
 
 def write_text_atomic(path, text):
