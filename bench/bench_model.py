@@ -26,6 +26,10 @@ the same batches.
 Usage:
   python bench/bench_model.py                 # full run (BERT-Base and Small), ~15-25 min
   python bench/bench_model.py --quick         # tiny config, a few steps: checks it all works
+  python bench/bench_model.py --backend=jax --kerashub_python=kh-venv/bin/python
+      # instead: ours (BertPretrainer + AdamWeightDecay) against KerasHub on one Keras backend
+      # (tensorflow, jax or torch), BERT-Small, each peer in a process of its own (KerasHub's
+      # from its own Python), timed in interleaved rounds; see backend_worker below
 Prints a table; the last line is a JSON object with every figure.
 """
 
