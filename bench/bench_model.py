@@ -26,6 +26,10 @@ the same batches.
 Usage:
   python bench/bench_model.py                 # full run (BERT-Base and Small), ~15-25 min
   python bench/bench_model.py --quick         # tiny config, a few steps: checks it all works
+  python bench/bench_model.py --backend=jax --kerashub_python=kh-venv/bin/python
+      # instead: ours (BertPretrainer + AdamWeightDecay) against KerasHub on one Keras backend
+      # (tensorflow, jax or torch), BERT-Small, each peer in a process of its own (KerasHub's
+      # from its own Python), timed in interleaved rounds; see backend_worker below
 Prints a table; the last line is a JSON object with every figure.
 """
 
@@ -36,17 +40,33 @@ import os
 import pathlib
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import keras  # noqa: E402
 
+def _flag(name):
+  """--name's value on the command line, read before Keras is imported (--backend picks
+  Keras's backend, which Keras reads once, at its import); None when absent."""
+  for i, arg in enumerate(sys.argv[1:], 1):
+    if arg.startswith(name + "="):
+      return arg.split("=", 1)[1]
+    if arg == name and i + 1 < len(sys.argv):
+      return sys.argv[i + 1]
+  return None
+
+
+BACKEND = _flag("--backend")
 REPO = pathlib.Path(__file__).resolve().parent.parent
-from bert_keras import modeling  # noqa: E402  (pip install -e . in the clone)
+import numpy as np  # noqa: E402
+if BACKEND:   # the backends comparison: Keras and the model are imported by its workers
+  os.environ["KERAS_BACKEND"] = BACKEND
+else:
+  import tensorflow as tf  # noqa: E402
+  import keras  # noqa: E402
+  from bert_keras import modeling  # noqa: E402  (pip install -e . in the clone)
 
 CONFIGS = {
     "base": dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12,
@@ -110,6 +130,7 @@ def make_batch(c, batch, seq, predictions, seed=0):
 # --- peers -----------------------------------------------------------------------------------
 
 def _optimizer():
+  import keras
   return keras.optimizers.AdamW(learning_rate=1e-4, weight_decay=0.01, epsilon=1e-6,
                                 global_clipnorm=1.0)
 
@@ -210,6 +231,286 @@ def original_peer(c, batch, seq, predictions, train):
     sess.run(tf1.global_variables_initializer())
   feed = {ph[k]: v for k, v in make_batch(c, batch, seq, predictions).items()}
   return lambda: sess.run(fetch, feed), sess
+
+
+# --- backends: ours against KerasHub on one Keras backend, each peer in a Python of its own --
+
+BACKEND_PEERS = ("ours", "keras_hub")
+
+
+def _plain_config(name):
+  """CONFIGS[name] with the original's other fields, as a namespace (no bert_keras needed)."""
+  import types
+  return types.SimpleNamespace(max_position_embeddings=512, hidden_dropout_prob=0.1,
+                               attention_probs_dropout_prob=0.1, **CONFIGS[name])
+
+
+def _ours_net(name):
+  """-> (net: BertPretrainer, its encoder, loss(outputs, features), optimizer, encoder inputs):
+  our model and our optimizer (optimization.AdamWeightDecay, run_pretraining's)."""
+  from bert_keras import modeling, optimization
+  c = modeling.BertConfig.from_dict(dict(modeling.BertConfig(0).to_dict(), **CONFIGS[name]))
+  net = modeling.BertPretrainer(c)
+  optimizer = optimization.create_optimizer(1e-4, 10000, 100)
+  return net, net.bert, modeling.pretraining_loss, optimizer, lambda f: {
+      k: f[k] for k in ("input_ids", "input_mask", "segment_ids")}
+
+
+def _keras_hub_net(name):
+  """The same for KerasHub: BertBackbone + MaskedLMHead (tied to the token embedding) +
+  Dense(2), the loss in Keras ops, keras.optimizers.AdamW with the same settings."""
+  import keras
+  import keras_hub
+  from keras import ops
+  c = _plain_config(name)
+
+  class Pretrainer(keras.Model):
+    def __init__(self):
+      super().__init__()
+      self.backbone = keras_hub.models.BertBackbone(
+          vocabulary_size=c.vocab_size, num_layers=c.num_hidden_layers,
+          num_heads=c.num_attention_heads, hidden_dim=c.hidden_size,
+          intermediate_dim=c.intermediate_size, dropout=0.1,
+          max_sequence_length=c.max_position_embeddings, num_segments=c.type_vocab_size)
+      self.mlm = keras_hub.layers.MaskedLMHead(
+          vocabulary_size=c.vocab_size, token_embedding=self.backbone.token_embedding,
+          intermediate_activation="gelu")
+      self.nsp = keras.layers.Dense(2)
+
+    def call(self, f, training=False):
+      out = self.backbone(inputs(f), training=training)
+      return {"masked_lm_logits": self.mlm(out["sequence_output"],
+                                           mask_positions=f["masked_lm_positions"]),
+              "next_sentence_logits": self.nsp(out["pooled_output"])}
+
+  def inputs(f):
+    return {"token_ids": f["input_ids"], "segment_ids": f["segment_ids"],
+            "padding_mask": f["input_mask"]}
+
+  def loss(outputs, f):
+    nll = lambda labels, logits: ops.sparse_categorical_crossentropy(  # noqa: E731
+        labels, logits, from_logits=True)
+    w = ops.cast(f["masked_lm_weights"], "float32")
+    mlm = ops.sum(w * nll(f["masked_lm_ids"], outputs["masked_lm_logits"])) / (ops.sum(w) + 1e-5)
+    nsp = ops.mean(nll(ops.reshape(f["next_sentence_labels"], (-1,)),
+                       outputs["next_sentence_logits"]))
+    return mlm + nsp
+
+  net = Pretrainer()
+  return net, net.backbone, loss, _optimizer(), inputs
+
+
+def _backend_calls(net, encoder, loss_of, optimizer, encoder_inputs, batches):
+  """-> {"train": fn, "b1": fn, "b32": fn}, each one step or one forward pass, finished (its
+  result on the host), in the style of Keras's own trainer on this backend:
+    jax         one jax.jit of stateless_call + value_and_grad + optimizer.stateless_apply
+                (what model.fit's jitted train_step does), the state donated; the encoder's
+                stateless_call under jax.jit;
+    torch       eager: forward, loss.backward(), optimizer.apply on the variables' .grad under
+                torch.no_grad (what Keras's torch trainer does); the encoder under no_grad;
+    tensorflow  tf.function of a GradientTape step + apply_gradients; the encoder in a
+                tf.function."""
+  import keras
+  from keras import ops
+  backend = keras.backend.backend()
+  tensors = {k: {n: ops.convert_to_tensor(v) for n, v in b.items()} for k, b in batches.items()}
+  net(tensors["train"], training=False)   # builds every variable
+  train, enc = tensors["train"], {k: encoder_inputs(tensors[k]) for k in ("b1", "b32")}
+  tvars = net.trainable_variables
+  calls = {}
+  if backend == "jax":
+    import jax
+
+    def loss_fn(trainable, non_trainable, batch):
+      outputs, non_trainable = net.stateless_call(trainable, non_trainable, batch, training=True)
+      return loss_of(outputs, batch), non_trainable
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def step(state, batch):
+      trainable, non_trainable, optimizer_vars = state
+      (loss, non_trainable), grads = grad_fn(trainable, non_trainable, batch)
+      trainable, optimizer_vars = optimizer.stateless_apply(optimizer_vars, grads, trainable)
+      return (trainable, non_trainable, optimizer_vars), loss
+    step = jax.jit(step, donate_argnums=0)
+    optimizer.build(tvars)
+    # A tuple of lists, as step returns it: another pytree structure would compile it again.
+    holder = {"state": ([v.value for v in tvars], [v.value for v in net.non_trainable_variables],
+                        [v.value for v in optimizer.variables])}
+
+    def train_call():
+      holder["state"], loss = step(holder["state"], train)
+      return float(loss)
+    forward = jax.jit(lambda tv, ntv, x: encoder.stateless_call(tv, ntv, x, training=False)[0])
+    # Copies: the training step donates (deletes) the arrays that the variables hold.
+    weights = ([jax.numpy.array(v.value) for v in encoder.trainable_variables],
+               [jax.numpy.array(v.value) for v in encoder.non_trainable_variables])
+    for key in ("b1", "b32"):
+      calls[key] = (lambda x: lambda: jax.block_until_ready(forward(*weights, x)))(enc[key])
+  elif backend == "torch":
+    import torch
+
+    def train_call():
+      for v in tvars:
+        v.value.grad = None
+      loss = loss_of(net(train, training=True), train)
+      loss.backward()
+      with torch.no_grad():
+        optimizer.apply([v.value.grad for v in tvars], tvars)
+      return float(loss.detach())
+
+    def encode(x):
+      with torch.no_grad():
+        out = encoder(x, training=False)
+      return out["sequence_output"].cpu().numpy(), out["pooled_output"].cpu().numpy()
+    for key in ("b1", "b32"):
+      calls[key] = (lambda x: lambda: encode(x))(enc[key])
+  else:
+    import tensorflow as tf
+
+    @tf.function
+    def tf_step(batch):
+      with tf.GradientTape() as tape:
+        loss = loss_of(net(batch, training=True), batch)
+      optimizer.apply_gradients(zip(tape.gradient(loss, tvars), tvars))
+      return loss
+
+    @tf.function
+    def encode(x):
+      out = encoder(x, training=False)
+      return out["sequence_output"], out["pooled_output"]
+
+    def train_call():
+      return float(tf_step(train))
+    for key in ("b1", "b32"):
+      calls[key] = (lambda x: lambda: [t.numpy() for t in encode(x)])(enc[key])
+  calls["train"] = train_call
+  return calls
+
+
+def backend_worker(args):
+  """A peer's process: builds it, warms it up, prints READY, then times the calls that the
+  parent asks for on stdin ("train 3": three training steps) and prints their seconds."""
+  import keras
+  name = args.configs.split(",")[0]
+  build = _ours_net if args.worker == "ours" else _keras_hub_net
+  start = time.perf_counter()
+  net, encoder, loss_of, optimizer, encoder_inputs = build(name)
+  c = _plain_config(name)
+  batches = {"train": make_batch(c, args.batch, args.seq, args.predictions),
+             "b1": make_batch(c, 1, args.seq, args.predictions, seed=1),
+             "b32": make_batch(c, 32, args.seq, args.predictions, seed=32)}
+  calls = _backend_calls(net, encoder, loss_of, optimizer, encoder_inputs, batches)
+  losses = [calls["train"]()]
+  build_s = time.perf_counter() - start
+  for fn in calls.values():
+    for _ in range(args.warmup):
+      fn()
+  losses.append(calls["train"]())
+  info = {"backend": keras.backend.backend(), "keras": keras.__version__,
+          "build_and_compile_s": round(build_s, 1), "first_loss": losses[0],
+          "loss_after_warmup": losses[-1],
+          "parameters": int(sum(np.prod(v.shape) for v in net.trainable_variables))}
+  if args.worker == "keras_hub":
+    import keras_hub
+    info["keras_hub"] = keras_hub.version()
+  print("BENCH " + json.dumps(info), flush=True)
+  for line in sys.stdin:
+    key, n = line.split()
+    times = []
+    for _ in range(int(n)):
+      start = time.perf_counter()
+      calls[key]()
+      times.append(time.perf_counter() - start)
+    print("BENCH " + json.dumps(times), flush=True)
+
+
+class _Worker:
+  """A backend_worker child process (this script in `python`) and its request/reply pipe."""
+
+  def __init__(self, peer, python, args, name):
+    command = [python, os.path.abspath(__file__), "--worker=" + peer, "--backend=" + BACKEND,
+               "--configs=" + name]
+    command += ["--%s=%s" % (k, getattr(args, k))
+                for k in ("batch", "seq", "predictions", "warmup")]
+    self.peer = peer
+    self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    text=True)
+    self.info = self._reply()
+
+  def _reply(self):
+    for line in self.process.stdout:
+      if line.startswith("BENCH "):
+        return json.loads(line[len("BENCH "):])
+    raise RuntimeError("the %s worker stopped (exit status %s); its error is above" % (
+        self.peer, self.process.wait()))
+
+  def time(self, key, n):
+    self.process.stdin.write("%s %d\n" % (key, n))
+    self.process.stdin.flush()
+    return self._reply()
+
+  def close(self):
+    self.process.stdin.close()
+    self.process.wait()
+
+
+def bench_backend(name, args):
+  """Ours against KerasHub on BACKEND for config `name`: both built (one after the other),
+  then timed in interleaved rounds (the order alternating); -> {peer: row}."""
+  workers = {}
+  try:
+    for peer in BACKEND_PEERS:
+      python = sys.executable if peer == "ours" else args.kerashub_python
+      workers[peer] = _Worker(peer, python, args, name)
+      print("%-6s %-10s built in %.0f s (%s)" % (name, peer, workers[peer].info[
+          "build_and_compile_s"], workers[peer].info), flush=True)
+    reps = {"train": args.steps, "b1": 5 * args.latency_reps, "b32": args.latency_reps}
+    times = {(peer, key): [] for peer in workers for key in reps}
+    for r in range(args.rounds):
+      for peer in BACKEND_PEERS[r % 2:] + BACKEND_PEERS[:r % 2]:
+        for key in reps:
+          times[peer, key] += workers[peer].time(key, max(1, reps[key] // args.rounds))
+        time.sleep(0.3)   # lets the other process's idle threads go to sleep
+  finally:
+    for worker in workers.values():
+      worker.close()
+  rows = {}
+  for peer, worker in workers.items():
+    rows[peer] = {"config": name, "peer": peer, "backend": BACKEND,
+                  "train_seq_per_s": args.batch / statistics.median(times[peer, "train"]),
+                  "latency_b1_ms": 1e3 * statistics.median(times[peer, "b1"]),
+                  "latency_b32_ms": 1e3 * statistics.median(times[peer, "b32"]),
+                  **worker.info}
+  ours, hub = rows["ours"], rows["keras_hub"]
+  rows["ratio"] = {"train": ours["train_seq_per_s"] / hub["train_seq_per_s"],
+                   "b1": hub["latency_b1_ms"] / ours["latency_b1_ms"],
+                   "b32": hub["latency_b32_ms"] / ours["latency_b32_ms"]}
+  return rows
+
+
+def backends_main(args):
+  if not (args.kerashub_python and os.access(args.kerashub_python, os.X_OK)):
+    sys.exit("error: --backend needs --kerashub_python, a Python with keras-hub (and the "
+             "backend) installed: %r is not an executable file" % args.kerashub_python)
+  print("backend %s, %d CPUs; ours: modeling.BertPretrainer + optimization.AdamWeightDecay; "
+        "KerasHub: BertBackbone + MaskedLMHead + Dense(2) + keras AdamW; float32; training "
+        "batch %d, seq %d, %d masked positions; encoder latency at seq %d" % (
+            BACKEND, os.cpu_count(), args.batch, args.seq, args.predictions, args.seq))
+  results = {name: bench_backend(name, args) for name in args.configs.split(",")}
+  print()
+  print("| config | peer | train seq/s | encoder b1 ms | encoder b32 ms |")
+  print("|---|---|---:|---:|---:|")
+  for name, rows in results.items():
+    for peer in BACKEND_PEERS:
+      r = rows[peer]
+      print("| %s | %s | %.2f | %.1f | %.0f |" % (
+          name, "ours" if peer == "ours" else "KerasHub %s" % r.get("keras_hub", ""),
+          r["train_seq_per_s"], r["latency_b1_ms"], r["latency_b32_ms"]))
+    ratio = rows["ratio"]
+    print("| %s | ours / KerasHub (speed) | x%.2f | x%.2f | x%.2f |" % (
+        name, ratio["train"], ratio["b1"], ratio["b32"]))
+  print(json.dumps({"backend": BACKEND, "batch": args.batch, "seq": args.seq,
+                    "steps": args.steps, "rounds": args.rounds, "results": results}))
 
 
 # --- runs ------------------------------------------------------------------------------------
@@ -350,7 +651,14 @@ def markdown_table(results):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--configs", default="base,small")
+  parser.add_argument("--configs", help="default: base,small (with --backend: small)")
+  parser.add_argument("--backend", choices=("tensorflow", "jax", "torch"),
+                      help="instead: ours against KerasHub on this Keras backend, each in a "
+                      "process of its own (needs --kerashub_python)")
+  parser.add_argument("--kerashub_python",
+                      help="with --backend: a Python with keras-hub and the backend installed "
+                      "(not a dependency of this repository)")
+  parser.add_argument("--worker", choices=BACKEND_PEERS, help=argparse.SUPPRESS)
   parser.add_argument("--peers", default=",".join(PEERS))
   parser.add_argument("--batch", type=int, default=8)
   parser.add_argument("--seq", type=int, default=128)
@@ -366,6 +674,12 @@ def main():
   parser.add_argument("--quick", action="store_true",
                       help="tiny config, 2 warmup + 3 timed steps: checks the script works")
   args = parser.parse_args()
+  if args.worker:
+    return backend_worker(args)
+  if args.backend:
+    args.configs = args.configs or "small"
+    return backends_main(args)
+  args.configs = args.configs or "base,small"
   if args.quick:
     args.configs, args.warmup, args.steps, args.latency_reps, args.rounds = "tiny", 2, 3, 3, 3
     args.curve_config, args.curve_steps = "tiny", 6
