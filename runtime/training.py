@@ -788,3 +788,19 @@ def diverged_hint(options):
     changes[-2:] = [f"{changes[-2]} or {changes[-1]}"]
   return (f"Try {', '.join(changes)}, rerunning with --overwrite_output_dir or another "
           "--output_dir.")
+
+
+def restore_best(options, trainer):
+  """--do_eval / --do_predict use output_dir/best (the best of the evaluations during
+  training) when it exists: its weights and step are loaded into trainer. Logs which."""
+  best = os.path.join(options.output_dir, EvalHook.BEST)
+  results = os.path.join(best, "eval_results.txt")
+  if not tf.io.gfile.exists(results):
+    if options.eval_every_steps:
+      logging.info("No %s: evaluating/predicting with the final weights", best)
+    return
+  checkpoints.load_checkpoint(trainer.model, best)
+  step = int(read_results(results)["global_step"])
+  trainer.global_step.assign(step)
+  logging.info("Evaluating/predicting with the best model of the evaluations during training: "
+               "%s (step %d)", best, step)
