@@ -25,6 +25,7 @@ before a model is built) and outputs.py (the locked output directory, result fil
 
 import abc
 import json
+import math
 import os
 import time
 
@@ -115,6 +116,33 @@ class ExampleMeanTask(Task):
     return loss, {"loss": loss}
 
 
+class Diverged(ValueError):
+  """Training stopped at a non-finite loss or non-finite weights (Trainer.train); a
+  ValueError, so the scripts show it as one `error:` line and exit non-zero."""
+
+
+# What Trainer.train's Diverged error advises by default (train_as_configured names the run's
+# own flags: diverged_hint).
+DIVERGED_HINT = "Try a lower learning rate."
+
+
+class _HintedEval:
+  """Trainer.train's eval_fn: a Diverged error of the evaluation (EvalHook's) gets the
+  run's diverged_hint; the other attributes are eval_fn's."""
+
+  def __init__(self, eval_fn, hint):
+    self.eval_fn, self.hint = eval_fn, hint
+
+  def __call__(self, step):
+    try:
+      return self.eval_fn(step)
+    except Diverged as e:
+      raise Diverged(f"{e} {self.hint}") from None
+
+  def __getattr__(self, name):
+    return getattr(self.eval_fn, name)
+
+
 def _sum_dicts(a, b):
   return {k: a[k] + b[k] for k in a}
 
@@ -144,6 +172,7 @@ class Trainer:
       self.optimizer.build(model.trainable_variables)
     self._train_loop = None
     self._eval_loop = None
+    self._finite_check = None
 
   # -- per-replica computation ---------------------------------------------
 
@@ -208,14 +237,22 @@ class Trainer:
 
     @tf.function
     def train_loop(iterator, num_steps):
+      """-> (the sums of the stats over the steps run, the first step whose loss is not
+      finite or 0). The loop stops after that step: the loss, summed for logging anyway, is
+      the one value checked each step (no extra pass over the gradients or a host sync)."""
       sums = {k: tf.constant(0.0) for k in self.task.train_stat_names}
+      diverged = tf.constant(0, tf.int64)
       for _ in tf.range(num_steps):
         micro = tuple(next(iterator) for _ in range(self.accumulation_steps))
         per_replica = strategy.run(self._replica_train_step, args=(micro,))
-        sums = {k: sums[k] + strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica[k],
-                                             axis=None) for k in sums}
+        stats = {k: strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica[k], axis=None)
+                 for k in sums}
+        sums = {k: sums[k] + stats[k] for k in sums}
         self.global_step.assign_add(1)
-      return sums
+        if not tf.math.is_finite(stats["loss"]):
+          diverged = tf.identity(self.global_step.read_value())
+          break
+      return sums, diverged
 
     return train_loop
 
@@ -240,7 +277,7 @@ class Trainer:
   def train(self, dataset_fn, *, num_train_steps, steps_per_loop, output_dir,
             save_checkpoints_steps, keep_checkpoint_max=5, init_fn=None,
             global_batch_size, log_every_steps=100, flops_per_sequence=None, peak_flops=None,
-            log_fn=None, eval_every_steps=0, eval_fn=None):
+            log_fn=None, eval_every_steps=0, eval_fn=None, diverged_hint=DIVERGED_HINT):
     """Trains to num_train_steps (global), resuming from output_dir.
 
     dataset_fn(input_context, skip_records_per_pipeline) -> per-replica batched
@@ -259,6 +296,12 @@ class Trainer:
     early when it returns True. On a resume, when eval_fn has them (EvalHook does), an
     evaluation that a kill skipped (a boundary step without eval_fn.evaluated(step)) is made
     first, and nothing is trained when eval_fn.stopped() (early stopping already happened).
+
+    Divergence: the device call stops after the first step whose loss is not finite, and
+    before every checkpoint the weights are checked (a finite loss with overflowing gradients
+    makes them NaN). Either is a Diverged error (a ValueError: one `error:` line) naming the
+    step, the last checkpoint kept and diverged_hint (what to change); nothing of the
+    diverged weights is saved or evaluated.
     """
     if log_every_steps < 0:
       raise ValueError(f"--log_every_steps={log_every_steps}: must be >= 0")
@@ -266,6 +309,8 @@ class Trainer:
       raise ValueError(f"--eval_every_steps={eval_every_steps}: must be >= 0")
     if eval_fn is None:
       eval_every_steps = 0
+    else:
+      eval_fn = _HintedEval(eval_fn, diverged_hint)
     chief = distribution.is_chief(self.strategy)
     directory = distribution.worker_dir(self.strategy, output_dir)
     tf.io.gfile.makedirs(directory)
@@ -292,19 +337,24 @@ class Trainer:
       n = steps_to_run(step, num_train_steps, steps_per_loop, log_every_steps,
                        save_checkpoints_steps, eval_every_steps)
       start = time.perf_counter()
-      sums = self._train_loop(iterator, tf.constant(n, tf.int32))
+      sums, diverged = self._train_loop(iterator, tf.constant(n, tf.int32))
       sums = {k: float(v.numpy()) for k, v in sums.items()}
       elapsed = time.perf_counter() - start
-      step = int(self.global_step.numpy())
-      stats = self._loop_stats(sums, n, elapsed, global_batch_size, flops_per_sequence,
-                               peak_flops)
+      previous, step = step, int(self.global_step.numpy())
+      stats = self._loop_stats(sums, step - previous, elapsed, global_batch_size,
+                               flops_per_sequence, peak_flops)
       logging.info("%s", progress.line(step, stats))
+      if int(diverged.numpy()):
+        raise self._diverged(step, f"its loss is {sums['loss']}", output_dir, diverged_hint)
       if log_fn is not None:
         log_fn(step, stats)
       write_scalars(writer, step, stats)
       evaluate = _is_eval_step(step, num_train_steps, eval_every_steps)
       if evaluate or step == num_train_steps or (save_checkpoints_steps and
                                                  step % save_checkpoints_steps == 0):
+        if not self._weights_finite():
+          raise self._diverged(step, "its loss was finite but the weights after it are not "
+                               "(its gradients overflowed)", output_dir, diverged_hint)
         path = manager.save(checkpoint_number=step)
         if chief:
           logging.info("Saved checkpoint %s", path)
@@ -314,6 +364,28 @@ class Trainer:
     if not chief:
       tf.io.gfile.rmtree(directory)
     return step
+
+  def _weights_finite(self):
+    """Whether every trainable weight is finite (one pass over them, on the device; run
+    before a checkpoint only, not every step)."""
+    if self._finite_check is None:
+      variables = self.model.trainable_variables
+
+      @tf.function
+      def finite():
+        return tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in variables]))
+
+      self._finite_check = finite
+    return bool(self._finite_check().numpy())
+
+  @staticmethod
+  def _diverged(step, what, directory, hint):
+    """The Diverged error of a run that diverged at `step` (`what` happened there)."""
+    last = training_checkpoints.latest_checkpoint(directory, warn=False)
+    kept = (f"the last checkpoint, {os.path.basename(last)} in {directory}, is kept" if last
+            else "no checkpoint was written")
+    return Diverged(f"training diverged at step {step}: {what}. Its weights were not saved "
+                    f"({kept}). {hint}")
 
   @staticmethod
   def _resume_evaluation(step, num_train_steps, eval_every_steps, eval_fn):
@@ -496,7 +568,7 @@ class EvalHook:
     best, since = None, 0
     for entry in self.history:
       value = entry.get(self.metric_name)
-      if value is not None and (best is None or value > best):
+      if value is not None and math.isfinite(value) and (best is None or value > best):
         best, since = value, 0
       else:
         since += 1
@@ -509,10 +581,13 @@ class EvalHook:
       raise ValueError(f"the evaluation gives no {self.metric_name} (it gives "
                        f"{sorted(metrics)})")
     value = metrics[self.metric_name]
-    improved = self.best_value is None or value > self.best_value
+    _refuse_non_finite(step, metrics)
+    # A non-finite metric (e.g. a correlation of constant predictions) is never the best.
+    improved = math.isfinite(value) and (self.best_value is None or value > self.best_value)
     logging.info("Evaluation at step %d: %s%s", step, ", ".join(
         f"{k} = {v:.6g}" for k, v in sorted(metrics.items()) if k != "global_step"),
-        " (best so far)" if improved else f" (best {self.metric_name} = {self.best_value:.6g})")
+        " (best so far)" if improved else " (best %s = %s)" % (
+            self.metric_name, "none" if self.best_value is None else f"{self.best_value:.6g}"))
     self.history = [e for e in self.history if e["global_step"] < step] + [metrics]
     if self.chief:
       if self._writer is None:
@@ -536,6 +611,16 @@ class EvalHook:
     metrics = {k: _json_number(v) for k, v in metrics.items()}
     logging.info("Saved the best model (step %d, %s = %.6g) in %s", metrics["global_step"],
                  self.metric_name, metrics[self.metric_name], self.best_dir)
+
+
+def _refuse_non_finite(step, metrics):
+  """A Diverged error when an evaluation's loss (a metric named loss or *_loss) is not
+  finite: the model's outputs overflow (its weights were checked before the checkpoint)."""
+  bad = {k: v for k, v in sorted(metrics.items()) if not math.isfinite(v)}
+  if any(k == "loss" or k.endswith("_loss") for k in bad):
+    raise Diverged(f"training diverged at step {step}: its evaluation gives "
+                   f"{', '.join(f'{k} = {v}' for k, v in bad.items())} (the model's outputs "
+                   "overflow); it is not kept as best/.")
 
 
 def _json_number(value):
@@ -577,7 +662,8 @@ def best_metric(output_dir, metric_name):
   # A float32 metric (the original's) is written as its shortest repr: read it back as the
   # same float32, to compare equal to a re-evaluation (a float64 one is exact as it is).
   single = np.float32(text)
-  return float(single) if str(single) == text else float(text)
+  value = float(single) if str(single) == text else float(text)
+  return value if math.isfinite(value) else None  # (a NaN best: any finite value beats it)
 
 
 # ----------------------------------------------------------------------------
@@ -676,7 +762,8 @@ def train_as_configured(trainer, dataset_fn, options, num_train_steps, **extra):
   call, checkpoints every options.save_checkpoints_steps in options.output_dir (resumed when
   there, else warm-started from options.init_checkpoint), options.train_batch_size sequences a
   step, a progress line every options.log_every_steps steps. extra: more Trainer.train
-  arguments (run_pretraining's flops_per_sequence, peak_flops; eval_every_steps, eval_fn)."""
+  arguments (run_pretraining's flops_per_sequence, peak_flops; eval_every_steps, eval_fn).
+  A diverged run is a Diverged error naming the flags to change (diverged_hint)."""
   trainer.train(dataset_fn, num_train_steps=num_train_steps,
                 steps_per_loop=options.iterations_per_loop, output_dir=options.output_dir,
                 save_checkpoints_steps=options.save_checkpoints_steps,
@@ -684,7 +771,23 @@ def train_as_configured(trainer, dataset_fn, options, num_train_steps, **extra):
                 init_fn=lambda: training_checkpoints.warm_start(trainer.model,
                                                                 options.init_checkpoint),
                 global_batch_size=options.train_batch_size,
-                log_every_steps=options.log_every_steps, **extra)
+                log_every_steps=options.log_every_steps,
+                diverged_hint=diverged_hint(options), **extra)
+
+
+def diverged_hint(options):
+  """What a diverged run of these options should change: a lower --learning_rate, smaller
+  --class_weights when given, --dtype=float32 for float16 (whose range overflows), and how to
+  rerun into the same --output_dir (whose changed options are refused otherwise)."""
+  changes = [f"a lower --learning_rate (now {options.learning_rate:g})"]
+  if getattr(options, "class_weights", None):
+    changes.append(f"smaller --class_weights (now {options.class_weights})")
+  if getattr(options, "dtype", None) == "float16":
+    changes.append("--dtype=float32 or bfloat16")
+  if len(changes) > 1:
+    changes[-2:] = [f"{changes[-2]} or {changes[-1]}"]
+  return (f"Try {', '.join(changes)}, rerunning with --overwrite_output_dir or another "
+          "--output_dir.")
 
 
 def restore_best(options, trainer):

@@ -16,6 +16,12 @@ from bert_keras.utils import file_io
 
 WEIGHTS_FILE = "class_weights.json"
 
+# The largest weight --class_weights=label:weight accepts. A weight multiplies its examples'
+# loss and gradients: at a million the other labels' examples already weigh next to nothing
+# once the gradients are clipped to norm 1, and far larger ones (1e30) overflow float32 into
+# a NaN loss. A rare label needs tens, not millions ("balanced" stays under n / labels).
+MAX_WEIGHT = 1e6
+
 
 def balanced(label_occurrences, label_list):
   """label_occurrences: every training label (one per example; multi-label: one per label of
@@ -34,8 +40,8 @@ def balanced(label_occurrences, label_list):
 
 def parse(spec, label_list):
   """--class_weights=label:weight,... -> [C] floats (an unnamed label weighs 1). An unknown
-  label, a label named twice, a weight that is not a finite positive number, or an item
-  without ":" is a ValueError naming the flag."""
+  label, a label named twice, a weight that is not a positive number up to MAX_WEIGHT, or an
+  item without ":" is a ValueError naming the flag."""
   weights = {}
   for item in spec.split(","):
     label, colon, value = item.rpartition(":")
@@ -56,6 +62,10 @@ def parse(spec, label_list):
     if not (math.isfinite(weight) and weight > 0):
       raise ValueError(f"--class_weights={spec}: the weight of {label!r} must be a positive "
                        f"number (not {value.strip()})")
+    if weight > MAX_WEIGHT:
+      raise ValueError(f"--class_weights={spec}: the weight of {label!r}, {value.strip()}, is "
+                       f"over {MAX_WEIGHT:g} (so large a weight makes the loss overflow; a "
+                       "rare label needs tens)")
     weights[label] = weight
   return [weights.get(label, 1.0) for label in label_list]
 

@@ -35,7 +35,8 @@ def define_flags(fv=flags.FLAGS):
   flags.DEFINE_string("class_weights", None,
                       "balanced (n / (labels x count) over train.tsv) or label:weight,...: "
                       "weights each example's loss by its label's weight (multi-label: each "
-                      "label's positive term). Saved in output_dir/class_weights.json.",
+                      "label's positive term); each weight in (0, 1e6] (larger ones make the "
+                      "loss overflow). Saved in output_dir/class_weights.json.",
                       flag_values=fv)
   flags.DEFINE_integer("doc_stride", 0,
                        "0: texts are truncated to --max_seq_length (the original). N > 0: a "
