@@ -147,3 +147,20 @@ def test_import_without_tensorflow(backend):
                         text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert proc.stdout.split() == [backend, "False"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
+def test_scripts_refuse_another_backend(tmp_path):
+  """The run_* scripts (tf.data, tf.distribute, TensorFlow's loops) stay on TensorFlow: under
+  KERAS_BACKEND=jax one line says so before any work, and nothing is written."""
+  env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+  out = tmp_path / "out"
+  proc = subprocess.run(
+      [sys.executable, os.path.join(os.path.dirname(HERE), "run_classifier.py"),
+       "--task_name=mrpc", "--do_train", "--data_dir=%s" % tmp_path, "--vocab_file=v",
+       "--bert_config_file=c", "--output_dir=%s" % out],
+      env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1].startswith(
+      "error: the scripts run Keras on TensorFlow, but KERAS_BACKEND")
+  assert "Traceback" not in proc.stderr and not out.exists()

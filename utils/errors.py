@@ -46,6 +46,12 @@ def one_line_errors():
   here)."""
   tf_errors = getattr(sys.modules.get("tensorflow"), "errors", None)
   out_of_memory = (MemoryError,) + ((tf_errors.ResourceExhaustedError,) if tf_errors else ())
+  keras = sys.modules.get("keras")
+  if keras is not None and hasattr(keras, "backend") and keras.backend.backend() != "tensorflow":
+    # modeling.py runs on any Keras backend; the scripts' loops, tf.data and tf.distribute do not
+    raise SystemExit("error: the scripts run Keras on TensorFlow, but KERAS_BACKEND (or "
+                     "keras.json) chose %s: unset KERAS_BACKEND or set it to tensorflow"
+                     % keras.backend.backend())
   try:
     yield
   except ValueError as e:
