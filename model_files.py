@@ -309,6 +309,9 @@ CHECKPOINT_HEADS = {"classes": "classifier", "multi_label": "classifier", "score
 _BOOL_FIELDS = ("multi_label", "do_lower_case", "normalize", "pair")
 _STR_FIELDS = ("window_pooling", "label_separator", "task_name")
 _COLUMN_OPTIONS = ("text_a_column", "text_b_column")
+# The entries run_classifier alone writes (tasks/classifier_options.model_description): in the
+# task.json of another kind, the directory is a classifier's with its "task" changed.
+_CLASSIFIER_ENTRIES = ("task_name", "thresholds", "label_separator", "window_pooling")
 
 
 def _is_int(value):
@@ -384,6 +387,11 @@ def check_description(description, directory, options):
     if description.get(field) is not None and not isinstance(description[field], str):
       _fail(path, field, "must be a string", description[field])
   kind = task_registry.of_description(description)
+  if "classifier" not in (kind.name, kind.variant_of):
+    for field in _CLASSIFIER_ENTRIES:
+      if description.get(field) is not None:
+        _fail(path, field, "is a classifier's entry (run_classifier), but \"task\" is %s: is "
+              "it a classifier's model directory?" % task, description[field])
   labels = _check_labels(description, directory, kind)
   if description.get("pooling") is not None and description["pooling"] not in modeling.POOLINGS:
     _fail(path, "pooling", "must be one of %s" % ", ".join(modeling.POOLINGS),

@@ -574,12 +574,12 @@ def check_window_flags(**values):
 
 
 def check_tags(labels, description):
-  """A tagger's labels must name an entity type (conlleval's tags, e.g. B-PER: ner_scoring):
-  tags that name none (a classifier's labels under "task": "tagger") can never make an
-  entity; a ValueError naming task.json."""
+  """A tagger's labels should name an entity type (conlleval's tags, e.g. B-PER:
+  ner_scoring): tags that name none can never make an entity (every row "entities": []): a
+  warning naming task.json."""
   if any(ner_scoring.split_tag(tag)[1] or tag in ("[", "]") for tag in labels or ()):
     return
-  where = os.path.join(description.get("directory", ""), model_dir.TASK_FILE)
-  raise ValueError(f"{where}: \"task\" tagger, but its labels ({', '.join(labels or ())}) "
-                   "name no entity type (tags such as B-PER): no entity could be found; is it "
-                   "a classifier's model directory?")
+  logging.warning("%s: \"task\" tagger, but its labels (%s) name no entity type (tags such "
+                  "as B-PER): no entity can be found", os.path.join(
+                      description.get("directory", ""), model_dir.TASK_FILE),
+                  ", ".join(labels or ()))

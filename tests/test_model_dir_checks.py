@@ -119,13 +119,17 @@ def test_labels_txt_and_task_json_must_agree(base, tmp_path):
     checkpoints.load_model(str(directory), task="classifier")
 
 
-def test_task_on_the_wrong_head(base, tmp_path):
-  # A tagger's task.json over a classifier's model directory: its labels name no entity type
-  # (the head variables of the two are named alike), so no entity could ever be found.
-  directory = _copy(base, "classifier", tmp_path, task="tagger")
-  with pytest.raises(ValueError, match=r"task\.json: \"task\" tagger, but its labels \(neg, "
-                     r"neu, pos\) name no entity type"):
+def test_task_on_the_wrong_head(base, tmp_path, caplog):
+  # A tagger's task.json over run_classifier's model directory (its "task_name" entry): the
+  # head variables of the two are named alike, task.json's classifier entries tell.
+  directory = _copy(base, "classifier", tmp_path, task="tagger", task_name="custom")
+  with pytest.raises(ValueError, match=r"task\.json: \"task_name\" is a classifier's entry "
+                     r"\(run_classifier\), but \"task\" is tagger"):
     predictors.load(str(directory))
+  # Without it, tags that name no entity type (none could ever be found) are a warning.
+  directory = _copy(base, "classifier", tmp_path / "t", task="tagger")
+  assert predictors.load(str(directory)).task == "tagger"
+  assert any("name no entity type" in r.getMessage() for r in caplog.records)
   # squad over a classifier's head, a classifier over squad's: the head variables tell.
   directory = _copy(base, "classifier", tmp_path / "s", task="squad", labels=None)
   (directory / "labels.txt").unlink()
