@@ -344,6 +344,19 @@ def checkpoint_task(path):
   return task
 
 
+def checkpoint_head(shapes):
+  """(the task whose head a checkpoint holds by its names alone: "squad", "classifier" (a
+  tagger's head too), "pretrainer" or "encoder"; the classifier head's number of outputs, or
+  None) of the checkpoint's {name: shape} (checkpoint_shapes): what model_files.check_head
+  compares a model directory's task.json with."""
+  task = _task_of_names([_normal_name(key) for key in shapes])
+  try:
+    rows = _classifier_rows(shapes, "") if task == "classifier" else None
+  except ValueError:
+    rows = None
+  return task, rows
+
+
 def _task_of_names(names):
   """The task whose head the normalized checkpoint names hold (checkpoint_task's rules)."""
 
@@ -636,7 +649,7 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
     raise CheckpointError("%s does not fit the checkpoint %s: %s"
                           % (config_file, resolved, e)) from None
   model_files.check_model_files(directory, bert_config_file, config, vocab_file,
-                                do_lower_case)
+                                do_lower_case, head=checkpoint_head(shapes))
   labels = model_files.read_labels(directory) if task_kind.labels else None
   if labels is not None:
     if num_labels is not None and num_labels != len(labels):

@@ -11,7 +11,9 @@ model.ckpt-N) or its best/. The head travels with the model (--task, found from 
 checkpoint's names by default): the MLM and NSP heads (BertForPreTraining), a classifier
 (BertForSequenceClassification, with --labels as id2label), run_ner's tagger
 (BertForTokenClassification, its labels.txt as id2label), SQuAD's span head
-(BertForQuestionAnswering), or the encoder alone (BertModel).
+(BertForQuestionAnswering), or the encoder alone (BertModel). A --task whose head the
+checkpoint lacks (--task=classifier from an encoder-only checkpoint) is refused: its head would
+be written untrained; --allow_untrained_head writes it so on purpose.
 
 --format=huggingface writes config.json, model.safetensors (float32), vocab.txt and
 tokenizer_config.json, which transformers' from_pretrained reads; --format=tf1 writes
@@ -73,7 +75,12 @@ def define_flags(fv=flags.FLAGS):
   flags.DEFINE_bool("do_lower_case", None, "Written to tokenizer_config.json; default: the "
                     "source's tokenizer_config.json, else what the vocab suggests.", flag_values=fv)
   flags.DEFINE_string("labels", None, "A classifier's label names in order, comma-separated "
-                      "(config.json's id2label); default LABEL_0, LABEL_1, ...", flag_values=fv)
+                      "(config.json's id2label), distinct and non-empty; default LABEL_0, "
+                      "LABEL_1, ...", flag_values=fv)
+  flags.DEFINE_bool("allow_untrained_head", False, "Write a --task whose head the checkpoint "
+                    "lacks (e.g. --task=classifier from an encoder-only checkpoint) with that "
+                    "head newly initialised, untrained; without it such a --task is an error.",
+                    flag_values=fv)
   flags.DEFINE_enum("pooling", None, modeling.POOLINGS, "--format=sentence_transformers: the "
                     "Pooling module (mean, cls or max); default: the source's (a run_embeddings "
                     "task.json, a sentence-transformers directory).", flag_values=fv)
@@ -110,7 +117,8 @@ def run(options):
                        "as --format=huggingface)")
     task = "embeddings"
     max_seq_length = bi_encoder.pop("max_seq_length")
-  labels = [x.strip() for x in options.labels.split(",")] if options.labels else None
+  labels = _labels(options.labels)
+  _check_head(options, task)
   if labels is not None and not task_registry.get(task).labels:
     raise ValueError(f"--labels is for a classifier or a tagger; --init_checkpoint holds a "
                      f"{task} model")
@@ -136,6 +144,35 @@ def run(options):
     logging.info("Wrote %s (%s bytes)", os.path.join(options.output_dir, name),
                  format(size, ","))
   return written
+
+
+def _labels(text):
+  """--labels as a list (None when not given); an empty or repeated name is a ValueError."""
+  if text is None:
+    return None
+  labels = [x.strip() for x in text.split(",")]
+  problem = model_files.names_problem(labels)
+  if problem:
+    raise ValueError(f"--labels={text}: {problem} (distinct non-empty names, comma-separated)")
+  return labels
+
+
+def _check_head(options, task):
+  """A --task whose head (model_files.CHECKPOINT_HEADS) --init_checkpoint does not hold would
+  be written with that head untrained: a ValueError unless --allow_untrained_head."""
+  wanted = model_files.CHECKPOINT_HEADS.get(task_registry.get(task).outputs)
+  if wanted is None or options.task == "auto" or options.allow_untrained_head:
+    return
+  try:
+    held, _ = checkpoints.checkpoint_head(checkpoints.checkpoint_shapes(options.init_checkpoint))
+  except checkpoints.CheckpointError as e:
+    raise ValueError(f"--init_checkpoint {e}") from None
+  if held != wanted:
+    raise ValueError(
+        f"--task={options.task}: --init_checkpoint {options.init_checkpoint} holds "
+        f"{'no head (an encoder)' if held == 'encoder' else 'a ' + held + ' head'}, not a "
+        f"{wanted} head: the {task} head would be written untrained (give "
+        "--allow_untrained_head to write it so)")
 
 
 def _bi_encoder_options(options):

@@ -9,8 +9,17 @@ checkpoints.load_model / save_pretrained read and write.
   labels.txt             one label a line, in the order of the model's outputs (classifiers,
                          multi-label classifiers and taggers; absent otherwise)
   task.json              {"task": "classifier"|"regression"|"tagger"|"squad", "multi_label",
-                         "labels", "max_seq_length", "do_lower_case", and the task's options}
+                         "labels", "max_seq_length", "do_lower_case", and the task's options
+                         (thresholds, doc_stride, ...; "pair": true for a classifier trained
+                         on pairs of texts)}
   run_options.json       the run's options (its flags) as JSON
+
+One reader, read_model_files, checks every field of task.json and run_options.json against
+its type and bounds and against the other files (labels.txt, bert_config.json,
+tokenizer_config.json: check_description) and, inside checkpoints.load_model, against the
+checkpoint's head (check_head); every entry point (predict.py, load_model, export_saved_model,
+convert_checkpoint, the run_* scripts through runtime/model_dir.py) reads a directory through
+it. A wrong field is a one-line ValueError naming the file and the field.
 
 A sentence-transformers directory (modules.json, 1_Pooling/, ...: the section at the end) is
 written for a bi-encoder by convert_checkpoint.py and read as a run_embeddings model directory.
@@ -19,11 +28,13 @@ Each is written atomically (file_io.write_text_atomic, a copy under a temporary 
 """
 
 import json
+import math
 import os
 
 import tensorflow as tf
 
 from bert_keras import modeling
+from bert_keras import task_registry
 from bert_keras.utils import file_io
 
 CONFIG_FILE = "bert_config.json"
@@ -156,13 +167,13 @@ def model_dir_of(path):
 
 
 def read_model_files(path):
-  """task.json of the model directory of `path` (model_dir_of), with "directory" (where it
-  was found), "bert_config_file", "vocab_file" (None when absent) and "options" (the dict of
-  run_options.json, {} when absent) added; None when there is no task.json. A
+  """task.json of the model directory of `path` (model_dir_of), checked (check_description),
+  with "directory" (where it was found), "bert_config_file", "vocab_file" (None when absent)
+  and "options" (the dict of run_options.json, {} when absent) added, and "labels" those of
+  labels.txt where task.json has none; None when there is no task.json. A
   sentence-transformers directory (modules.json) reads as a run_embeddings model directory
-  (sentence_transformers_description). A task.json that
-  is not a JSON object, or whose "labels" are not distinct non-empty names, is a ValueError
-  naming it (its "task" is checked by runtime/model_dir.read_model_dir)."""
+  (sentence_transformers_description). A file or field that is wrong, or that disagrees with
+  another, is a one-line ValueError naming the file and the field."""
   directory = model_dir_of(os.fspath(path))
   task_file = os.path.join(directory, TASK_FILE)
   if not tf.io.gfile.exists(task_file):
@@ -170,16 +181,13 @@ def read_model_files(path):
       return sentence_transformers_description(directory)
     return None
   description = read_json_object(task_file)
-  labels = description.get("labels")
-  if labels is not None and (not isinstance(labels, list) or len(set(map(str, labels)))
-                             != len(labels) or "" in labels):
-    raise ValueError("%s: \"labels\" must be a list of distinct non-empty names" % task_file)
   existing = lambda name: (os.path.join(directory, name)  # noqa: E731
                            if tf.io.gfile.exists(os.path.join(directory, name)) else None)
   options_file = existing(OPTIONS_FILE)
+  options = read_json_object(options_file) if options_file else {}
+  description = check_description(description, directory, options)
   description.update(directory=directory, bert_config_file=existing(CONFIG_FILE),
-                     vocab_file=existing(VOCAB_FILE),
-                     options=read_json_object(options_file) if options_file else {})
+                     vocab_file=existing(VOCAB_FILE), options=options)
   return description
 
 
@@ -202,14 +210,18 @@ def read_labels(directory):
                 if os.path.basename(directory.rstrip("/")) == "best" else None):
     path = where is not None and os.path.join(where, LABELS_FILE)
     if path and tf.io.gfile.exists(path):
-      with tf.io.gfile.GFile(path) as f:
-        labels = [line.strip() for line in f.read().splitlines()]
-      while labels and not labels[-1]:
-        labels.pop()
-      if not labels or "" in labels or len(set(labels)) != len(labels):
-        raise ValueError("%s: expected distinct non-empty tags, one a line" % path)
-      return labels
+      return _read_labels_file(path)
   return None
+
+
+def _read_labels_file(path):
+  with tf.io.gfile.GFile(path) as f:
+    labels = [line.strip() for line in f.read().splitlines()]
+  while labels and not labels[-1]:
+    labels.pop()
+  if not labels or "" in labels or len(set(labels)) != len(labels):
+    raise ValueError("%s: expected distinct non-empty tags, one a line" % path)
+  return labels
 
 
 def config_file_in(directory, path):
@@ -242,9 +254,16 @@ def read_do_lower_case(directory, vocab_file):
   return not any(w != w.lower() for w in words if not (w.startswith("[") and w.endswith("]")))
 
 
-def check_model_files(directory, bert_config_file, config, vocab_file, do_lower_case):
+def check_model_files(directory, bert_config_file, config, vocab_file, do_lower_case,
+                      head=None):
   """load_model's arguments against a model directory's own files (only where `directory`
-  holds a run_* script's task.json): a ValueError naming the argument and the file."""
+  holds a run_* script's task.json): a ValueError naming the argument and the file. The
+  directory's files are read as read_model_files reads them (checked against each other) and,
+  given `head` (checkpoints.checkpoint_head of the checkpoint: (its head, the head's outputs
+  or None)), against the checkpoint (check_head)."""
+  description = read_model_files(directory)
+  if head is not None and description is not None and description.get("layout") is None:
+    check_head(description, *head)
   if not tf.io.gfile.exists(os.path.join(directory, TASK_FILE)):
     return
   own = os.path.join(directory, CONFIG_FILE)
@@ -262,6 +281,222 @@ def check_model_files(directory, bert_config_file, config, vocab_file, do_lower_
   if do_lower_case is not None and lower is not None and bool(do_lower_case) != lower:
     raise ValueError("do_lower_case=%s conflicts with the model directory %s (trained with "
                      "do_lower_case=%s)" % (do_lower_case, directory, lower))
+
+
+# ----------------------------------------------------------------------------------------------
+# Checking a model directory: every field of task.json and run_options.json, against each
+# other, labels.txt, bert_config.json, tokenizer_config.json and the checkpoint's head
+# ----------------------------------------------------------------------------------------------
+
+# The window parameters (the sliding windows over long texts: tasks/windows.py): the least
+# value of each, in option_checks.AT_LEAST's form {name: (minimum, why)}. The one table of
+# their bounds: task.json, run_options.json (check_description) and predict's flags
+# (tasks/predictors.py, through option_checks) are checked against it.
+WINDOW_LIMITS = {
+    "max_seq_length": (3, "[CLS], a word piece and [SEP]"),
+    "doc_stride": (1, "each window starts after the one before"),
+    "max_query_length": (0, None),
+    "max_answer_length": (1, None),
+}
+
+# The head a model of each kind of outputs (task_registry.OUTPUTS) keeps in its checkpoint,
+# under checkpoints.checkpoint_head's names (a tagger's head variables are named as a
+# classifier's); a kind of outputs not listed reads no head.
+CHECKPOINT_HEADS = {"classes": "classifier", "multi_label": "classifier", "score": "classifier",
+                    "tags": "classifier", "spans": "squad", "pretraining": "pretrainer"}
+
+# task.json's true-or-false entries, and its entries that are a string when given.
+_BOOL_FIELDS = ("multi_label", "do_lower_case", "normalize", "pair")
+_STR_FIELDS = ("window_pooling", "label_separator", "task_name")
+_COLUMN_OPTIONS = ("text_a_column", "text_b_column")
+# The entries run_classifier alone writes (tasks/classifier_options.model_description): in the
+# task.json of another kind, the directory is a classifier's with its "task" changed.
+_CLASSIFIER_ENTRIES = ("task_name", "thresholds", "label_separator", "window_pooling")
+
+
+def _is_int(value):
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def names_problem(names):
+  """Why `names` (a JSON value) is not a non-empty list of distinct non-empty names (strs), in
+  words; None when it is one."""
+  if not isinstance(names, list) or not names:
+    return "must be a non-empty list of names"
+  if not all(isinstance(name, str) for name in names):
+    return "must be names (strings)"
+  if any(not name.strip() for name in names):
+    return "has an empty name"
+  repeated = sorted({name for name in names if names.count(name) > 1})
+  if repeated:
+    return "repeats %s" % ", ".join(repeated)
+  return None
+
+
+def window_problem(name, value):
+  """Why `value` is not a window parameter `name` (WINDOW_LIMITS: an int, not a bool, at
+  least its minimum), in words; None when it is one."""
+  minimum, why = WINDOW_LIMITS[name]
+  if not _is_int(value):
+    return "must be an integer"
+  if value < minimum:
+    return "must be >= %d%s" % (minimum, " (%s)" % why if why else "")
+  return None
+
+
+def thresholds_problem(thresholds, count):
+  """Why `thresholds` is not a multi-label classifier's thresholds (one number in [0, 1], or
+  `count` of them; count None: any number), in words; None when it is."""
+  values = thresholds if isinstance(thresholds, list) else [thresholds]
+  if not values or not all(isinstance(t, (int, float)) and not isinstance(t, bool)
+                           and math.isfinite(t) and 0 <= t <= 1 for t in values):
+    return "must be numbers between 0 and 1"
+  if isinstance(thresholds, list) and count is not None and len(values) not in (1, count):
+    return "must be one threshold or one per label (%d)" % count
+  return None
+
+
+def _fail(path, field, problem, value):
+  raise ValueError("%s: \"%s\" %s, got %s" % (path, field, problem, json.dumps(value)[:80]))
+
+
+def check_description(description, directory, options):
+  """task.json's dict `description` of the model directory `directory` checked, field by field
+  and against the directory's other files; returns it with "labels" those of labels.txt where
+  it has none. options: run_options.json's dict ({} when absent). A one-line ValueError
+  names the file and the field at fault:
+    "task"            one of task_registry.task_json_names()
+    "labels"          a labelled kind's (classifier, tagger) distinct non-empty names, equal to
+                      labels.txt's when both are there; null for the other kinds
+    "max_seq_length"  an int >= 3 (WINDOW_LIMITS), at most bert_config.json's
+                      max_position_embeddings
+    doc_stride, max_query_length, max_answer_length: null or as WINDOW_LIMITS says
+    thresholds        null, or numbers in [0, 1] (one, or one per label)
+    multi_label, do_lower_case (equal to tokenizer_config.json's), normalize, pair: booleans
+    pooling (modeling.POOLINGS), window_pooling, label_separator, task_name: strings
+  and run_options.json's window parameters (WINDOW_LIMITS; a doc_stride of 0 is
+  run_classifier's "no windows") and text columns (strings)."""
+  path = os.path.join(directory, TASK_FILE)
+  task = description.get("task")
+  if task not in task_registry.task_json_names():
+    _fail(path, "task", "must be one of %s" % ", ".join(task_registry.task_json_names()), task)
+  for field in _BOOL_FIELDS:
+    if description.get(field) is not None and not isinstance(description[field], bool):
+      _fail(path, field, "must be true or false", description[field])
+  for field in _STR_FIELDS:
+    if description.get(field) is not None and not isinstance(description[field], str):
+      _fail(path, field, "must be a string", description[field])
+  kind = task_registry.of_description(description)
+  if "classifier" not in (kind.name, kind.variant_of):
+    for field in _CLASSIFIER_ENTRIES:
+      if description.get(field) is not None:
+        _fail(path, field, "is a classifier's entry (run_classifier), but \"task\" is %s: is "
+              "it a classifier's model directory?" % task, description[field])
+  labels = _check_labels(description, directory, kind)
+  if description.get("pooling") is not None and description["pooling"] not in modeling.POOLINGS:
+    _fail(path, "pooling", "must be one of %s" % ", ".join(modeling.POOLINGS),
+          description["pooling"])
+  if description.get("thresholds") is not None or (  # (a multi-label's null: not thresholds)
+      "thresholds" in description and kind.outputs == "multi_label"):
+    problem = thresholds_problem(description["thresholds"], len(labels) if labels else None)
+    if problem:
+      _fail(path, "thresholds", problem, description["thresholds"])
+  _check_windows(description, directory)
+  _check_lower_case(description, directory)
+  options_path = os.path.join(directory, OPTIONS_FILE)
+  for name in WINDOW_LIMITS:
+    value = options.get(name)
+    if value is not None and not (name == "doc_stride" and value == 0):
+      problem = window_problem(name, value)
+      if problem:
+        _fail(options_path, name, problem, value)
+  for name in _COLUMN_OPTIONS:
+    if options.get(name) is not None and not isinstance(options[name], str):
+      _fail(options_path, name, "must be a string", options[name])
+  return dict(description, labels=labels)
+
+
+def _check_labels(description, directory, kind):
+  """task.json's labels checked against `kind` and labels.txt; returns them (labels.txt's
+  when task.json has none)."""
+  path = os.path.join(directory, TASK_FILE)
+  labels = description.get("labels")
+  if labels is not None:
+    problem = names_problem(labels)
+    if problem:
+      _fail(path, "labels", problem, labels)
+  if not kind.labels:
+    if labels is not None:
+      _fail(path, "labels", "must be null: a %s model has no named outputs" % kind.name, labels)
+    return None
+  labels_file = os.path.join(directory, LABELS_FILE)
+  own = _read_labels_file(labels_file) if tf.io.gfile.exists(labels_file) else None
+  if labels is None and own is None:
+    raise ValueError("%s: \"labels\" is missing and there is no %s: a %s model needs the "
+                     "names of its outputs" % (path, LABELS_FILE, kind.name))
+  if labels is not None and own is not None and labels != own:
+    raise ValueError("%s: \"labels\" %s disagree with %s (%s): the two must list the same "
+                     "labels in the same order" % (path, ",".join(labels), labels_file,
+                                                   ",".join(own)))
+  return labels if labels is not None else own
+
+
+def _check_windows(description, directory):
+  """task.json's window parameters (WINDOW_LIMITS); max_seq_length required, and no longer
+  than bert_config.json's max_position_embeddings."""
+  path = os.path.join(directory, TASK_FILE)
+  for name in WINDOW_LIMITS:
+    value = description.get(name)
+    if value is None and name != "max_seq_length":
+      continue
+    problem = ("is required (the length the model was trained with)" if value is None
+               else window_problem(name, value))
+    if problem:
+      _fail(path, name, problem, value)
+  config_file = os.path.join(directory, CONFIG_FILE)
+  if tf.io.gfile.exists(config_file):
+    positions = read_json_object(config_file).get("max_position_embeddings")
+    if _is_int(positions) and description["max_seq_length"] > positions:
+      raise ValueError("%s: \"max_seq_length\" %d is longer than %s's "
+                       "max_position_embeddings %d" % (path, description["max_seq_length"],
+                                                       config_file, positions))
+
+
+def _check_lower_case(description, directory):
+  """task.json's do_lower_case against tokenizer_config.json's, where both say."""
+  lower = description.get("do_lower_case")
+  tokenizer_config = os.path.join(directory, TOKENIZER_CONFIG_FILE)
+  if lower is None or not tf.io.gfile.exists(tokenizer_config):
+    return
+  own = read_json_object(tokenizer_config).get("do_lower_case")
+  if isinstance(own, bool) and own != lower:
+    raise ValueError("%s: \"do_lower_case\" %s disagrees with %s (%s)" % (
+        os.path.join(directory, TASK_FILE), json.dumps(lower), tokenizer_config,
+        json.dumps(own)))
+
+
+def check_head(description, head, outputs):
+  """A model directory's task.json (read_model_files' dict) against its checkpoint's head:
+  `head` the task whose head variables the checkpoint holds (checkpoints.checkpoint_head:
+  "classifier", "squad", "pretrainer" or "encoder"), `outputs` that head's number of outputs
+  (None when unknown). A task whose head the checkpoint lacks (a squad task.json over a
+  classifier's checkpoint), or labels that are not one per output, is a ValueError naming
+  task.json."""
+  kind = task_registry.of_description(description)
+  wanted = CHECKPOINT_HEADS.get(kind.outputs)
+  if wanted is None:
+    return
+  path = os.path.join(description["directory"], TASK_FILE)
+  where = "its checkpoint"
+  if head != wanted:
+    raise ValueError("%s: \"task\" %s needs a %s head, but %s holds %s" % (
+        path, description["task"], wanted, where,
+        "no head (an encoder)" if head == "encoder" else "a %s head" % head))
+  count = len(description["labels"]) if kind.labels else kind.num_labels
+  if outputs is not None and count is not None and outputs != count:
+    raise ValueError("%s: %d %s, but the head of %s has %d outputs" % (
+        path, count, "labels (\"labels\")" if kind.labels else "output(s) (a %s)" % kind.name,
+        where, outputs))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -496,6 +496,8 @@ def run(options, strategy=None):
   with outputs.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
     kind, labels, task_options = classifier_options.model_description(
         options, task.is_regression, label_list, thresholds)
+    if examples["train"] is not None:  # a model trained on pairs reads pairs (predict.py)
+      task_options["pair"] = any(example.text_b for example in examples["train"])
     model_dir.prepare(options, distribution.is_chief(strategy), config, kind, labels,
                       **task_options)
     return _train_eval_predict(options, strategy, config, examples, label_list, tokenizer,

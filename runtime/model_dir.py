@@ -41,15 +41,11 @@ def write_model_dir(directory, options, config, task, labels=None, write_options
 
 
 def read_model_dir(path):
-  """model_files.read_model_files(path) (task.json with "directory", "bert_config_file",
-  "vocab_file" and "options" added; None without a task.json), its "task" checked: not one
-  of TASKS is a ValueError naming the file."""
-  description = model_files.read_model_files(path)
-  if description is not None and description.get("task") not in TASKS:
-    raise ValueError("%s: \"task\" must be one of %s, got %r"
-                     % (os.path.join(description["directory"], TASK_FILE), ", ".join(TASKS),
-                        description.get("task")))
-  return description
+  """model_files.read_model_files(path): task.json, checked field by field and against the
+  directory's other files (its "task" one of TASKS), with "directory", "bert_config_file",
+  "vocab_file" and "options" added; None without a task.json. A wrong field is a one-line
+  ValueError naming the file and the field."""
+  return model_files.read_model_files(path)
 
 
 # ----------------------------------------------------------------------------
@@ -238,9 +234,11 @@ def resolve_options(options, defaults, fill=()):
 def check_labels(labels, description, flag):
   """A ValueError naming `flag` when the run's `labels` (a list; None: regression) differ
   from the model directory's (description; nothing to check when None, or when the
-  directory describes no labelled task)."""
-  if description is None or description.get("task") not in ("classifier", "regression",
-                                                             "tagger"):
+  directory describes no labelled task: a kind with labels or a classifier's variant)."""
+  if description is None:
+    return
+  kind = task_registry.of_description(description)
+  if not (kind.labels or kind.variant_of):  # (a classifier, its variants, a tagger)
     return
   own = description.get("labels")
   if labels is None and own is None:

@@ -22,20 +22,24 @@ characters, windows the context and picks the best span in NumPy.
 
 import json
 import os
+import types
 
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
 from bert_keras import checkpoints
+from bert_keras import model_files
 from bert_keras import preprocessing
 from bert_keras import serving
 from bert_keras import task_registry
 from bert_keras import tokenization
 from bert_keras.runtime import inference
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import option_checks as checks
 from bert_keras.tasks import doc_windows
 from bert_keras.tasks import multi_label
+from bert_keras.tasks import ner_scoring
 from bert_keras.tasks import ner_serving
 from bert_keras.tasks import squad_data
 from bert_keras.tasks import squad_predictions
@@ -72,6 +76,18 @@ class Predictor(object):
     """texts_a, texts_b: lists of str of one batch (texts_b None, or "" for a row without
     one) -> a list of dicts, the prediction fields of each row."""
     raise NotImplementedError
+
+  def check_pair(self, texts_b):
+    """A model that reads pairs (pair "required": a squad or reranker model, a classifier
+    trained on pairs: task.json's "pair") given no second texts (texts_b None) is a
+    ValueError naming the fields looked for and the flag that names one."""
+    if self.pair != "required" or texts_b is not None:
+      return
+    trained = self.text_columns[1]
+    looked = [trained] if trained else list(TEXT_B_FIELDS)
+    raise ValueError(f"the {self.task} model reads pairs of texts (it was trained on pairs), "
+                     f"but the input has no second text (looked for the field "
+                     f"{' or '.join(map(repr, looked))}): name it with --text_b_column")
 
   def _label_names(self, count):
     if self.labels is None or len(self.labels) != count:
@@ -133,6 +149,7 @@ class GraphPredictor(Predictor):
     self._preprocess = preprocess
 
   def predict(self, texts_a, texts_b):
+    self.check_pair(texts_b)
     a = tf.constant(texts_a, tf.string)
     b = tf.constant(texts_b if texts_b is not None else [""] * len(texts_a), tf.string)
     outputs = {k: v.numpy() for k, v in self._fn(a, b).items()}
@@ -275,6 +292,7 @@ class SquadPredictor(Predictor):
     return results
 
   def predict(self, texts_a, texts_b):
+    self.check_pair(texts_b)
     examples = [self._windows(q, c) for q, c in zip(texts_a, texts_b)]
     flat = [w for windows, _, _, _ in examples for w in windows]
     logits = iter(self._logits(flat))
@@ -344,13 +362,14 @@ class WindowPredictor(Predictor):
   the prediction run_classifier's --do_predict gives it."""
 
   def __init__(self, model, tokenizer, max_seq_length, doc_stride, window_pooling="mean",
-               batch_size=32, **kwargs):
-    super().__init__("classifier", pair="optional", **kwargs)
+               batch_size=32, pair="optional", **kwargs):
+    super().__init__("classifier", pair=pair, **kwargs)
     self._model, self._tokenizer = model, tokenizer
     self._max_seq_length, self._doc_stride = max_seq_length, doc_stride
     self._how, self._batch_size = window_pooling, batch_size
 
   def predict(self, texts_a, texts_b):
+    self.check_pair(texts_b)
     features, documents = [], []
     for row, text_a in enumerate(texts_a):
       tokens_a = self._tokenizer.tokenize(text_a)
@@ -399,8 +418,7 @@ def load_saved_model(path, pooling=None, normalize=False, thresholds=None):
   description = None
   for where in (os.path.join(path, "assets"), path):
     if tf.io.gfile.exists(os.path.join(where, model_dir.TASK_FILE)):
-      with tf.io.gfile.GFile(os.path.join(where, model_dir.TASK_FILE)) as f:
-        description = json.loads(f.read())
+      description = model_files.read_json_object(os.path.join(where, model_dir.TASK_FILE))
       break
   if isinstance(description, dict) and description.get("task") in task_registry.task_json_names():
     described = task_registry.of_description(description)  # (a kind its outputs do not tell)
@@ -409,6 +427,10 @@ def load_saved_model(path, pooling=None, normalize=False, thresholds=None):
   multi_label = bool(description and description.get("multi_label"))
   if thresholds is None and description:
     thresholds = description.get("thresholds")
+    problem = thresholds is not None and model_files.thresholds_problem(thresholds, None)
+    if problem:
+      raise ValueError(f"{os.path.join(where, model_dir.TASK_FILE)}: \"thresholds\" {problem}, "
+                       f"got {json.dumps(thresholds)[:80]}")
   if "text_b" in inputs:
     fn = lambda a, b: signature(text_a=a, text_b=b)  # noqa: E731
   else:
@@ -433,6 +455,7 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
   directory without task.json). threshold: a multi-label classifier's threshold for every
   label (None: task.json's thresholds, else 0.5). squad_options: doc_stride,
   max_query_length, max_answer_length overriding task.json's."""
+  check_window_flags(max_seq_length=max_seq_length, **(squad_options or {}))
   if is_saved_model(path):
     if task not in (None, "embeddings"):
       raise ValueError(f"--task={task}: a SavedModel's task is fixed at export")
@@ -466,7 +489,10 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
   # skips the padding (BertModel.skip_padding).
   getattr(model, "bert", model).skip_padding = True
   positions = model.config.max_position_embeddings
-  max_seq_length = int(given or description.get("max_seq_length") or min(128, positions))
+  if given is None:  # (task.json's is required: only a directory without one, or a
+    # sentence-transformers directory that does not say, takes the default)
+    given = description.get("max_seq_length")
+  max_seq_length = int(given if given is not None else min(128, positions))
   if max_seq_length > positions:
     raise ValueError(f"--max_seq_length {max_seq_length} is longer than the model's "
                      f"max_position_embeddings {positions}")
@@ -474,16 +500,20 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     raise ValueError(f"--model_dir {path}: no vocab.txt")
   if kind.labels and labels is None:
     labels = model.labels
+  if kind.outputs == "tags":
+    check_tags(labels, description)
+  pair = "required" if description.get("pair") else kind.pair
   do_lower_case = bool(model.do_lower_case if model.do_lower_case is not None else True)
   logging.info("predict: %s model from %s (max_seq_length %d, do_lower_case %s)", kind.name,
                path, max_seq_length, do_lower_case)
   columns = (options.get("text_a_column"), options.get("text_b_column"))
   if kind.outputs == "spans":
-    squad = dict(doc_stride=description.get("doc_stride") or options.get("doc_stride") or 128,
-                 max_query_length=(description.get("max_query_length")
-                                   or options.get("max_query_length") or 64),
-                 max_answer_length=(description.get("max_answer_length")
-                                    or options.get("max_answer_length") or 30))
+    # (run_options.json's doc_stride 0 is run_classifier's "no windows": not a stride)
+    squad = {name: _first(description.get(name),
+                          options.get(name) if options.get(name) != 0 or name != "doc_stride"
+                          else None, default)
+             for name, default in (("doc_stride", 128), ("max_query_length", 64),
+                                   ("max_answer_length", 30))}
     squad.update({k: v for k, v in (squad_options or {}).items() if v is not None})
     tokenizer = tokenization.FullTokenizer(model.vocab_file, do_lower_case)
     return SquadPredictor(model, tokenizer, max_seq_length, batch_size=batch_size, **squad)
@@ -491,7 +521,7 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     return WindowPredictor(
         model, tokenization.FullTokenizer(model.vocab_file, do_lower_case), max_seq_length,
         description["doc_stride"], description.get("window_pooling") or "mean", batch_size,
-        labels=labels, multi_label=description.get("multi_label", False),
+        pair=pair, labels=labels, multi_label=description.get("multi_label", False),
         thresholds=_thresholds(description, labels, threshold), text_columns=columns)
   preprocessor = preprocessing.BertPreprocessor(model.vocab_file, do_lower_case, max_seq_length)
   if kind.outputs == "tags":
@@ -508,7 +538,7 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     predictor = GraphPredictor(module.serve, kind.name, labels=labels,
                                multi_label=kind.outputs == "multi_label",
                                thresholds=_thresholds(description, labels, threshold),
-                               pair=kind.pair, text_columns=columns)
+                               pair=pair, text_columns=columns)
   predictor.keep_alive = module
   return predictor
 
@@ -521,4 +551,35 @@ def _thresholds(description, labels, threshold):
   if not description.get("multi_label"):
     return None
   tuned = multi_label.read_thresholds(description["directory"], labels)
-  return tuned if tuned is not None else description.get("thresholds")
+  if tuned is None:
+    return description.get("thresholds")  # (checked by model_files)
+  problem = model_files.thresholds_problem(tuned.tolist(), len(labels) if labels else None)
+  if problem:
+    raise ValueError(f"{os.path.join(description['directory'], multi_label.THRESHOLDS_FILE)}: "
+                     f"\"thresholds\" {problem}, got {tuned.tolist()}")
+  return tuned
+
+
+def _first(*values):
+  """The first of `values` that is not None (a 0 is a value: the checks refuse a bad one)."""
+  return next(value for value in values if value is not None)
+
+
+def check_window_flags(**values):
+  """The window flags given (max_seq_length, doc_stride, max_query_length, max_answer_length;
+  None: not given) against model_files.WINDOW_LIMITS, the bounds task.json and
+  run_options.json are checked against: a one-line ValueError naming the flag."""
+  checks.check(types.SimpleNamespace(**values), {checks.AT_LEAST: {
+      name: model_files.WINDOW_LIMITS[name] for name in values}})
+
+
+def check_tags(labels, description):
+  """A tagger's labels should name an entity type (conlleval's tags, e.g. B-PER:
+  ner_scoring): tags that name none can never make an entity (every row "entities": []): a
+  warning naming task.json."""
+  if any(ner_scoring.split_tag(tag)[1] or tag in ("[", "]") for tag in labels or ()):
+    return
+  logging.warning("%s: \"task\" tagger, but its labels (%s) name no entity type (tags such "
+                  "as B-PER): no entity can be found", os.path.join(
+                      description.get("directory", ""), model_dir.TASK_FILE),
+                  ", ".join(labels or ()))

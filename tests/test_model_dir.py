@@ -65,6 +65,7 @@ def test_output_dir_and_best_hold_the_model_files(trained):
     task = json.loads((directory / "task.json").read_text())
     assert task["task"] == "classifier" and task["labels"] == labels
     assert task["max_seq_length"] == 32 and task["do_lower_case"] is True
+    assert task["pair"] is True  # sample_tasks/pairs: predict.py then refuses single texts
     assert (directory / "labels.txt").read_text().splitlines() == labels
     assert (json.loads((directory / "bert_config.json").read_text())
             == json.loads((trained["root"] / "bert_config.json").read_text()))

@@ -1,0 +1,261 @@
+"""The one validating reader of a model directory (model_files.read_model_files and
+check_head): task.json against labels.txt, bert_config.json and the checkpoint's head; its
+types and bounds (max_seq_length, thresholds, the window parameters, also run_options.json's
+and predict's flags); a pair model given single texts; convert_checkpoint's --labels and a
+head the source lacks. Each through the entry points a user runs: predict.py, load_model,
+export_saved_model's resolve_options, convert_checkpoint."""
+
+import contextlib
+import json
+import shutil
+import signal
+import types
+
+import numpy as np
+import pytest
+
+from bert_keras import checkpoints
+from bert_keras import convert_checkpoint
+from bert_keras import export_saved_model
+from bert_keras import modeling
+from bert_keras import predict
+from bert_keras.runtime import model_dir
+from bert_keras.tasks import predictors
+
+WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "is", "hairy", ".", "who",
+         "was", "jim", "henson", "?", "a", "puppet", "hello", "world"]
+CLASSES = ["neg", "neu", "pos"]
+MAX_SEQ_LENGTH = 16
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+  """Tiny model directories (random weights, TF1 checkpoints): a classifier, a squad model
+  (run_* layout, model_dir.write_model_dir) and an encoder-only Google-style directory."""
+  root = tmp_path_factory.mktemp("checks")
+  vocab = root / "vocab.txt"
+  vocab.write_text("\n".join(WORDS) + "\n")
+  config = modeling.BertConfig(vocab_size=len(WORDS), hidden_size=16, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=32,
+                               max_position_embeddings=32)
+  options = types.SimpleNamespace(vocab_file=str(vocab), do_lower_case=True,
+                                  max_seq_length=MAX_SEQ_LENGTH)
+  paths = {}
+  for task, model, labels, extra in (
+      ("classifier", modeling.BertClassifier(config, 3), CLASSES, {}),
+      ("squad", modeling.BertSquad(config), None, dict(doc_stride=4, max_query_length=4)),
+      ("encoder", modeling.BertModel(config), None, None)):
+    directory = root / task
+    directory.mkdir()
+    checkpoints.save_tf1_checkpoint(model, str(directory / "model.ckpt"))
+    if extra is None:
+      (directory / "bert_config.json").write_text(config.to_json_string())
+      shutil.copy(vocab, directory / "vocab.txt")
+    else:
+      model_dir.write_model_dir(str(directory), options, config, task, labels=labels, **extra)
+    paths[task] = directory
+  return dict(root=root, paths=paths, config=config, options=options)
+
+
+def _copy(base, which, tmp_path, **task_json):
+  """A copy of the fixture directory `which` with task.json's entries `task_json` replaced
+  (a value None is written as null)."""
+  directory = tmp_path / which
+  shutil.copytree(base["paths"][which], directory)
+  if task_json:
+    path = directory / "task.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **task_json}))
+  return directory
+
+
+@contextlib.contextmanager
+def _deadline(seconds):
+  """Fails the test (an exception in the main thread) after `seconds`: a hang is a failure.
+  The timer fires again every 0.1 s (an exception raised inside a finalizer is dropped)."""
+  def expired(*_):
+    raise TimeoutError(f"still running after {seconds} s")
+  previous = signal.signal(signal.SIGALRM, expired)
+  signal.setitimer(signal.ITIMER_REAL, seconds, 0.1)
+  try:
+    yield
+  finally:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _predict(directory, tmp_path, text, name="in.csv", **flags):
+  """predict.run on `text` (written to tmp_path/name) -> the output rows."""
+  source = tmp_path / name
+  source.write_text(text)
+  out = tmp_path / (name + ".jsonl")
+  predict.run(predict.options(model_dir=str(directory), input_file=str(source),
+                              output_file=str(out), **flags))
+  return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_labels_txt_and_task_json_must_agree(base, tmp_path):
+  directory = _copy(base, "classifier", tmp_path)
+  (directory / "labels.txt").write_text("pos\nneu\nneg\n")  # the same names, another order
+  match = r"task\.json: \"labels\" neg,neu,pos disagree with .*labels\.txt \(pos,neu,neg\)"
+  with pytest.raises(ValueError, match=match):
+    predictors.load(str(directory))
+  with pytest.raises(ValueError, match=match):
+    checkpoints.load_model(str(directory), task="classifier")
+  with pytest.raises(ValueError, match=match):
+    export_saved_model.resolve_options(export_saved_model.options(
+        init_checkpoint=str(directory), export_dir=str(tmp_path / "export")))
+  # Labels missing from both files.
+  (directory / "labels.txt").unlink()
+  _copy(base, "classifier", tmp_path / "missing", labels=None)
+  (tmp_path / "missing" / "classifier" / "labels.txt").unlink()
+  with pytest.raises(ValueError, match=r"task\.json: \"labels\" is missing and there is no "
+                     r"labels\.txt"):
+    predictors.load(str(tmp_path / "missing" / "classifier"))
+  # A label count that is not the head's number of outputs (both files agree on two).
+  directory = _copy(base, "classifier", tmp_path / "two", labels=["neg", "pos"])
+  (directory / "labels.txt").write_text("neg\npos\n")
+  with pytest.raises(ValueError, match=r"task\.json: 2 labels .*, but the head of its "
+                     r"checkpoint has 3 outputs"):
+    checkpoints.load_model(str(directory), task="classifier")
+
+
+def test_task_on_the_wrong_head(base, tmp_path, caplog):
+  # A tagger's task.json over run_classifier's model directory (its "task_name" entry): the
+  # head variables of the two are named alike, task.json's classifier entries tell.
+  directory = _copy(base, "classifier", tmp_path, task="tagger", task_name="custom")
+  with pytest.raises(ValueError, match=r"task\.json: \"task_name\" is a classifier's entry "
+                     r"\(run_classifier\), but \"task\" is tagger"):
+    predictors.load(str(directory))
+  # Without it, tags that name no entity type (none could ever be found) are a warning.
+  directory = _copy(base, "classifier", tmp_path / "t", task="tagger")
+  assert predictors.load(str(directory)).task == "tagger"
+  assert any("name no entity type" in r.getMessage() for r in caplog.records)
+  # squad over a classifier's head, a classifier over squad's: the head variables tell.
+  directory = _copy(base, "classifier", tmp_path / "s", task="squad", labels=None)
+  (directory / "labels.txt").unlink()
+  with pytest.raises(ValueError, match=r"task\.json: \"task\" squad needs a squad head, but "
+                     r"its checkpoint holds a classifier head"):
+    predictors.load(str(directory))
+  directory = _copy(base, "squad", tmp_path / "c", task="classifier", labels=CLASSES)
+  with pytest.raises(ValueError, match=r"\"task\" classifier needs a classifier head, but "
+                     r"its checkpoint holds a squad head"):
+    checkpoints.load_model(str(directory), task="classifier")
+
+
+@pytest.mark.parametrize("value", [None, 0, 2, "16", True, 1e9])
+def test_max_seq_length_must_be_a_length(base, tmp_path, value):
+  directory = _copy(base, "classifier", tmp_path, max_seq_length=value)
+  with pytest.raises(ValueError, match=r"task\.json: \"max_seq_length\" (is required|must be "
+                     r"an integer|must be >= 3)"):
+    model_dir.read_model_dir(str(directory))
+  with pytest.raises(ValueError, match=r"task\.json: \"max_seq_length\""):
+    predictors.load(str(directory))
+
+
+def test_max_seq_length_within_the_config(base, tmp_path):
+  directory = _copy(base, "classifier", tmp_path, max_seq_length=64)
+  with pytest.raises(ValueError, match=r"task\.json: \"max_seq_length\" 64 is longer than "
+                     r".*bert_config\.json's max_position_embeddings 32"):
+    predictors.load(str(directory))
+
+
+@pytest.mark.parametrize("thresholds", [[0.5, 1.5, 0.5], None, [0.5, None, 0.5], 0.5, [0.5] * 2,
+                                        [float("nan")] * 3])
+def test_thresholds_are_fractions(base, tmp_path, thresholds):
+  directory = _copy(base, "classifier", tmp_path, multi_label=True, thresholds=thresholds)
+  if thresholds == 0.5:  # one threshold for every label: accepted
+    assert predictors.load(str(directory)).thresholds == 0.5
+    return
+  with pytest.raises(ValueError, match=r"task\.json: \"thresholds\" must be (numbers between "
+                     r"0 and 1|one threshold or one per label \(3\))"):
+    predictors.load(str(directory))
+
+
+def test_types_of_the_other_fields(base, tmp_path):
+  for field, value, problem in (("multi_label", "yes", "must be true or false"),
+                                ("do_lower_case", 1, "must be true or false"),
+                                ("labels", ["neg", "", "pos"], "has an empty name"),
+                                ("labels", ["neg", "neg", "pos"], "repeats neg"),
+                                ("labels", "neg,neu,pos", "must be a non-empty list"),
+                                ("task", "taggr", "must be one of"),
+                                ("do_lower_case", False, None)):
+    directory = _copy(base, "classifier", tmp_path / f"{field}{len(str(value))}",
+                      **{field: value})
+    if problem is None:  # task.json's do_lower_case against tokenizer_config.json's
+      problem = r"false disagrees with .*tokenizer_config\.json \(true\)"
+    with pytest.raises(ValueError,
+                       match=fr"task\.json: \"{field}\" {problem}"):
+      model_dir.read_model_dir(str(directory))
+
+
+def _long_context():
+  return "question,context\nwho is jim ?," + "the dog is hairy . " * 20 + "\n"
+
+
+@pytest.mark.parametrize("where", ["task.json", "run_options.json", "flag"])
+def test_negative_doc_stride_is_refused_at_once(base, tmp_path, where):
+  directory = _copy(base, "squad", tmp_path,
+                    doc_stride=-2 if where == "task.json" else None)
+  flags = {"doc_stride": -2} if where == "flag" else {}
+  if where == "run_options.json":
+    (directory / "run_options.json").write_text(json.dumps({"doc_stride": -2}))
+  match = {"task.json": r"task\.json: \"doc_stride\" must be >= 1",
+           "run_options.json": r"run_options\.json: \"doc_stride\" must be >= 1",
+           "flag": r"--doc_stride=-2: must be >= 1"}[where]
+  source = tmp_path / "in.csv"
+  source.write_text(_long_context())
+  options = predict.options(model_dir=str(directory), input_file=str(source),
+                            output_file=str(tmp_path / "out.jsonl"), **flags)
+  with pytest.raises(ValueError, match=match):
+    predictor = predict.load_predictor(options)  # refused here, before any window is made
+    # Before the check, a negative stride made windows forever (memory without bound): a
+    # second at most, then the test fails instead of hanging.
+    with _deadline(1):
+      predict.predict_file(predictor, options)
+
+
+def test_pair_model_refuses_single_texts(base, tmp_path):
+  directory = _copy(base, "classifier", tmp_path, pair=True)
+  with pytest.raises(ValueError, match=r"reads pairs of texts .* no second text \(looked for "
+                     r"the field 'text_b' or 'sentence2' or 'context'\): name it with "
+                     r"--text_b_column"):
+    _predict(directory, tmp_path, "sentence,other\nthe dog is hairy .,x\n")
+  rows = _predict(directory, tmp_path, "sentence,other\nthe dog is hairy .,who\n",
+                  name="b.csv", text_b_column="other")
+  assert list(rows[0]["probabilities"]) == CLASSES
+  # Without "pair" (an older directory) single texts are read as before.
+  rows = _predict(_copy(base, "classifier", tmp_path / "old"), tmp_path,
+                  "sentence,other\nthe dog is hairy .,x\n", name="c.csv")
+  assert list(rows[0]["probabilities"]) == CLASSES
+
+
+def test_convert_labels_must_be_distinct_names(base, tmp_path):
+  for labels, problem in (("a,a,b", "repeats a"), ("a,,b", "has an empty name"),
+                          (" , ", "has an empty name")):
+    with pytest.raises(ValueError, match=fr"^--labels={labels}: {problem}"):
+      convert_checkpoint.run(convert_checkpoint.options(
+          init_checkpoint=str(base["paths"]["classifier"]), labels=labels,
+          output_dir=str(tmp_path / "out")))
+  assert not (tmp_path / "out").exists()
+
+
+def test_convert_refuses_an_untrained_head(base, tmp_path):
+  source = str(base["paths"]["encoder"])
+  for task in ("classifier", "squad", "pretrainer"):
+    with pytest.raises(ValueError, match=fr"^--task={task}: --init_checkpoint .* holds no "
+                       r"head \(an encoder\), not a \w+ head: .*--allow_untrained_head"):
+      convert_checkpoint.run(convert_checkpoint.options(
+          init_checkpoint=source, task=task, output_dir=str(tmp_path / "out")))
+  assert not (tmp_path / "out").exists()
+  with pytest.raises(ValueError, match=r"holds a classifier head, not a squad head"):
+    convert_checkpoint.run(convert_checkpoint.options(
+        init_checkpoint=str(base["paths"]["classifier"]), task="squad",
+        output_dir=str(tmp_path / "out")))
+  # On purpose: written with its head untrained.
+  written = convert_checkpoint.run(convert_checkpoint.options(
+      init_checkpoint=source, task="classifier", labels="a,b", allow_untrained_head=True,
+      output_dir=str(tmp_path / "out")))
+  assert "model.safetensors" in written
+  config = json.loads((tmp_path / "out" / "config.json").read_text())
+  assert config["architectures"] == ["BertForSequenceClassification"]
+  assert np.array_equal(sorted(config["id2label"].values()), ["a", "b"])
