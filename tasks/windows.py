@@ -24,7 +24,12 @@ def doc_spans(num_tokens, max_tokens, doc_stride):
   """The windows over a sequence of num_tokens tokens: a list of DocSpan(start, length), each
   at most max_tokens long, each starting min(length, doc_stride) after the previous one (so
   no token is skipped even when doc_stride > max_tokens), the last one reaching the end; []
-  for no tokens. A sequence that fits is one window [(0, num_tokens)]."""
+  for no tokens. A sequence that fits is one window [(0, num_tokens)]. A doc_stride or
+  max_tokens below 1 is a ValueError (the entry points check their flags and files first; this
+  is the backstop against a loop that never ends)."""
+  if num_tokens > 0 and (doc_stride < 1 or max_tokens < 1):
+    raise ValueError("doc_stride (%s) and the window's length (%s) must be at least 1"
+                     % (doc_stride, max_tokens))
   spans = []
   start = 0
   while start < num_tokens:

@@ -259,3 +259,14 @@ def test_convert_refuses_an_untrained_head(base, tmp_path):
   config = json.loads((tmp_path / "out" / "config.json").read_text())
   assert config["architectures"] == ["BertForSequenceClassification"]
   assert np.array_equal(sorted(config["id2label"].values()), ["a", "b"])
+
+
+def test_doc_spans_refuses_a_stride_that_never_ends():
+  """The backstop behind every entry point's checks: a stride or window below 1 is an error,
+  not a loop that never ends."""
+  from bert_keras.tasks import windows
+  assert [tuple(s) for s in windows.doc_spans(5, 4, 2)] == [(0, 4), (2, 3)]
+  for stride, length in ((0, 4), (-3, 4), (2, 0)):
+    with pytest.raises(ValueError, match="at least 1"):
+      windows.doc_spans(10, length, stride)
+  assert windows.doc_spans(0, 4, 0) == []
