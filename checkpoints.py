@@ -13,7 +13,9 @@ Read top to bottom:
                                   transformers' (a bi-encoder): save_sentence_transformers
 The weight files themselves (safetensors, pytorch_model.bin: read_safetensors,
 read_pytorch_bin, write_safetensors) are read and written by utils/weight_files.py, the files of
-a model directory (labels.txt, task.json, tokenizer_config.json, ...) by model_files.py.
+a model directory (labels.txt, task.json, tokenizer_config.json, ...) by model_files.py; what
+loading accounts for (tensors that may go unused, parts that may be absent, float and finite
+values) is checkpoint_rules.py's.
 
 Every function takes a modeling.BertModel or a model holding one as `bert` (BertPretrainer,
 BertClassifier, BertSquad); the models themselves live in modeling.py.
@@ -613,7 +615,7 @@ _PRETRAINED_FILES = ("bert_config.json", "bert_model.ckpt.index",
 
 
 def load_model(path, task="encoder", num_labels=None, bert_config_file=None, vocab_file=None,
-               do_lower_case=None, text_input=False, max_seq_length=128, new_heads=False,
+               do_lower_case=None, text_input=False, max_seq_length=128, new_heads=True,
                **model_kwargs):
   """One call from a checkpoint directory to a ready model, its weights loaded.
 
@@ -637,8 +639,8 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
       as for "classifier"), "squad" (BertSquad), "pretrainer" (BertPretrainer) or
       "embeddings" (BertSentenceEncoder: pooling="mean"|"cls"|"max" and normalize, each
       when not given the model directory's: a run_embeddings task.json, a
-      sentence-transformers directory's Pooling and Normalize modules). The task's heads
-      must be in the checkpoint unless new_heads.
+      sentence-transformers directory's Pooling and Normalize modules). A head wholly absent
+      from the checkpoint keeps its initial values unless new_heads=False.
     num_labels: int or None, the outputs of a "classifier" or "tagger" head.
     bert_config_file: str or None, the config to build from (default: bert_config.json or
       config.json beside the checkpoint).
@@ -650,9 +652,9 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
       original's optimizer at 2e-5 and the task's loss: preprocessing.text_model); not for
       "pretrainer".
     max_seq_length: int, the TextModel's sequence length (text_input only).
-    new_heads: bool; True lets a head wholly absent from the checkpoint keep its initial
-      values (to fine-tune it); False (a model to predict with or convert) refuses it
-      (load_checkpoint's new_heads).
+    new_heads: bool; True (to fine-tune: an encoder's checkpoint, a new head) lets a head
+      wholly absent from the checkpoint keep its initial values; False (a model to predict
+      with or convert) refuses it (load_checkpoint's new_heads).
     **model_kwargs: go to the model's constructor (dtype, name, output_hidden_states of a
       BertModel).
 
