@@ -24,10 +24,12 @@ CheckpointError = weight_files.CheckpointError
 # What a checkpoint may hold that the model does not take, by kind. Anything else left over is an
 # error: a config with fewer layers than the checkpoint, a tensor of a model we do not implement.
 UNUSED_KINDS = (
-    ("training state", re.compile(  # optimizer slots and step counters (TF1 and TF2 names)
+    # optimizer slots, step counters (TF1 and TF2 names) and the dropout seed states our
+    # training checkpoints keep as model_variables/other_<i>
+    ("training state", re.compile(
         r"(?:^|/)(?:global_step|beta[12]_power|save_counter|step|_CHECKPOINTABLE_OBJECT_GRAPH)"
         r"(?:/\.ATTRIBUTES/VARIABLE_VALUE)?$|/(?:adam_[mv]|Adam(?:_1)?|Momentum)$"
-        r"|OPTIMIZER_SLOT|^optimizer/")),
+        r"|OPTIMIZER_SLOT|^optimizer/|^other_\d+$")),
     ("a known head the model lacks", re.compile(  # pretraining, classifier and span heads
         r"^(?:cls/(?:predictions|seq_relationship|squad)/|output_(?:weights|bias)$"
         r"|cls\.(?:predictions|seq_relationship)\.|(?:classifier|qa_outputs)\.(?:weight|bias)$)")),
