@@ -13,7 +13,9 @@ Read top to bottom:
                                   transformers' (a bi-encoder): save_sentence_transformers
 The weight files themselves (safetensors, pytorch_model.bin: read_safetensors,
 read_pytorch_bin, write_safetensors) are read and written by utils/weight_files.py, the files of
-a model directory (labels.txt, task.json, tokenizer_config.json, ...) by model_files.py.
+a model directory (labels.txt, task.json, tokenizer_config.json, ...) by model_files.py; what
+loading accounts for (tensors that may go unused, parts that may be absent, float and finite
+values) is checkpoint_rules.py's.
 
 Every function takes a modeling.BertModel or a model holding one as `bert` (BertPretrainer,
 BertClassifier, BertSquad); the models themselves live in modeling.py.
@@ -38,6 +40,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from bert_keras import checkpoint_rules
 from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import preprocessing
@@ -153,8 +156,10 @@ def hf_name(tf1_name):
 @dataclasses.dataclass
 class LoadResult:
   """What load_checkpoint did. `loaded`: our variables' TF1 names that got values; `unused`:
-  checkpoint entries not used (optimizer slots, global_step, heads the model lacks);
-  `missing`: head variables absent from the checkpoint (left at their initial values)."""
+  checkpoint entries not used, each of an excepted kind (training state: optimizer slots,
+  global_step; the known heads the model lacks; HuggingFace's position_ids buffer and tied MLM
+  decoder); `missing`: variables absent from the checkpoint, left at their initial values (a
+  new head, allowed by new_heads; a pooler that HuggingFace weights without one lack)."""
   path: str
   format: str                                   # "tf1", "huggingface" or "tf2"
   loaded: list = dataclasses.field(default_factory=list)
@@ -187,15 +192,21 @@ read_archive_member = weight_files.read_archive_member
 MAX_PICKLE_BYTES = weight_files.MAX_PICKLE_BYTES
 
 
-def load_checkpoint(model, path):
+def load_checkpoint(model, path, new_heads=True):
   """Loads weights into a BertModel or a model holding one (BertPretrainer, BertClassifier,
-  BertSquad, ...).
+  BertSquad, ...), accounting for every tensor both ways (docs/DESIGN.md, "Checkpoints").
 
-  A missing encoder variable (the pooler excepted: HF question-answering weights have none;
-  it is then reported in LoadResult.missing and logged) or any shape mismatch raises
-  CheckpointError naming the variable, both shapes and the likely cause (a bert_config.json
-  that does not match). HF fine-tuned heads load too: BertForSequenceClassification's
-  classifier.* into BertClassifier, BertForQuestionAnswering's qa_outputs.* into BertSquad.
+  Each of these is a CheckpointError naming the tensors (a few, then "and N more") and the
+  likely cause, raised before any tensor is read: an encoder variable the checkpoint lacks
+  (the pooler excepted when the checkpoint has none: HF question-answering and token
+  classification weights; it is then in LoadResult.missing and logged); a head the checkpoint
+  holds only part of, or (new_heads=False) lacks; a shape mismatch; a checkpoint tensor the
+  model does not take unless it is of an excepted kind (_UNUSED_KINDS: training state, the
+  known heads, HF's position_ids and tied decoder), so a config with fewer layers than the
+  checkpoint is refused; a tensor the model takes that is not stored as floating point. While
+  reading, a tensor with a NaN or Inf is refused, naming it. HF fine-tuned heads load too:
+  BertForSequenceClassification's classifier.* into BertClassifier, BertForQuestionAnswering's
+  qa_outputs.* into BertSquad.
 
   Args:
     model: a modeling.BertModel, or a task model with a `bert` BertModel attribute; its
@@ -215,46 +226,65 @@ def load_checkpoint(model, path):
         variables are read (optimizer slots and step are reported unused). A BertModel can
         load from a BertPretrainer checkpoint and the other way around (heads then stay
         initialised).
+    new_heads: bool; True (a warm start: a fine-tuning head starts from its initial values)
+      lets a head that is wholly absent from the checkpoint keep its initial values (listed in
+      LoadResult.missing); False refuses it.
 
   Returns:
     A LoadResult: the checkpoint's path and format ("tf1", "huggingface" or "tf2") and lists
     of names (str): `loaded` (our TF1 names that got values), `unused` (checkpoint entries
-    not used), `missing` (head variables absent from the checkpoint, left initialised).
+    not used, of the excepted kinds), `missing` (variables absent from the checkpoint, left
+    initialised: new heads, a pooler HF weights lack).
   """
   path = os.fspath(path)
   kind, resolved = _resolve_checkpoint(path)
   if kind == "huggingface":
-    result = _assign_from_hf(model, resolved)
+    result = _assign_from_hf(model, resolved, new_heads)
   else:
     reader = tf.train.load_checkpoint(resolved)
     shapes = reader.get_variable_to_shape_map()
+    source = _Source(resolved, "tf1", {k: tuple(v) for k, v in shapes.items()},
+                     {k: v.name for k, v in reader.get_variable_to_dtype_map().items()},
+                     lambda name: reader.get_tensor(name), checkpoint_rules.may_be_unused)
     if "_CHECKPOINTABLE_OBJECT_GRAPH" in shapes:
-      result = _restore_tf2(model, resolved, reader, shapes)
+      result = _restore_tf2(model, source, new_heads)
     else:
-      values = {name: (lambda n=name: reader.get_tensor(n)) for name in shapes}
-      result = _assign(model, values, {k: tuple(v) for k, v in shapes.items()}, resolved,
-                       "tf1", lambda name: (name, False))
+      result = _assign(model, source, lambda name: (name, False), new_heads)
   logging.info("%s", result)
   return result
 
 
 def _resolve_checkpoint(path):
   """-> ("huggingface", file) or ("tf", checkpoint prefix). A sentence-transformers directory
-  resolves to its Transformer module's weights."""
+  resolves to its Transformer module's weights.
+
+  A directory holds one source of weights: HuggingFace's (model.safetensors, else
+  pytorch_model.bin: the same weights in two formats, as transformers reads them) or a
+  TensorFlow checkpoint (bert_model.ckpt, else the newest one its `checkpoint` file names, else
+  its only *.index). A directory holding both kinds is a CheckpointError naming both files:
+  which one is meant cannot be told (a stray model.safetensors beside a run's checkpoint)."""
   gfile = tf.io.gfile
   path = model_files.transformer_dir(path)
   if gfile.isdir(path):
-    for name in ("model.safetensors", "pytorch_model.bin"):
-      if gfile.exists(os.path.join(path, name)):
-        return "huggingface", os.path.join(path, name)
-    if gfile.exists(os.path.join(path, "bert_model.ckpt.index")):
-      return "tf", os.path.join(path, "bert_model.ckpt")
-    latest = tf.train.latest_checkpoint(path)
-    if latest:
-      return "tf", latest
+    hf = [os.path.join(path, name) for name in ("model.safetensors", "pytorch_model.bin")
+          if gfile.exists(os.path.join(path, name))]
     indexes = gfile.glob(os.path.join(path, "*.index"))
-    if len(indexes) == 1:
-      return "tf", indexes[0][:-len(".index")]
+    prefix = None
+    if gfile.exists(os.path.join(path, "bert_model.ckpt.index")):
+      prefix = os.path.join(path, "bert_model.ckpt")
+    else:
+      prefix = tf.train.latest_checkpoint(path)
+      if not prefix and len(indexes) == 1:
+        prefix = indexes[0][:-len(".index")]
+    if hf and (prefix or indexes):
+      raise CheckpointError(
+          "%s holds two sources of weights, %s and the TensorFlow checkpoint %s: give the one "
+          "to load (its file or checkpoint prefix) or remove the other"
+          % (path, hf[0], prefix + ".index" if prefix else indexes[0]))
+    if hf:
+      return "huggingface", hf[0]
+    if prefix:
+      return "tf", prefix
     raise CheckpointError(
         "%s: no checkpoint found (expected bert_model.ckpt.index, a `checkpoint` file, "
         "model.safetensors or pytorch_model.bin)%s" % (
@@ -375,15 +405,13 @@ def _task_of_names(names):
 def check_config_matches(config, checkpoint):
   """CheckpointError (one line) when the BertConfig `config` cannot load `checkpoint` (a path,
   or its checkpoint_shapes), found from the checkpoint's shapes before any model is built: a
-  vocab, hidden, intermediate, position or token-type size that differs, or more layers than
-  it holds (fewer load: the first ones)."""
+  vocab, hidden, intermediate, position or token-type size or a number of layers that
+  differs (fewer layers would leave the checkpoint's others unused)."""
   shapes = checkpoint if isinstance(checkpoint, dict) else checkpoint_shapes(checkpoint)
   sizes = config_sizes(shapes)
   wrong = []
   for field, size in sizes.items():
     value = getattr(config, field, None)
-    if field == "num_hidden_layers" and value is not None and value <= size:
-      continue
     if value != size:
       wrong.append("%s %s in the config, %d in the checkpoint" % (field, value, size))
   if wrong:
@@ -399,109 +427,134 @@ def _shape_error(name, ckpt_shape, model_shape, config):
           config.intermediate_size, config.max_position_embeddings, config.type_vocab_size))
 
 
-def _assign(model, values, shapes, path, fmt, checkpoint_name):
-  """Assigns values[checkpoint_name(tf1)] to every model variable of tf1_variable_map."""
+@dataclasses.dataclass
+class _Source:
+  """A checkpoint being loaded: {name: shape}, {name: dtype name}, read(name) -> array, and
+  may_be_unused(name), the excepted kinds of leftover entries."""
+  path: str
+  format: str
+  shapes: dict
+  dtypes: dict
+  read: object
+  may_be_unused: object
+
+
+def _assign(model, source, checkpoint_name, new_heads):
+  """Assigns source.read(checkpoint_name(tf1)) to every model variable of tf1_variable_map,
+  after every check of load_checkpoint (names, shapes, dtypes) has passed; then reads one
+  tensor at a time, each refused if not finite."""
   config = _encoder_of(model).config
-  result = LoadResult(path=path, format=fmt)
-  used = set()
-  assignments = []
+  result = LoadResult(path=source.path, format=source.format)
+  assignments, absent, present = [], collections.defaultdict(list), set()
   for tf1, variable in tf1_variable_map(model).items():
     ckpt, transpose = checkpoint_name(tf1)
-    if ckpt is None or ckpt not in values:
-      if tf1.startswith("bert/pooler/"):
-        # HF BertForQuestionAnswering / BertForTokenClassification weights have no pooler.
-        logging.warning("%s is not in checkpoint %s: the pooler keeps its initial values "
-                        "(pooled_output is then not the checkpoint's)", ckpt or tf1, path)
-      elif tf1.startswith("bert/"):
-        raise CheckpointError(
-            "%s (model shape %s) is missing from checkpoint %s. The model was probably built "
-            "from a bert_config.json that does not match the checkpoint (num_hidden_layers=%d)"
-            ", or this is not a BERT checkpoint." % (
-                ckpt or tf1, list(variable.shape), path, config.num_hidden_layers))
-      result.missing.append(tf1)
+    if ckpt is None or ckpt not in source.shapes:
+      absent[checkpoint_rules.part(tf1)].append((tf1, ckpt or tf1, variable))
       continue
-    shape = tuple(shapes[ckpt])
-    if transpose:
-      shape = shape[::-1]
-    if shape != tuple(variable.shape):
-      raise _shape_error(ckpt, shapes[ckpt], variable.shape, config)
+    present.add(checkpoint_rules.part(tf1))
+    shape = tuple(source.shapes[ckpt])
+    if (shape[::-1] if transpose else shape) != tuple(variable.shape):
+      raise _shape_error(ckpt, shape, variable.shape, config)
+    if not checkpoint_rules.is_floating(source.dtypes.get(ckpt, "F32")):
+      raise CheckpointError("%s: tensor %s is stored as %s, not floating point: refused (a "
+                            "weight is a float)" % (source.path, ckpt, source.dtypes[ckpt]))
     assignments.append((variable, ckpt, transpose))
-    used.add(ckpt)
     result.loaded.append(tf1)
+  checkpoint_rules.check_absent(absent, present, source.path, config, new_heads)
+  result.missing = [tf1 for part in absent.values() for tf1, _, _ in part]
+  used = {ckpt for _, ckpt, _ in assignments}
+  result.unused = sorted(set(source.shapes) - used)
+  leftover = [name for name in result.unused if not source.may_be_unused(name)]
+  if leftover:
+    raise CheckpointError(
+        "checkpoint %s holds %d tensors the model does not take: %s. Is the config's "
+        "num_hidden_layers (%d) smaller than the checkpoint's, or is this another kind of "
+        "model? Only training state and the known heads may be left unused."
+        % (source.path, len(leftover), checkpoint_rules.listed(leftover),
+           config.num_hidden_layers))
   for variable, ckpt, transpose in assignments:
-    try:
-      value = np.asarray(values[ckpt]())
-    except (IndexError, tf.errors.OpError) as e:  # a .data file cut short or damaged
-      message = " ".join(str(getattr(e, "message", e)).split())[:300]
-      raise CheckpointError("%s: tensor %s cannot be read (the checkpoint is truncated or "
-                            "damaged): %s" % (path, ckpt, message)) from None
+    value = _read_tensor(source, ckpt)
     variable.assign(np.ascontiguousarray(value.T if transpose else value)
                     .astype(variable.dtype))
-  result.unused = sorted(set(shapes) - used)
+    del value
   return result
 
 
-def _assign_from_hf(model, path):
-  """Loads a HuggingFace weight file: its shapes first (header or pickle alone), checked
-  against the model by _assign; then only the tensors the model takes are read."""
-  file_shapes = checkpoint_shapes(path)
-  prefix = "bert." if any(k.startswith("bert.") for k in file_shapes) else ""
-  # Older HF checkpoints name LayerNorm parameters gamma/beta.
-  original = {re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight",
-                     re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k)): k
-              for k in file_shapes}
-
-  def checkpoint_name(tf1):
-    name, transpose = hf_name(tf1)
-    if tf1.startswith("bert/"):
-      name = prefix + name[len("bert."):]
-    return name, transpose
-
-  shapes = {k: tuple(file_shapes[v]) for k, v in original.items()}
-  needed = {original[name] for name in (checkpoint_name(tf1)[0]
-                                        for tf1 in tf1_variable_map(model)) if name in original}
-  read = {}
-
-  def value(name):
-    if not read:  # (after _assign checked every shape: the tensors it takes, at once)
-      read.update(weight_files.read_weight_file(path, needed))
-    return read[original[name]]
-  values = {k: (lambda k=k: value(k)) for k in shapes}
-  return _assign(model, values, shapes, path, "huggingface", checkpoint_name)
+def _read_tensor(source, name):
+  """source.read(name), a damaged file and a non-finite value each a CheckpointError."""
+  try:
+    value = np.asarray(source.read(name))
+  except (IndexError, tf.errors.OpError) as e:  # a .data file cut short or damaged
+    message = " ".join(str(getattr(e, "message", e)).split())[:300]
+    raise CheckpointError("%s: tensor %s cannot be read (the checkpoint is truncated or "
+                          "damaged): %s" % (source.path, name, message)) from None
+  return checkpoint_rules.checked_value(source.path, name, value)
 
 
-def _restore_tf2(model, path, reader, shapes):
+def _assign_from_hf(model, path, new_heads):
+  """Loads a HuggingFace weight file: its header or pickle first (names, shapes, dtypes),
+  checked against the model by _assign; then the tensors the model takes, one at a time.
+  numpy and the safetensors library only: no TensorFlow here."""
+  with weight_files.open_weight_file(path) as f:
+    prefix = "bert." if any(k.startswith("bert.") for k in f.entries) else ""
+    # Older HF checkpoints name LayerNorm parameters gamma/beta.
+    original = {re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight",
+                       re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", k)): k
+                for k in f.entries}
+
+    def checkpoint_name(tf1):
+      name, transpose = hf_name(tf1)
+      if tf1.startswith("bert/"):
+        name = prefix + name[len("bert."):]
+      return name, transpose
+
+    source = _Source(path, "huggingface",
+                     {k: f.entries[v][0] for k, v in original.items()},
+                     {k: f.entries[v][1] for k, v in original.items()},
+                     lambda name: f.read(original[name]), checkpoint_rules.may_be_unused)
+    return _assign(model, source, checkpoint_name, new_heads)
+
+
+def _restore_tf2(model, source, new_heads):
   """Loads the model variables of a TF2 object-based checkpoint (tf.train.Checkpoint).
 
   Two layouts are read:
     * a `model_variables` dict keyed by the TF1 names, as training_checkpoints.make_checkpoint
       writes
-      ("model_variables/bert.Sembeddings.Sword_embeddings/.ATTRIBUTES/VARIABLE_VALUE");
+      ("model_variables/bert.Sembeddings.Sword_embeddings/.ATTRIBUTES/VARIABLE_VALUE"); every
+      other object (model, optimizer, step) is training state;
     * the object graph of the model itself, tf.train.Checkpoint(model=model, ...)
       ("model/bert/embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE"), found wherever
       it sits: a BertModel reads the `bert` subtree of a BertPretrainer (or of a wrapper
       holding one), and a BertPretrainer reads a BertModel checkpoint (heads then stay
-      initialised).
+      initialised). Every variable under the encoder's path must be taken; the rest (heads,
+      optimizer, step) may be left.
   """
   by_name = {}
-  for key in shapes:
+  for key in source.shapes:
     match = re.match(r"model_variables/(.+)/\.ATTRIBUTES/VARIABLE_VALUE$", key)
     if match:
       by_name[re.sub(r"\.(.)", lambda m: "/" if m.group(1) == "S" else m.group(1),
                      match.group(1))] = key
   if by_name:
     names = {tf1: by_name.get(tf1) for tf1 in tf1_variable_map(model)}
+    tf1_of = {key: tf1 for tf1, key in by_name.items()}
+    source.may_be_unused = lambda key: (key not in tf1_of
+                                        or checkpoint_rules.may_be_unused(tf1_of[key]))
   else:
-    names = _object_graph_names(model, shapes, path)
-  values = {name: (lambda n=name: reader.get_tensor(n)) for name in shapes}
-  result = _assign(model, values, {k: tuple(v) for k, v in shapes.items()}, path, "tf2",
-                   lambda tf1: (names[tf1], False))
+    names, bert_prefix = _object_graph_names(model, source.shapes, source.path)
+    source.may_be_unused = lambda key: (
+        not key.startswith(bert_prefix) or "OPTIMIZER_SLOT" in key
+        or not key.endswith("/.ATTRIBUTES/VARIABLE_VALUE"))
+  source.format = "tf2"
+  result = _assign(model, source, lambda tf1: (names[tf1], False), new_heads)
   result.unused = [k for k in result.unused if k != "_CHECKPOINTABLE_OBJECT_GRAPH"]
   return result
 
 
 def _object_graph_names(model, shapes, path):
-  """{TF1 name: TF2 checkpoint key} by locating our encoder's object paths in the keys."""
+  """({TF1 name: TF2 checkpoint key}, the encoder's key prefix), by locating our encoder's
+  object paths in the keys."""
   anchor = "embeddings/word_embeddings/.ATTRIBUTES/VARIABLE_VALUE"
   found = sorted((k for k in shapes if k.endswith("/" + anchor) and "OPTIMIZER_SLOT" not in k),
                  key=len)
@@ -515,7 +568,8 @@ def _object_graph_names(model, shapes, path):
     heads_prefix = bert_prefix[:-len("bert/")]
     for key, variable in _object_keys(model, heads_prefix).items():
       key_of.setdefault(id(variable), key)
-  return {tf1: key_of.get(id(variable)) for tf1, variable in tf1_variable_map(model).items()}
+  return ({tf1: key_of.get(id(variable)) for tf1, variable in tf1_variable_map(model).items()},
+          bert_prefix)
 
 
 def _object_keys(root, prefix):
@@ -574,7 +628,8 @@ _PRETRAINED_FILES = ("bert_config.json", "bert_model.ckpt.index",
 
 
 def load_model(path, task="encoder", num_labels=None, bert_config_file=None, vocab_file=None,
-               do_lower_case=None, text_input=False, max_seq_length=128, **model_kwargs):
+               do_lower_case=None, text_input=False, max_seq_length=128, new_heads=True,
+               **model_kwargs):
   """One call from a checkpoint directory to a ready model, its weights loaded.
 
   Problems (no checkpoint or config, unknown task, a config that does not fit the
@@ -597,8 +652,8 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
       as for "classifier"), "squad" (BertSquad), "pretrainer" (BertPretrainer) or
       "embeddings" (BertSentenceEncoder: pooling="mean"|"cls"|"max" and normalize, each
       when not given the model directory's: a run_embeddings task.json, a
-      sentence-transformers directory's Pooling and Normalize modules); heads absent from
-      the checkpoint keep their initial values.
+      sentence-transformers directory's Pooling and Normalize modules). A head wholly absent
+      from the checkpoint keeps its initial values unless new_heads=False.
     num_labels: int or None, the outputs of a "classifier" or "tagger" head.
     bert_config_file: str or None, the config to build from (default: bert_config.json or
       config.json beside the checkpoint).
@@ -610,6 +665,9 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
       original's optimizer at 2e-5 and the task's loss: preprocessing.text_model); not for
       "pretrainer".
     max_seq_length: int, the TextModel's sequence length (text_input only).
+    new_heads: bool; True (to fine-tune: an encoder's checkpoint, a new head) lets a head
+      wholly absent from the checkpoint keep its initial values; False (a model to predict
+      with or convert) refuses it (load_checkpoint's new_heads).
     **model_kwargs: go to the model's constructor (dtype, name, output_hidden_states of a
       BertModel).
 
@@ -659,7 +717,7 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   if task_kind.labels and num_labels is None:
     num_labels = _classifier_rows(shapes, resolved)
   model = task_kind.build(config, num_labels, **model_kwargs)
-  result = load_checkpoint(model, resolved)
+  result = load_checkpoint(model, resolved, new_heads=new_heads)
   if task_kind.labels:
     model.labels = labels
   if vocab_file is None and tf.io.gfile.exists(os.path.join(directory, "vocab.txt")):

@@ -156,6 +156,14 @@ class BertConfig(object):
       raise ValueError("initializer_range must be a non-negative number, got %r"
                        % (self.initializer_range,))
     get_activation(self.hidden_act)
+    for key, values in _IMPLEMENTED_VALUES.items():
+      value = getattr(self, key, None)
+      if value is not None and value not in values:
+        raise ValueError("%s %s is not implemented (only %s): this is not the model BertModel "
+                         "computes" % (key, json.dumps(value), json.dumps(values[0])))
+    for name in getattr(self, "architectures", None) or ():
+      if not str(name).startswith("Bert"):
+        raise ValueError("architectures %s: not a BERT model" % json.dumps(name))
     gigabytes, available = 4 * self.num_parameters() / 1e9, memory.physical_bytes() / 1e9
     if gigabytes > available:
       raise ValueError("these sizes make a model of %.3g parameters (%.3g GB of float32 "
@@ -181,6 +189,14 @@ class BertConfig(object):
 
   def __eq__(self, other):
     return isinstance(other, BertConfig) and self.to_dict() == other.to_dict()
+
+
+# Keys of HuggingFace configs that change the model, and the values BertModel computes: any other
+# value (relative position embeddings, a decoder, cross-attention, RoBERTa or another model type)
+# is refused by validate rather than loaded as plain BERT.
+_IMPLEMENTED_VALUES = {"model_type": ("bert",), "position_embedding_type": ("absolute",),
+                       "is_decoder": (False,), "add_cross_attention": (False,),
+                       "is_encoder_decoder": (False,)}
 
 
 def _is_hf_config(json_object):

@@ -59,6 +59,10 @@ setup(
         "absl-py>=2.0",
         "numpy>=1.26",
         "tensorflow-datasets>=4.9",
+        # Reads HuggingFace model.safetensors (utils/weight_files.py): it checks the whole
+        # header before any tensor is read and maps the file, so only the tensors a model takes
+        # are read. Small, no dependencies, no TensorFlow.
+        "safetensors>=0.4",
     ],
     extras_require={
         "test": [
@@ -69,7 +73,6 @@ setup(
             # The original google-research/bert code, used only as a test oracle.
             "bert-tensorflow==1.0.4",
             "six",
-            "safetensors>=0.4",
             # The house-style linter that test.sh runs (pycodestyle with indent-size 2).
             "flake8>=7",
             # Independent oracles for run_classifier's metrics (F1, Matthews, Pearson, Spearman).

@@ -126,8 +126,14 @@ def test_pytorch_bin_written_by_torch(tmp_path):
   assert read["extra.scalar"] == 5 and read["extra.scalar"].dtype == np.int64
   (tmp_path / "config.json").write_text(json.dumps(CONFIG.to_dict()))
   target = modeling.BertPretrainer(CONFIG)
+  with pytest.raises(checkpoints.CheckpointError,
+                     match=r"holds 3 tensors the model does not take: extra\.bf16, extra\.scalar"):
+    checkpoints.load_checkpoint(target, tmp_path)        # tensors of no known kind
+  for name in ("extra.transposed", "extra.bf16", "extra.scalar"):
+    del state[name]
+  torch.save(state, str(tmp_path / "pytorch_model.bin"))
   result = checkpoints.load_checkpoint(target, tmp_path)
-  assert result.missing == [] and "extra.bf16" in result.unused
+  assert result.missing == [] and "cls.predictions.decoder.weight" in result.unused
   _assert_same_outputs(source, target, pair_features())
 
 

@@ -1,3 +1,3 @@
-"""utils: helpers that know nothing of BERT: local and gs:// files written atomically, the one
-progress line, the one-line `error:` of a script's main, TensorFlow imported without its noise.
-May import the standard library, absl, numpy and TensorFlow; no other bert_keras module."""
+"""utils: helpers that know nothing of BERT: local and gs:// files written atomically, weight
+files, the one progress line, the one-line `error:` of a script's main, quiet TensorFlow.
+May import the standard library, absl, numpy, TensorFlow, safetensors; nothing else of ours."""

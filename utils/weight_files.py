@@ -1,14 +1,24 @@
 """Weight files of any model, read without running their code: safetensors (read and written)
 and torch.save's pytorch_model.bin (a zip of a pickle and raw storages).
 
-  read_safetensors(path, names)    {name: np.ndarray}; the header checked before any data is read
+  open_weight_file(path)           a WeightFile: its `entries` {name: (shape, dtype)} from the
+                                   header or the pickle alone, and read(name), one tensor at a time
+  read_safetensors(path, names)    {name: np.ndarray}, through the safetensors library
   write_safetensors(path, tensors) {name: np.ndarray} -> a .safetensors file
   read_pytorch_bin(path, names)    {name: np.ndarray}; a restricted unpickler (only tensors),
                                    each archive member read with a limit set before inflating
   weight_file_shapes(path)         {name: shape} from the header or the pickle alone
   read_weight_file(path, names)    either format, by the file's extension
 
-bfloat16 tensors are read as float32. A file that is not what it claims is a CheckpointError
+A .safetensors file is read by the safetensors library (`safe_open`): it checks the whole header
+when the file is opened (every tensor's dtype, shape and byte range, the ranges adjacent and
+covering the file exactly) and maps the file, so a tensor costs memory only when it is read, and
+only its own bytes. bfloat16 tensors (which NumPy lacks) are read here, from the byte range the
+library checked, as float32. Local files only (no gs://). No TensorFlow on this path: numpy and
+safetensors alone.
+
+Dtypes are named as safetensors names them ("F32", "BF16", "I64", ...) for both formats;
+FLOAT_DTYPES are the floating-point ones. A file that is not what it claims is a CheckpointError
 (a ValueError); one that asks for more than tensors an UnsafeCheckpointError. Knows nothing of
 BERT (checkpoints.py maps the names).
 """
@@ -22,7 +32,7 @@ import struct
 import zipfile
 
 import numpy as np
-import tensorflow as tf
+import safetensors
 
 from bert_keras.utils import file_io
 
@@ -37,131 +47,125 @@ class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
   not what they claim."""
 
 
-def read_weight_file(path, names=None):
-  """{name: np.ndarray} of a .safetensors or (any other name) torch.save file; names: only
-  these tensors (None: all)."""
+# The floating-point dtypes, by their safetensors names: what a weight may be stored as.
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")
+
+
+def open_weight_file(path):
+  """A WeightFile over a .safetensors or (any other name) torch.save file; use it in a `with`.
+  CheckpointError when the file is not one."""
   if path.endswith(".safetensors"):
-    return read_safetensors(path, names)
-  return read_pytorch_bin(path, names)
+    return _SafetensorsFile(path)
+  return _PytorchFile(path)
+
+
+class WeightFile(object):
+  """An open weight file. `entries`: {name: (shape tuple, dtype name)}, known before any tensor
+  is read; read(name): that tensor's np.ndarray (bfloat16 as float32), its bytes alone read."""
+
+  def __init__(self, path):
+    self.path, self.entries = path, {}
+
+  def read(self, name):
+    raise NotImplementedError
+
+  def close(self):
+    pass
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *unused):
+    self.close()
+
+
+def read_weight_file(path, names=None):
+  """{name: np.ndarray} of a .safetensors or torch.save file; names: only these tensors (None:
+  all)."""
+  with open_weight_file(path) as f:
+    return {name: f.read(name) for name in f.entries if names is None or name in names}
 
 
 def weight_file_shapes(path):
   """{name: shape tuple} of a .safetensors or torch.save file, from its header or pickle alone:
   no tensor is read."""
-  if path.endswith(".safetensors"):
-    return _safetensors_shapes(path)
-  return _read_pytorch_state(path, read_storages=False)
+  with open_weight_file(path) as f:
+    return {name: shape for name, (shape, _) in f.entries.items()}
 
 
 # ----------------------------------------------------------------------------------------------
 # safetensors
 # ----------------------------------------------------------------------------------------------
 
-_SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
-                       "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8,
-                       "U8": np.uint8, "BOOL": np.bool_}
+_NUMPY_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
+                 "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8,
+                 "BOOL": np.bool_}
 
 
 def _bf16_to_f32(raw):
   return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-_MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit on the JSON header
-
-
 def read_safetensors(path, names=None):
-  """{name: np.ndarray} from a .safetensors file (8-byte header length, JSON header, data).
-
-  The header is read first (at most the format's 100 MB) and checked before any tensor data
-  is read: every tensor's byte range lies inside the file's data and holds exactly its
-  shape's elements of its dtype; CheckpointError otherwise. Then only the data bytes the
-  declared tensors span are read. names: only these tensors (None: all).
-  """
-  with tf.io.gfile.GFile(path, "rb") as f:
-    header = _safetensors_header(path, f)
-    body_size = tf.io.gfile.stat(path).length - 8 - header["__length__"]
-    entries = {name: info for name, info in header.items()
-               if name not in _HEADER_KEYS and (names is None or name in names)}
-    spans = [_safetensors_span(path, name, info, body_size) for name, info in entries.items()]
-    end = max((stop for _, stop in spans), default=0)
-    data = f.read(end)
-  if len(data) != end:
-    raise CheckpointError("%s: the file ends before its tensors' data (%d of %d bytes)"
-                          % (path, len(data), end))
-  body = memoryview(data)
-  return {name: _safetensors_array(path, name, info, body) for name, info in entries.items()}
+  """{name: np.ndarray} from a .safetensors file, its header checked by the safetensors library
+  before any tensor is read (CheckpointError otherwise); only the bytes of the tensors asked
+  for are read. names: only these tensors (None: all)."""
+  with _SafetensorsFile(path) as f:
+    return {name: f.read(name) for name in f.entries if names is None or name in names}
 
 
-_HEADER_KEYS = ("__metadata__", "__length__")
+class _SafetensorsFile(WeightFile):
+  """A .safetensors file opened with safetensors.safe_open (the header checked, the file
+  mapped, not read)."""
 
+  def __init__(self, path):
+    super().__init__(path)
+    if file_io.is_remote(path):
+      raise CheckpointError("%s: a safetensors file is read from local disk; copy it there"
+                            % path)
+    self._error = safetensors.SafetensorError
+    try:
+      self._file = safetensors.safe_open(path, framework="numpy")
+    except FileNotFoundError:
+      raise CheckpointError("%s: no such file" % path) from None
+    except (self._error, OSError) as e:
+      raise CheckpointError("%s: not a valid safetensors file: %s"
+                            % (path, " ".join(str(e).split())[:300])) from None
+    for name in self._file.keys():
+      view = self._file.get_slice(name)
+      self.entries[name] = (tuple(int(d) for d in view.get_shape()), view.get_dtype())
+    self._offsets = None
 
-def _safetensors_header(path, f):
-  """The JSON header of an open .safetensors file (with "__length__": its byte length); the
-  file is left at the start of the data."""
-  head = f.read(8)
-  if len(head) < 8:
-    raise CheckpointError("%s: not a safetensors file (%d bytes)" % (path, len(head)))
-  (header_len,) = struct.unpack("<Q", head)
-  if header_len > _MAX_HEADER_BYTES:
-    raise CheckpointError("%s: header length %d exceeds the file or the format's limit of "
-                          "%d bytes" % (path, header_len, _MAX_HEADER_BYTES))
-  raw = f.read(header_len)
-  if len(raw) != header_len:
-    raise CheckpointError("%s: header length %d exceeds the file" % (path, header_len))
-  try:
-    header = json.loads(raw)
-  except ValueError as e:
-    raise CheckpointError("%s: unreadable safetensors header: %s"
-                          % (path, str(e)[:200])) from None
-  if not isinstance(header, dict):
-    raise CheckpointError("%s: the safetensors header is not a JSON object" % path)
-  header["__length__"] = header_len
-  return header
+  def read(self, name):
+    dtype = self.entries[name][1]
+    try:
+      if dtype == "BF16":
+        return self._read_bf16(name)
+      if dtype not in _NUMPY_DTYPES:
+        raise CheckpointError("%s: tensor %s: dtype %s cannot be read" % (self.path, name, dtype))
+      return self._file.get_tensor(name)
+    except self._error as e:
+      raise CheckpointError("%s: tensor %s cannot be read: %s" % (self.path, name, e)) from None
 
+  def _read_bf16(self, name):
+    """NumPy has no bfloat16: the tensor's bytes, at the range safe_open checked, as float32."""
+    if self._offsets is None:
+      with open(self.path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+      self._offsets = {key: (8 + length + info["data_offsets"][0],
+                             8 + length + info["data_offsets"][1])
+                       for key, info in header.items() if key != "__metadata__"}
+    start, stop = self._offsets[name]
+    with open(self.path, "rb") as f:
+      f.seek(start)
+      raw = f.read(stop - start)
+    if len(raw) != stop - start:
+      raise CheckpointError("%s: tensor %s: the file ends inside its data" % (self.path, name))
+    return _bf16_to_f32(raw).reshape(self.entries[name][0])
 
-def _safetensors_shapes(path):
-  """{name: shape} from a .safetensors file's header alone."""
-  with tf.io.gfile.GFile(path, "rb") as f:
-    header = _safetensors_header(path, f)
-  shapes = {}
-  for name, info in header.items():
-    shape = info.get("shape") if isinstance(info, dict) else None
-    if name not in _HEADER_KEYS and isinstance(shape, list) and all(map(_is_count, shape)):
-      shapes[name] = tuple(shape)
-  return shapes
-
-
-def _safetensors_span(path, name, info, body_size):
-  """(start, stop) of a header entry's data, checked against its dtype and shape and the
-  file's `body_size` data bytes."""
-  def bad(what):
-    return CheckpointError("%s: tensor %s: %s" % (path, name, what))
-  if not isinstance(info, dict):
-    raise bad("its header entry is not an object")
-  dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-  if dtype != "BF16" and dtype not in _SAFETENSORS_DTYPES:
-    raise bad("unsupported dtype %r" % (dtype,))
-  if not (isinstance(shape, list) and all(_is_count(d) for d in shape)):
-    raise bad("shape %r is not a list of non-negative integers" % (shape,))
-  if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_count, offsets))
-          and offsets[0] <= offsets[1] <= body_size):
-    raise bad("data_offsets %r are not a range inside the file's %d data bytes"
-              % (offsets, body_size))
-  itemsize = 2 if dtype == "BF16" else np.dtype(_SAFETENSORS_DTYPES[dtype]).itemsize
-  if offsets[1] - offsets[0] != math.prod(shape) * itemsize:
-    raise bad("shape %s of %s needs %d bytes, its data_offsets span %d"
-              % (shape, dtype, math.prod(shape) * itemsize, offsets[1] - offsets[0]))
-  return offsets[0], offsets[1]
-
-
-def _safetensors_array(path, name, info, body):
-  """The array of a header entry that _safetensors_span checked."""
-  dtype, shape = info["dtype"], info["shape"]
-  start, stop = info["data_offsets"]
-  raw = body[start:stop]
-  if dtype == "BF16":
-    return _bf16_to_f32(raw).reshape(shape)
-  return np.frombuffer(raw, _SAFETENSORS_DTYPES[dtype]).reshape(shape)
+  def close(self):
+    self._file.__exit__(None, None, None)
 
 
 def _is_count(value):
@@ -172,7 +176,7 @@ def write_safetensors(path, tensors):
   """Writes {name: array} (float32, int32, ...) as a .safetensors file: the little-endian
   header length, the JSON header (dtype, shape, data_offsets; padded with spaces to a multiple
   of 8 bytes), then the tensors' bytes in name order."""
-  dtypes = {np.dtype(v): k for k, v in _SAFETENSORS_DTYPES.items()}
+  dtypes = {np.dtype(v): k for k, v in _NUMPY_DTYPES.items()}
   header, offset, arrays = {}, 0, []
   for name in sorted(tensors):
     array = np.ascontiguousarray(tensors[name])
@@ -184,7 +188,7 @@ def write_safetensors(path, tensors):
     arrays.append(array.astype(array.dtype.newbyteorder("<"), copy=False))
   text = json.dumps(header, separators=(",", ":")).encode("utf-8")
   text += b" " * (-len(text) % 8)
-  with tf.io.gfile.GFile(path, "wb") as f:
+  with file_io.open_write(path) as f:
     f.write(struct.pack("<Q", len(text)) + text)
     for array in arrays:
       f.write(array.tobytes())
@@ -351,62 +355,84 @@ def read_pytorch_bin(path, names=None):
   archive member is read with a limit set before it is inflated: the pickle at most
   MAX_PICKLE_BYTES, a storage only the elements its tensors' declared shapes use. names:
   only these tensors (None: all; the others' storages are not read)."""
-  return _read_pytorch_state(path, names=names)
-
-
-def _read_pytorch_state(path, read_storages=True, names=None):
-  """read_storages: {name: np.ndarray} of a torch.save zip file; without, {name: shape
-  tuple} from its pickle alone (no storage is read)."""
-  with file_io.open_read(path) as f:
-    try:
-      return _unpickle_state(path, f, read_storages, names)
-    except zipfile.BadZipFile:
-      raise CheckpointError("%s: legacy (non-zip) torch format is not supported; re-save it "
-                            "with a recent torch or convert it to model.safetensors"
-                            % path) from None
+  with _PytorchFile(path) as f:
+    return {name: f.read(name) for name in f.entries if names is None or name in names}
 
 
 MAX_PICKLE_BYTES = 64 << 20  # a BERT state dict's pickle is a few hundred KB
 
+_DTYPE_NAMES = {np.dtype(v): k for k, v in _NUMPY_DTYPES.items()}
 
-def _unpickle_state(path, file, read_storages, names=None):
+
+class _PytorchFile(WeightFile):
+  """A torch.save zip file: its pickle unpickled (tensors as _TensorSpecs, nothing else
+  allowed), no storage read until read(name) reads the one that tensor lies in, as far as the
+  tensor reaches."""
+
+  def __init__(self, path):
+    super().__init__(path)
+    self._file = file_io.open_read(path)
+    try:
+      self._archive, self._specs = _open_archive(path, self._file)
+    except BaseException:
+      self._file.close()
+      raise
+    for name, spec in self._specs.items():
+      dtype = spec.storage.dtype if isinstance(spec.storage, _StorageRef) else None
+      self.entries[name] = (tuple(spec.size or ()), "BF16" if dtype == "bfloat16"
+                            else _DTYPE_NAMES.get(np.dtype(dtype or np.uint8), "U8"))
+
+  def read(self, name):
+    spec = self._specs[name]
+    extent = _spec_extent(self.path, name, spec)
+    try:
+      spec.storage.read(self._archive, self.path, extent)
+      return _tensor_from_spec(spec)
+    except CheckpointError:
+      raise
+    except Exception as e:  # a damaged member (zlib, CRC)
+      raise CheckpointError("%s: tensor %s cannot be read: %s: %s"
+                            % (self.path, name, type(e).__name__, str(e)[:300])) from None
+    finally:
+      if isinstance(spec.storage, _StorageRef):
+        spec.storage.array = None  # (one tensor's storage in memory at a time)
+
+  def close(self):
+    self._archive.close()
+    self._file.close()
+
+
+def _open_archive(path, file):
+  """(the open zipfile, {name: _TensorSpec}) of a torch.save file; no storage is read."""
   try:
     is_zip = zipfile.is_zipfile(file)
   except Exception:  # a remote file shorter than the zip trailer it seeks to
     is_zip = False
   if not is_zip:
-    raise zipfile.BadZipFile(path)
+    raise CheckpointError("%s: legacy (non-zip) torch format is not supported; re-save it "
+                          "with a recent torch or convert it to model.safetensors" % path)
+  archive = None
   try:
-    with zipfile.ZipFile(file) as archive:
-      pickles = [info for info in archive.infolist() if info.filename.endswith("/data.pkl")]
-      if len(pickles) != 1:
-        raise CheckpointError("%s: expected one data.pkl in the archive" % path)
-      if pickles[0].file_size > MAX_PICKLE_BYTES:
-        raise UnsafeCheckpointError(
-            "%s: its pickle %s declares %d bytes (%d compressed), more than a state dict's "
-            "limit of %d: refused" % (path, pickles[0].filename, pickles[0].file_size,
-                                      pickles[0].compress_size, MAX_PICKLE_BYTES))
-      root = pickles[0].filename[:-len("/data.pkl")]
-      raw = read_archive_member(archive, pickles[0], MAX_PICKLE_BYTES, path)
-      state = _RestrictedUnpickler(io.BytesIO(raw), archive, root, path).load()
-      if not isinstance(state, dict):
-        raise CheckpointError("%s: expected a state dict, got %s"
-                              % (path, type(state).__name__))
-      specs = {name: spec for name, spec in state.items() if isinstance(spec, _TensorSpec)}
-      if not read_storages:
-        return {name: tuple(spec.size or ()) for name, spec in specs.items()}
-      if names is not None:
-        specs = {name: spec for name, spec in specs.items() if name in names}
-      need = {}
-      for name, spec in specs.items():
-        extent = _spec_extent(path, name, spec)
-        need[id(spec.storage)] = max(need.get(id(spec.storage), 0), extent)
-      for spec in specs.values():
-        if spec.storage.array is None:
-          spec.storage.read(archive, path, need[id(spec.storage)])
-      return {name: _tensor_from_spec(spec) for name, spec in specs.items()}
-  except CheckpointError:
-    raise
-  except Exception as e:  # a damaged archive or pickle
+    archive = zipfile.ZipFile(file)
+    pickles = [info for info in archive.infolist() if info.filename.endswith("/data.pkl")]
+    if len(pickles) != 1:
+      raise CheckpointError("%s: expected one data.pkl in the archive" % path)
+    if pickles[0].file_size > MAX_PICKLE_BYTES:
+      raise UnsafeCheckpointError(
+          "%s: its pickle %s declares %d bytes (%d compressed), more than a state dict's "
+          "limit of %d: refused" % (path, pickles[0].filename, pickles[0].file_size,
+                                    pickles[0].compress_size, MAX_PICKLE_BYTES))
+    root = pickles[0].filename[:-len("/data.pkl")]
+    raw = read_archive_member(archive, pickles[0], MAX_PICKLE_BYTES, path)
+    state = _RestrictedUnpickler(io.BytesIO(raw), archive, root, path).load()
+    if not isinstance(state, dict):
+      raise CheckpointError("%s: expected a state dict, got %s" % (path, type(state).__name__))
+    return archive, {name: spec for name, spec in state.items()
+                     if isinstance(spec, _TensorSpec)}
+  except Exception as e:
+    if archive is not None:
+      archive.close()
+    if isinstance(e, CheckpointError):
+      raise
     raise CheckpointError("%s: unreadable torch archive: %s: %s"
                           % (path, type(e).__name__, str(e)[:300])) from None
