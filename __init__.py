@@ -20,9 +20,9 @@ __version__ = "0.1.0"
 
 # The modules whose import registers Keras classes (@keras.saving.register_keras_serializable).
 KERAS_MODULES = ("modeling", "preprocessing", "optimization", "retrieval")
-# Those written in Keras ops alone, registered on every backend; the others use TensorFlow
-# (tokenization in the graph) and register on JAX and PyTorch when they are imported.
-BACKEND_INDEPENDENT_MODULES = ("modeling", "optimization")
+# Those that import no TensorFlow on JAX and PyTorch, registered on every backend;
+# preprocessing (tokenization in the graph) registers there when it is imported.
+BACKEND_INDEPENDENT_MODULES = ("modeling", "optimization", "retrieval")
 
 
 def register_keras_objects():

@@ -28,7 +28,7 @@ BertClassifier, BertSquad); the models themselves live in modeling.py.
   checkpoints.save_pretrained(modeling.BertClassifier(encoder, 2), "/tmp/mine")
 """
 
-from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+from bert_keras.utils import backend  # first: TensorFlow quietly, where it is Keras's backend
 import collections
 import dataclasses
 import json
@@ -37,16 +37,46 @@ import re
 
 import keras
 import numpy as np
-import tensorflow as tf
 from absl import logging
 
 from bert_keras import checkpoint_rules
 from bert_keras import model_files
 from bert_keras import modeling
-from bert_keras import preprocessing
 from bert_keras import task_registry
 from bert_keras.utils import file_io
+from bert_keras.utils import tensor_bundle
 from bert_keras.utils import weight_files
+
+# TensorFlow where it is Keras's backend, else None: on JAX and PyTorch, HuggingFace and
+# safetensors files, model directories and TensorFlow's checkpoint files (utils/tensor_bundle)
+# load without importing it.
+tf = backend.tensorflow()
+_OP_ERRORS = (tf.errors.OpError,) if tf is not None else ()
+
+
+def _checkpoint_reader(prefix):
+  """TensorFlow's reader of a checkpoint prefix, or on another backend our NumPy one."""
+  if tf is not None or file_io.is_remote(prefix):
+    return backend.require_tensorflow("reading %s" % prefix).train.load_checkpoint(prefix)
+  return tensor_bundle.Reader(prefix)
+
+
+def _latest_checkpoint(directory):
+  """The prefix the `checkpoint` file of `directory` names (tf.train.latest_checkpoint), or
+  None."""
+  if tf is not None or file_io.is_remote(directory):
+    return backend.require_tensorflow("reading %s" % directory).train.latest_checkpoint(
+        directory)
+  try:
+    with open(os.path.join(directory, "checkpoint"), encoding="utf-8") as f:
+      match = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', f.read(), re.M)
+  except OSError:
+    return None
+  if not match:
+    return None
+  prefix = match.group(1)
+  prefix = prefix if os.path.isabs(prefix) else os.path.join(directory, prefix)
+  return prefix if os.path.exists(prefix + ".index") else None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -241,7 +271,7 @@ def load_checkpoint(model, path, new_heads=True):
   if kind == "huggingface":
     result = _assign_from_hf(model, resolved, new_heads)
   else:
-    reader = tf.train.load_checkpoint(resolved)
+    reader = _checkpoint_reader(resolved)
     shapes = reader.get_variable_to_shape_map()
     source = _Source(resolved, "tf1", {k: tuple(v) for k, v in shapes.items()},
                      {k: v.name for k, v in reader.get_variable_to_dtype_map().items()},
@@ -263,7 +293,7 @@ def _resolve_checkpoint(path):
   TensorFlow checkpoint (bert_model.ckpt, else the newest one its `checkpoint` file names, else
   its only *.index). A directory holding both kinds is a CheckpointError naming both files:
   which one is meant cannot be told (a stray model.safetensors beside a run's checkpoint)."""
-  gfile = tf.io.gfile
+  gfile = file_io.gfile
   path = model_files.transformer_dir(path)
   if gfile.isdir(path):
     hf = [os.path.join(path, name) for name in ("model.safetensors", "pytorch_model.bin")
@@ -273,7 +303,7 @@ def _resolve_checkpoint(path):
     if gfile.exists(os.path.join(path, "bert_model.ckpt.index")):
       prefix = os.path.join(path, "bert_model.ckpt")
     else:
-      prefix = tf.train.latest_checkpoint(path)
+      prefix = _latest_checkpoint(path)
       if not prefix and len(indexes) == 1:
         prefix = indexes[0][:-len(".index")]
     if hf and (prefix or indexes):
@@ -305,10 +335,11 @@ def checkpoint_shapes(path):
   kind, resolved = _resolve_checkpoint(os.fspath(path))
   if kind == "tf":
     try:
-      shapes = tf.train.load_checkpoint(resolved).get_variable_to_shape_map()
-    except tf.errors.OpError as e:
+      shapes = _checkpoint_reader(resolved).get_variable_to_shape_map()
+    except _OP_ERRORS + (ValueError,) as e:
       raise CheckpointError("%s: unreadable checkpoint: %s"
-                            % (resolved, " ".join(str(e.message).split())[:200])) from None
+                            % (resolved, " ".join(str(getattr(e, "message", e)).split())[:200])
+                            ) from None
     return {k: tuple(v) for k, v in shapes.items()}
   return weight_files.weight_file_shapes(resolved)
 
@@ -357,10 +388,10 @@ def checkpoint_task(path):
   "pretrainer" (the MLM head cls/predictions) or "encoder" (none of these)."""
   task = _task_of_names([_normal_name(key) for key in checkpoint_shapes(path)])
   if task == "classifier":
-    directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+    directory = path if file_io.gfile.isdir(path) else os.path.dirname(path)
     architectures = []
-    if tf.io.gfile.exists(os.path.join(directory, "config.json")):
-      with tf.io.gfile.GFile(os.path.join(directory, "config.json")) as f:
+    if file_io.gfile.exists(os.path.join(directory, "config.json")):
+      with file_io.gfile.GFile(os.path.join(directory, "config.json")) as f:
         try:
           architectures = json.loads(f.read()).get("architectures") or []
         except (ValueError, AttributeError):
@@ -484,7 +515,7 @@ def _read_tensor(source, name):
   """source.read(name), a damaged file and a non-finite value each a CheckpointError."""
   try:
     value = np.asarray(source.read(name))
-  except (IndexError, tf.errors.OpError) as e:  # a .data file cut short or damaged
+  except (IndexError, ValueError) + _OP_ERRORS as e:  # a .data file cut short or damaged
     message = " ".join(str(getattr(e, "message", e)).split())[:300]
     raise CheckpointError("%s: tensor %s cannot be read (the checkpoint is truncated or "
                           "damaged): %s" % (source.path, name, message)) from None
@@ -561,6 +592,10 @@ def _object_graph_names(model, shapes, path):
   if not found:
     raise CheckpointError("%s: a TF2 checkpoint without BERT embeddings (expected a key "
                           "ending in %s)" % (path, anchor))
+  if tf is None:
+    raise CheckpointError("%s: a checkpoint of tf.train.Checkpoint(model=...) is read by its "
+                          "object graph, under the TensorFlow backend only (run_* outputs "
+                          "and save_pretrained directories load on any backend)" % path)
   bert_prefix = found[0][:-len(anchor)]                 # e.g. "model/" or "model/bert/"
   bert = _encoder_of(model)
   key_of = {id(v): k for k, v in _object_keys(bert, bert_prefix).items()}
@@ -583,7 +618,8 @@ def _object_keys(root, prefix):
       if id(child) in seen:
         continue
       seen.add(id(child))
-      if isinstance(child, (keras.Variable, tf.Variable)):
+      if isinstance(child, keras.Variable) or (tf is not None
+                                                and isinstance(child, tf.Variable)):
         keys[path + name + "/.ATTRIBUTES/VARIABLE_VALUE"] = child
       else:
         queue.append((child, path + name + "/"))
@@ -605,13 +641,15 @@ def save_tf1_checkpoint(model, prefix):
   prefix = os.fspath(prefix)
   directory = os.path.dirname(prefix)
   if directory:
-    tf.io.gfile.makedirs(directory)
+    file_io.gfile.makedirs(directory)
   tmp = file_io.temp_name(prefix)  # .<name>.tmp-<pid>: a dead run's is removed by the next
+  tf = backend.require_tensorflow("writing a TF1 checkpoint")  # noqa: F811  (any backend)
   tf.raw_ops.SaveV2(prefix=tmp, tensor_names=list(names),
                     shape_and_slices=[""] * len(names),
-                    tensors=[tf.cast(v.value, tf.float32) for v in names.values()])
+                    tensors=[np.asarray(keras.ops.convert_to_numpy(v.value), np.float32)
+                             for v in names.values()])
   for suffix in (".data-00000-of-00001", ".index"):
-    tf.io.gfile.rename(tmp + suffix, prefix + suffix, overwrite=True)
+    file_io.gfile.rename(tmp + suffix, prefix + suffix, overwrite=True)
   return list(names)
 
 
@@ -697,7 +735,7 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
     model_kwargs = {**_described_pooling(path), **model_kwargs}
   path = model_files.transformer_dir(path)
   kind, resolved = _resolve_checkpoint(path)
-  directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
+  directory = path if file_io.gfile.isdir(path) else os.path.dirname(path)
   config_file = bert_config_file or model_files.config_file_in(directory, path)
   config = modeling.BertConfig.from_json_file(config_file)
   shapes = checkpoint_shapes(resolved)  # headers and pickles only: no tensor is read
@@ -720,7 +758,7 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   result = load_checkpoint(model, resolved, new_heads=new_heads)
   if task_kind.labels:
     model.labels = labels
-  if vocab_file is None and tf.io.gfile.exists(os.path.join(directory, "vocab.txt")):
+  if vocab_file is None and file_io.gfile.exists(os.path.join(directory, "vocab.txt")):
     vocab_file = os.path.join(directory, "vocab.txt")
   if do_lower_case is None:
     do_lower_case = model_files.read_do_lower_case(directory, vocab_file)
@@ -729,6 +767,7 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
     if vocab_file is None or do_lower_case is None:
       raise ValueError("%s: text_input=True needs a vocab.txt there (or vocab_file) and "
                        "do_lower_case" % path)
+    from bert_keras import preprocessing  # TensorFlow (the tokenizer in the graph)
     text = preprocessing.text_model(model, task, vocab_file, do_lower_case, max_seq_length)
     text.vocab_file, text.do_lower_case, text.load_result = vocab_file, do_lower_case, result
     text.labels = labels
@@ -787,9 +826,9 @@ def save_pretrained(model, directory, vocab_file=None, do_lower_case=None):
     do_lower_case = _loaded_attribute(model, "do_lower_case")
   if not vocab_file:
     raise ValueError("save_pretrained: vocab_file is needed (the model was not loaded with one)")
-  if not tf.io.gfile.exists(vocab_file):
+  if not file_io.gfile.exists(vocab_file):
     raise ValueError("%s: no such vocab file" % vocab_file)
-  gfile = tf.io.gfile
+  gfile = file_io.gfile
   _check_replaceable(directory, _PRETRAINED_FILES)
   config = {k: v for k, v in _encoder_of(model).config.to_dict().items()
             if k not in ("model_type", "architectures")}   # read back as our format
@@ -904,7 +943,7 @@ def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, labe
   vocab_file = vocab_file or _loaded_attribute(model, "vocab_file")
   if do_lower_case is None:
     do_lower_case = _loaded_attribute(model, "do_lower_case")
-  if not vocab_file or not tf.io.gfile.exists(vocab_file):
+  if not vocab_file or not file_io.gfile.exists(vocab_file):
     raise ValueError("save_huggingface: a vocab file is needed (%s)" % (vocab_file or "none"))
   _check_replaceable(directory, _HF_FILES)
   config = hf_config(model, label_names)
@@ -915,7 +954,7 @@ def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, labe
 
 def _write_huggingface(model, directory, config, vocab_file, do_lower_case):
   """save_huggingface's files, written into `directory` (which exists)."""
-  gfile = tf.io.gfile
+  gfile = file_io.gfile
   with gfile.GFile(os.path.join(directory, model_files.HF_CONFIG_FILE), "w") as f:
     f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
   weight_files.write_safetensors(os.path.join(directory, "model.safetensors"),
@@ -964,7 +1003,7 @@ def save_sentence_transformers(model, directory, max_seq_length, pooling=None, n
   vocab_file = vocab_file or _loaded_attribute(model, "vocab_file")
   if do_lower_case is None:
     do_lower_case = _loaded_attribute(model, "do_lower_case")
-  if not vocab_file or not tf.io.gfile.exists(vocab_file):
+  if not vocab_file or not file_io.gfile.exists(vocab_file):
     raise ValueError("save_sentence_transformers: a vocab file is needed (%s)"
                      % (vocab_file or "none"))
   _check_replaceable(directory, _HF_FILES + model_files.ST_FILES)
@@ -978,7 +1017,7 @@ def save_sentence_transformers(model, directory, max_seq_length, pooling=None, n
 
 def _check_replaceable(directory, files):
   """A ValueError unless `directory` is absent or a directory holding only `files`."""
-  gfile = tf.io.gfile
+  gfile = file_io.gfile
   if not gfile.exists(directory):
     return
   if not gfile.isdir(directory):

@@ -31,8 +31,6 @@ import json
 import math
 import os
 
-import tensorflow as tf
-
 from bert_keras import modeling
 from bert_keras import task_registry
 from bert_keras.utils import file_io
@@ -84,8 +82,8 @@ def write_tokenizer_config(directory, do_lower_case):
 def copy_file(source, target):
   """`source` copied to `target` under a temporary name, then renamed."""
   tmp = file_io.temp_name(target)
-  tf.io.gfile.copy(source, tmp, overwrite=True)
-  tf.io.gfile.rename(tmp, target, overwrite=True)
+  file_io.gfile.copy(source, tmp, overwrite=True)
+  file_io.gfile.rename(tmp, target, overwrite=True)
 
 
 def write_model_files(directory, options, config, task, labels=None, write_options=True,
@@ -127,7 +125,7 @@ def copy_model_files(source, target):
   """The model files (MODEL_FILES) present in `source` copied into `target` (best/)."""
   for name in MODEL_FILES:
     path = os.path.join(source, name)
-    if tf.io.gfile.exists(path):
+    if file_io.gfile.exists(path):
       copy_file(path, os.path.join(target, name))
 
 
@@ -137,7 +135,7 @@ def copy_model_files(source, target):
 
 def read_json(path):
   """The JSON value in `path`; a ValueError naming it when it is not JSON."""
-  with tf.io.gfile.GFile(path) as f:
+  with file_io.gfile.GFile(path) as f:
     text = f.read()
   try:
     return json.loads(text)
@@ -157,11 +155,11 @@ def model_dir_of(path):
   """The directory whose files describe the checkpoint at `path` (a directory, its best/,
   or a checkpoint prefix): `path` or its directory, or the parent of a best/ without a
   task.json of its own."""
-  directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
-  if (not tf.io.gfile.exists(os.path.join(directory, TASK_FILE))
+  directory = path if file_io.gfile.isdir(path) else os.path.dirname(path)
+  if (not file_io.gfile.exists(os.path.join(directory, TASK_FILE))
       and os.path.basename(directory.rstrip("/")) == "best"):
     parent = os.path.dirname(directory.rstrip("/"))
-    if tf.io.gfile.exists(os.path.join(parent, TASK_FILE)):
+    if file_io.gfile.exists(os.path.join(parent, TASK_FILE)):
       return parent
   return directory
 
@@ -176,13 +174,13 @@ def read_model_files(path):
   another, is a one-line ValueError naming the file and the field."""
   directory = model_dir_of(os.fspath(path))
   task_file = os.path.join(directory, TASK_FILE)
-  if not tf.io.gfile.exists(task_file):
+  if not file_io.gfile.exists(task_file):
     if is_sentence_transformers_dir(directory):  # read as a run_embeddings model directory
       return sentence_transformers_description(directory)
     return None
   description = read_json_object(task_file)
   existing = lambda name: (os.path.join(directory, name)  # noqa: E731
-                           if tf.io.gfile.exists(os.path.join(directory, name)) else None)
+                           if file_io.gfile.exists(os.path.join(directory, name)) else None)
   options_file = existing(OPTIONS_FILE)
   options = read_json_object(options_file) if options_file else {}
   description = check_description(description, directory, options)
@@ -194,9 +192,9 @@ def read_model_files(path):
 def read_task(directory):
   """The "task" of task.json in `directory`, or None (none there, or unreadable)."""
   path = os.path.join(directory, TASK_FILE)
-  if not tf.io.gfile.exists(path):
+  if not file_io.gfile.exists(path):
     return None
-  with tf.io.gfile.GFile(path) as f:
+  with file_io.gfile.GFile(path) as f:
     try:
       return json.loads(f.read()).get("task")
     except (ValueError, AttributeError):
@@ -209,13 +207,13 @@ def read_labels(directory):
   for where in (directory, os.path.dirname(directory.rstrip("/"))
                 if os.path.basename(directory.rstrip("/")) == "best" else None):
     path = where is not None and os.path.join(where, LABELS_FILE)
-    if path and tf.io.gfile.exists(path):
+    if path and file_io.gfile.exists(path):
       return _read_labels_file(path)
   return None
 
 
 def _read_labels_file(path):
-  with tf.io.gfile.GFile(path) as f:
+  with file_io.gfile.GFile(path) as f:
     labels = [line.strip() for line in f.read().splitlines()]
   while labels and not labels[-1]:
     labels.pop()
@@ -229,7 +227,7 @@ def config_file_in(directory, path):
   checkpoint `path` without either."""
   for name in (CONFIG_FILE, HF_CONFIG_FILE):
     candidate = os.path.join(directory, name)
-    if tf.io.gfile.exists(candidate):
+    if file_io.gfile.exists(candidate):
       return candidate
   raise ValueError("%s: no bert_config.json or config.json beside the checkpoint; pass "
                    "bert_config_file" % path)
@@ -239,8 +237,8 @@ def read_do_lower_case(directory, vocab_file):
   """tokenizer_config.json's do_lower_case, else what the vocabulary suggests (a cased
   vocabulary has upper-case words besides the [CLS]-style special tokens), else None."""
   tokenizer_config = os.path.join(directory, TOKENIZER_CONFIG_FILE)
-  if tf.io.gfile.exists(tokenizer_config):
-    with tf.io.gfile.GFile(tokenizer_config) as f:
+  if file_io.gfile.exists(tokenizer_config):
+    with file_io.gfile.GFile(tokenizer_config) as f:
       try:
         value = json.loads(f.read()).get("do_lower_case")
       except (ValueError, AttributeError):
@@ -249,7 +247,7 @@ def read_do_lower_case(directory, vocab_file):
       return value
   if vocab_file is None:
     return None
-  with tf.io.gfile.GFile(vocab_file) as f:
+  with file_io.gfile.GFile(vocab_file) as f:
     words = [line.strip() for line in f]
   return not any(w != w.lower() for w in words if not (w.startswith("[") and w.endswith("]")))
 
@@ -264,16 +262,16 @@ def check_model_files(directory, bert_config_file, config, vocab_file, do_lower_
   description = read_model_files(directory)
   if head is not None and description is not None and description.get("layout") is None:
     check_head(description, *head)
-  if not tf.io.gfile.exists(os.path.join(directory, TASK_FILE)):
+  if not file_io.gfile.exists(os.path.join(directory, TASK_FILE)):
     return
   own = os.path.join(directory, CONFIG_FILE)
-  if bert_config_file and tf.io.gfile.exists(own) and (
+  if bert_config_file and file_io.gfile.exists(own) and (
       modeling.BertConfig.from_json_file(own).to_dict() != config.to_dict()):
     raise ValueError("bert_config_file=%s conflicts with the model directory's %s"
                      % (bert_config_file, own))
   own = os.path.join(directory, VOCAB_FILE)
-  if vocab_file and tf.io.gfile.exists(own):
-    with tf.io.gfile.GFile(own) as a, tf.io.gfile.GFile(vocab_file) as b:
+  if vocab_file and file_io.gfile.exists(own):
+    with file_io.gfile.GFile(own) as a, file_io.gfile.GFile(vocab_file) as b:
       if a.read().split() != b.read().split():
         raise ValueError("vocab_file=%s conflicts with the model directory's %s"
                          % (vocab_file, own))
@@ -430,7 +428,7 @@ def _check_labels(description, directory, kind):
       _fail(path, "labels", "must be null: a %s model has no named outputs" % kind.name, labels)
     return None
   labels_file = os.path.join(directory, LABELS_FILE)
-  own = _read_labels_file(labels_file) if tf.io.gfile.exists(labels_file) else None
+  own = _read_labels_file(labels_file) if file_io.gfile.exists(labels_file) else None
   if labels is None and own is None:
     raise ValueError("%s: \"labels\" is missing and there is no %s: a %s model needs the "
                      "names of its outputs" % (path, LABELS_FILE, kind.name))
@@ -454,7 +452,7 @@ def _check_windows(description, directory):
     if problem:
       _fail(path, name, problem, value)
   config_file = os.path.join(directory, CONFIG_FILE)
-  if tf.io.gfile.exists(config_file):
+  if file_io.gfile.exists(config_file):
     positions = read_json_object(config_file).get("max_position_embeddings")
     if _is_int(positions) and description["max_seq_length"] > positions:
       raise ValueError("%s: \"max_seq_length\" %d is longer than %s's "
@@ -466,7 +464,7 @@ def _check_lower_case(description, directory):
   """task.json's do_lower_case against tokenizer_config.json's, where both say."""
   lower = description.get("do_lower_case")
   tokenizer_config = os.path.join(directory, TOKENIZER_CONFIG_FILE)
-  if lower is None or not tf.io.gfile.exists(tokenizer_config):
+  if lower is None or not file_io.gfile.exists(tokenizer_config):
     return
   own = read_json_object(tokenizer_config).get("do_lower_case")
   if isinstance(own, bool) and own != lower:
@@ -553,8 +551,8 @@ def write_sentence_transformers_modules(directory, hidden_size, pooling, normali
   if normalize:
     modules.append({"idx": 2, "name": "2", "path": ST_NORMALIZE_DIR,
                     "type": module + "Normalize"})
-    tf.io.gfile.makedirs(join(ST_NORMALIZE_DIR))
-  tf.io.gfile.makedirs(join(ST_POOLING_DIR))
+    file_io.gfile.makedirs(join(ST_NORMALIZE_DIR))
+  file_io.gfile.makedirs(join(ST_POOLING_DIR))
   pooling_config = {"word_embedding_dimension": int(hidden_size)}
   pooling_config.update({key: mode == pooling for mode, key in ST_POOLING_KEYS.items()})
   pooling_config.update({key: False for key in _ST_OTHER_POOLING_KEYS})
@@ -569,7 +567,7 @@ def write_sentence_transformers_modules(directory, hidden_size, pooling, normali
            os.path.join(ST_POOLING_DIR, HF_CONFIG_FILE): pooling_config,
            SPECIAL_TOKENS_FILE: _SPECIAL_TOKENS}
   for name, value in files.items():
-    with tf.io.gfile.GFile(join(name), "w") as f:
+    with file_io.gfile.GFile(join(name), "w") as f:
       f.write(json.dumps(value, indent=2) + "\n")
 
 
@@ -577,8 +575,8 @@ def is_sentence_transformers_dir(path):
   """Whether `path` is a directory of the sentence-transformers layout (a modules.json, and no
   task.json of ours)."""
   path = os.fspath(path)
-  return (tf.io.gfile.isdir(path) and tf.io.gfile.exists(os.path.join(path, ST_MODULES_FILE))
-          and not tf.io.gfile.exists(os.path.join(path, TASK_FILE)))
+  return (file_io.gfile.isdir(path) and file_io.gfile.exists(os.path.join(path, ST_MODULES_FILE))
+          and not file_io.gfile.exists(os.path.join(path, TASK_FILE)))
 
 
 def _st_field(path, value, field, kind, check=None, what=None):
@@ -621,7 +619,7 @@ def _st_pooling(directory):
   """(pooling, embedding dimension or None) of a Pooling module's config.json: the legacy
   boolean keys or the newer "pooling_mode"; one of mean, cls, max."""
   path = os.path.join(directory, HF_CONFIG_FILE)
-  if not tf.io.gfile.exists(path):
+  if not file_io.gfile.exists(path):
     raise ValueError("%s: no such file (the Pooling module's configuration)" % path)
   config = read_json_object(path)
   dimension = config.get("word_embedding_dimension", config.get("embedding_dimension"))
@@ -655,12 +653,12 @@ def read_sentence_transformers(directory):
   modules = _st_modules(directory)
   pooling, dimension = _st_pooling(modules["Pooling"])
   transformer_dir = modules["Transformer"]
-  if not tf.io.gfile.isdir(transformer_dir):
+  if not file_io.gfile.isdir(transformer_dir):
     raise ValueError("%s: the Transformer module's directory %s does not exist"
                      % (os.path.join(directory, ST_MODULES_FILE), transformer_dir))
   max_seq_length, lower = None, None
   path = os.path.join(transformer_dir, ST_TRANSFORMER_CONFIG_FILE)
-  if tf.io.gfile.exists(path):
+  if file_io.gfile.exists(path):
     config = read_json_object(path)
     if config.get("max_seq_length") is not None:
       max_seq_length = _st_field(path, config["max_seq_length"], "max_seq_length", int,
@@ -689,7 +687,7 @@ def sentence_transformers_description(directory):
   st = read_sentence_transformers(directory)
   where = st["transformer_dir"]
   existing = lambda name: (os.path.join(where, name)  # noqa: E731
-                           if tf.io.gfile.exists(os.path.join(where, name)) else None)
+                           if file_io.gfile.exists(os.path.join(where, name)) else None)
   config_file = existing(HF_CONFIG_FILE) or existing(CONFIG_FILE)
   if config_file is not None and st["embedding_dimension"] is not None:
     hidden = read_json_object(config_file).get("hidden_size")

@@ -25,13 +25,17 @@ tf.GradientTape; the search is NumPy.
   scores, indices = exact_search(query_embeddings, corpus_chunks, top_k=10)
 """
 
-from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+from bert_keras.utils import backend  # first: TensorFlow quietly, where it is Keras's backend
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from bert_keras import modeling
+
+# TensorFlow where it is Keras's backend (the training steps below are run_embeddings' and
+# run_reranker's, on TensorFlow), else None: the losses, the search and BertCrossEncoder are
+# Keras ops and NumPy and import no TensorFlow on JAX or PyTorch.
+tf = backend.tensorflow()
 
 SIMILARITIES = ("cosine", "dot")
 
@@ -278,7 +282,7 @@ def _top_k_positions(scores, k):
 def _chunks(corpus, chunk_size):
   """Corpus chunks [N_i, D] as NumPy arrays: an array split in rows of chunk_size, or the
   chunks of an iterable as they come."""
-  if isinstance(corpus, (np.ndarray, tf.Tensor)) or hasattr(corpus, "__array__"):
+  if isinstance(corpus, np.ndarray) or hasattr(corpus, "__array__"):
     corpus = np.asarray(corpus)
     if corpus.ndim == 2:
       for start in range(0, corpus.shape[0], chunk_size):
@@ -361,7 +365,7 @@ class BertCrossEncoder(modeling.BertClassifier):
 
   def probabilities(self, logits):
     """The logits [B, 1] -> the probabilities of relevance float32 [B, 1] (sigmoid)."""
-    return tf.sigmoid(tf.cast(logits, tf.float32))
+    return ops.sigmoid(ops.cast(logits, "float32"))
 
 
 def pointwise_loss(logits, labels, weights=None):

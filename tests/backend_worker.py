@@ -198,5 +198,24 @@ def round_trip(keras, models, features):
   return out
 
 
+def load(directories_json, inputs_path, results_path):
+  """checkpoints.load_model on each of {name: [directory, task]} (a HuggingFace directory,
+  Google's layout, a run's output_dir with its TF2 checkpoint): the logits on the inputs, and
+  whether TensorFlow was imported."""
+  import keras
+  from bert_keras import checkpoints
+  inputs = dict(np.load(inputs_path))
+  results = {}
+  for name, (directory, task) in json.loads(directories_json).items():
+    model = checkpoints.load_model(directory, task=task)
+    results[name] = numpy(keras, model(inputs))
+    results[name + "/format"] = np.array(model.load_result.format)
+  results["tensorflow_imported"] = np.array("tensorflow" in sys.modules)
+  np.savez(results_path, **results)
+
+
 if __name__ == "__main__":
-  main(sys.argv[1], sys.argv[2])
+  if sys.argv[1] == "load":
+    load(*sys.argv[2:5])
+  else:
+    main(sys.argv[1], sys.argv[2])

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import keras
 import numpy as np
@@ -164,3 +165,51 @@ def test_scripts_refuse_another_backend(tmp_path):
   assert proc.stderr.strip().splitlines()[-1].startswith(
       "error: the scripts run Keras on TensorFlow, but KERAS_BACKEND")
   assert "Traceback" not in proc.stderr and not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_checkpoints_load_without_tensorflow(backend, tmp_path):
+  """A HuggingFace directory, Google's layout (a TF1 checkpoint) and a run's output_dir (task
+  files and its TF2 training checkpoint) load on JAX / PyTorch with the logits TensorFlow
+  gives, and TensorFlow is not imported."""
+  import tensorflow as tf
+  from bert_keras import checkpoints
+  from bert_keras.runtime import model_dir, training_checkpoints
+  config = modeling.BertConfig.from_dict(CONFIG)
+  model = modeling.BertClassifier(config, num_labels=3)
+  rng = np.random.RandomState(1)
+  model.set_weights([rng.normal(0, 0.3, w.shape).astype("float32")
+                     for w in model.get_weights()])
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join("w%d\n" % i for i in range(99)), encoding="utf-8")
+  labels = ["a", "b", "c"]
+  checkpoints.save_huggingface(model, str(tmp_path / "hf"), str(vocab), True, labels)
+  checkpoints.save_pretrained(model, str(tmp_path / "google"), str(vocab), True)
+  run = tmp_path / "run"
+  run.mkdir()
+  options = types.SimpleNamespace(vocab_file=str(vocab), do_lower_case=True, max_seq_length=12)
+  model_dir.write_model_dir(str(run), options, config, "classifier", labels=labels)
+  manager = training_checkpoints.make_checkpoint_manager(
+      training_checkpoints.make_checkpoint(model, optimization.create_optimizer(1e-3, 10, 1),
+                                           tf.Variable(1, dtype=tf.int64),
+                                           checkpoints.tf1_variable_map(model)), str(run))
+  manager.save(checkpoint_number=1)
+  ids = rng.randint(1, 99, (2, 12)).astype("int32")
+  np.savez(tmp_path / "inputs.npz", input_ids=ids)
+  expected = keras.ops.convert_to_numpy(model({"input_ids": ids}))
+  directories = {"hf": [str(tmp_path / "hf"), "classifier"],
+                 "google": [str(tmp_path / "google"), "classifier"],
+                 "run": [str(run), "classifier"]}
+  results = str(tmp_path / "loaded.npz")
+  env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, os.path.join(HERE, "backend_worker.py"), "load",
+                         json.dumps(directories), str(tmp_path / "inputs.npz"), results],
+                        env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  loaded = dict(np.load(results))
+  assert not bool(loaded["tensorflow_imported"])
+  assert [str(loaded[n + "/format"]) for n in ("hf", "google", "run")] == [
+      "huggingface", "tf1", "tf2"]
+  for name in directories:
+    np.testing.assert_allclose(loaded[name], expected, rtol=1e-5, atol=1e-5, err_msg=name)

@@ -34,6 +34,8 @@ def test_same_tensors_as_tensorflow(saved, which):
   theirs, ours = tf.train.load_checkpoint(prefix), tensor_bundle.Reader(prefix)
   shapes = theirs.get_variable_to_shape_map()
   assert ours.get_variable_to_shape_map() == {k: list(v) for k, v in shapes.items()}
+  assert {k: v.name for k, v in ours.get_variable_to_dtype_map().items()} == {
+      k: v.name for k, v in theirs.get_variable_to_dtype_map().items()}
   compared = 0
   for name, dtype in theirs.get_variable_to_dtype_map().items():
     if dtype == tf.string:

@@ -333,3 +333,54 @@ def allow_long_csv_fields():
       return
     except OverflowError:  # the C long of this platform is narrower
       limit //= 2
+
+
+class _Gfile(object):
+  """tf.io.gfile's calls that checkpoints.py and model_files.py make, for local paths with the
+  standard library (no TensorFlow: Keras on JAX and PyTorch loads models without it) and for
+  paths with a scheme through tf.io.gfile."""
+
+  @staticmethod
+  def exists(path):
+    return _gfile().exists(path) if is_remote(path) else os.path.exists(path)
+
+  @staticmethod
+  def isdir(path):
+    return _gfile().isdir(path) if is_remote(path) else os.path.isdir(path)
+
+  @staticmethod
+  def glob(pattern):
+    return _gfile().glob(pattern) if is_remote(pattern) else sorted(glob.glob(pattern))
+
+  @staticmethod
+  def listdir(path):
+    return _gfile().listdir(path) if is_remote(path) else os.listdir(path)
+
+  @staticmethod
+  def makedirs(path):
+    return _gfile().makedirs(path) if is_remote(path) else os.makedirs(path, exist_ok=True)
+
+  @staticmethod
+  def GFile(path, mode="r"):  # noqa: N802  (tf.io.gfile's name)
+    if is_remote(path):
+      return _gfile().GFile(path, mode)
+    return open(path, mode) if "b" in mode else open(path, mode, encoding="utf-8")
+
+  @staticmethod
+  def rename(src, dst, overwrite=False):
+    if is_remote(src) or is_remote(dst):
+      return _gfile().rename(src, dst, overwrite=overwrite)
+    if not overwrite and os.path.exists(dst):
+      raise FileExistsError(errno.EEXIST, "exists", dst)
+    os.replace(src, dst)
+
+  @staticmethod
+  def copy(src, dst, overwrite=False):
+    if is_remote(src) or is_remote(dst):
+      return _gfile().copy(src, dst, overwrite=overwrite)
+    if not overwrite and os.path.exists(dst):
+      raise FileExistsError(errno.EEXIST, "exists", dst)
+    shutil.copyfile(src, dst)
+
+
+gfile = _Gfile()

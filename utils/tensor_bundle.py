@@ -26,6 +26,18 @@ _DTYPES = {1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16, 
            9: np.int64, 10: np.bool_, 17: np.uint16, 19: np.float16, 22: np.uint32,
            23: np.uint64}
 _STRING, _BFLOAT16 = 7, 14
+_DTYPE_NAMES = {1: "float32", 2: "float64", 3: "int32", 4: "uint8", 5: "int16", 6: "int8",
+                7: "string", 9: "int64", 10: "bool", 14: "bfloat16", 17: "uint16",
+                19: "float16", 22: "uint32", 23: "uint64"}
+
+
+class DType(str):
+  """A stored dtype's name as TensorFlow spells it ("float32", "bfloat16", "string", ...),
+  with `.name` as tf.DType has."""
+
+  @property
+  def name(self):
+    return str(self)
 
 
 def _varint(buf, pos, end, what):
@@ -155,7 +167,8 @@ class Reader(object):
     return {name: list(entry.shape) for name, entry in self._entries.items()}
 
   def get_variable_to_dtype_map(self):
-    return {name: e.dtype for name, e in self._entries.items()}
+    return {name: DType(_DTYPE_NAMES.get(e.dtype, "dtype_%d" % e.dtype))
+            for name, e in self._entries.items()}
 
   def has_tensor(self, name):
     return name in self._entries
