@@ -31,7 +31,10 @@ input: evaluate_ner.py dev_predictions.txt prints the same F1). --eval_every_ste
 best model by entity F1 in output_dir/best.
 """
 
-from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+try:  # outside the venv: a one-line hint, not a traceback
+  from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+except ImportError as e:
+  raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
 import os
 
 from absl import app

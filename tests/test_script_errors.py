@@ -4,6 +4,7 @@ unreachable input or unknown file system on the command line; other errors keep 
 traceback."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -117,3 +118,31 @@ def test_command_line_unknown_scheme_is_one_line(tmp_path):
       "error: File system scheme 'foo' not implemented (file: 'foo://x/train.tsv')")
   assert "Traceback" not in proc.stderr
   assert not (tmp_path / "out").exists()
+
+
+def _scripts():
+  return sorted(path.name for path in REPO.glob("*.py")
+                if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8"))
+
+
+HINT = "(activate .venv: source .venv/bin/activate, or pip install -e .)"
+
+
+@pytest.mark.parametrize("script", _scripts())
+def test_a_script_outside_the_venv_prints_a_one_line_hint(script, tmp_path):
+  """Run by a Python without the package (no site-packages, PYTHONPATH ignored: -S -E), then
+  with the package but without TensorFlow and absl: one `error:` line naming the missing
+  module and how to get it, not a ModuleNotFoundError traceback."""
+  proc = subprocess.run([sys.executable, "-S", "-E", str(REPO / script), "--help"],
+                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 1
+  assert proc.stderr == f"error: No module named 'bert_keras' {HINT}\n"
+  (tmp_path / "bert_keras").symlink_to(REPO, target_is_directory=True)
+  code = ("import runpy, sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[2:]; "
+          "runpy.run_path(sys.argv[0], run_name='__main__')")
+  proc = subprocess.run([sys.executable, "-S", "-E", "-c", code, str(tmp_path),
+                         str(REPO / script), "--help"],
+                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 1
+  assert re.fullmatch(r"error: No module named '(tensorflow|absl)' " + re.escape(HINT) + "\n",
+                      proc.stderr), proc.stderr
