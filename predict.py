@@ -286,6 +286,10 @@ def load_predictor(options):
   if (options.pooling is not None or options.normalize) and predictor.task != "embeddings":
     raise ValueError(f"--pooling / --normalize are for embeddings, not a {predictor.task} "
                      "model")
+  if options.threshold is not None and not predictor.multi_label:
+    raise ValueError(f"--threshold={options.threshold} is for a multi-label model (one trained "
+                     f"with --multi_label), not the {predictor.task} model of --model_dir "
+                     f"{options.model_dir}")
   return predictor
 
 
