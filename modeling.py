@@ -97,9 +97,11 @@ class BertConfig(object):
 
     The field names are the same; only the activation names differ: HuggingFace "gelu" is
     the exact erf form (our "gelu_exact") and "gelu_new"/"gelu_pytorch_tanh" the tanh form
-    (our "gelu").
+    (our "gelu"). The keys that mark a HuggingFace file ("model_type", "architectures") are
+    dropped: the config is ours, and a bert_config.json written from it must not read back as
+    HuggingFace's (its "gelu" would become "gelu_exact").
     """
-    json_object = dict(json_object)
+    json_object = {k: v for k, v in json_object.items() if k not in _HF_MARKERS}
     act = json_object.get("hidden_act", "gelu")
     json_object["hidden_act"] = _HF_ACTIVATIONS.get(act, act)
     return cls.from_dict(json_object)
@@ -175,8 +177,13 @@ class BertConfig(object):
     return isinstance(other, BertConfig) and self.to_dict() == other.to_dict()
 
 
+# The keys of a HuggingFace config.json that ours lacks (from_json_file reads a file with one
+# as HuggingFace's).
+_HF_MARKERS = ("model_type", "architectures")
+
+
 def _is_hf_config(json_object):
-  return "model_type" in json_object or "architectures" in json_object
+  return any(key in json_object for key in _HF_MARKERS)
 
 
 def _as_config(config):
