@@ -31,7 +31,10 @@ The activation keeps its function across the two: the original's "gelu"
 directory is written under a temporary name and renamed when complete.
 """
 
-from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+try:  # outside the venv: a one-line hint, not a traceback
+  from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+except ImportError as e:
+  raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
 import os
 
 from absl import app

@@ -31,6 +31,11 @@ as the original, deterministic for a given N, in parallel processes, and with
 memory bounded by the part size rather than the corpus (parallel_parts.py).
 """
 
+try:  # outside the venv: a one-line hint, not a traceback
+  from bert_keras.utils import errors  # (first: it imports absl)
+except ImportError as e:
+  raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
+
 import array
 import itertools
 import os
@@ -44,7 +49,6 @@ from bert_keras.pretraining_data import data_progress as progress_lib
 from bert_keras.pretraining_data import parallel_parts
 from bert_keras.pretraining_data import random_replay
 from bert_keras.pretraining_data import tfrecord_encoding
-from bert_keras.utils import errors
 from bert_keras.utils import file_io
 
 FLAGS = None

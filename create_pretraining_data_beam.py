@@ -11,6 +11,11 @@ statistics and where bad input is caught: docs/DESIGN.md, "Pretraining data on A
 (docs/DESIGN.md#pretraining-data-on-apache-beam).
 """
 
+try:  # outside the venv: a one-line hint, not a traceback
+  from bert_keras.utils import errors  # (first: it imports absl)
+except ImportError as e:
+  raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
+
 import hashlib
 import math
 import os
@@ -27,7 +32,6 @@ from bert_keras import tokenization
 from bert_keras.pretraining_data import random_replay
 from bert_keras.pretraining_data import tfrecord_encoding
 from bert_keras.runtime import beam_runner
-from bert_keras.utils import errors
 from bert_keras.utils import file_io
 
 

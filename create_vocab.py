@@ -15,6 +15,11 @@ Output layout, as the released vocab.txt files: [PAD], [unused0..N-1], [UNK],
 (single characters and their "##" forms first, then the rest by count).
 """
 
+try:  # outside the venv: a one-line hint, not a traceback
+  from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+except ImportError as e:
+  raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
+
 import collections
 import logging as std_logging
 import os
@@ -27,7 +32,6 @@ from absl import logging
 from bert_keras import tokenization
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
-from bert_keras.utils import quiet_tensorflow
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 

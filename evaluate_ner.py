@@ -24,12 +24,16 @@ well as standard input, the input is UTF-8, a "\r" before a newline is dropped (
 keeps it in the predicted tag), and no -l (LaTeX) or -r (raw) option.
 """
 
+try:  # outside the venv: a one-line hint, not a traceback
+  from bert_keras.utils import errors  # (first: it imports absl)
+except ImportError as e:
+  raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
+
 import argparse
 import re
 import sys
 
 from bert_keras.tasks import ner_scoring
-from bert_keras.utils import errors
 from bert_keras.utils import file_io
 
 

@@ -13,6 +13,11 @@ graded gains): tasks/retrieval_metrics.py, which run_* scripts call too. A malfo
 one-line error naming the file and line.
 """
 
+try:  # outside the venv: a one-line hint, not a traceback
+  from bert_keras.utils import errors  # (first: it imports absl)
+except ImportError as e:
+  raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
+
 import json
 import types
 
@@ -21,7 +26,6 @@ from absl import flags
 from absl import logging
 
 from bert_keras.tasks import retrieval_metrics
-from bert_keras.utils import errors
 from bert_keras.utils import file_io
 
 DEFAULTS = dict(qrels=None, run=None, output_json=None,

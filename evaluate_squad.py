@@ -23,6 +23,11 @@ The functions are importable (run_squad.py evaluates its own predictions with th
 evaluate(dataset, predictions, na_probs=None, na_prob_thresh=1.0, version=None).
 """
 
+try:  # outside the venv: a one-line hint, not a traceback
+  from bert_keras.utils import errors  # (first: it imports absl)
+except ImportError as e:
+  raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
+
 import argparse
 import collections
 import json
@@ -32,7 +37,6 @@ import re
 import string
 import sys
 
-from bert_keras.utils import errors
 from bert_keras.utils import file_io
 
 _PUNCTUATION = set(string.punctuation)

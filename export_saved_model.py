@@ -25,7 +25,10 @@ renamed when complete, holding a lock beside --export_dir (runtime/outputs.locke
 second export into the same directory is refused, and temporaries of killed exports removed.
 """
 
-from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+try:  # outside the venv: a one-line hint, not a traceback
+  from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+except ImportError as e:
+  raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
 import json
 import os
 

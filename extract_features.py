@@ -12,7 +12,10 @@ TPUEstimator is replaced by one tf.function per batch under a tf.distribute stra
 (training.py). The output is written to .<output_file>.tmp-<pid> and renamed when complete.
 """
 
-from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+try:  # outside the venv: a one-line hint, not a traceback
+  from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+except ImportError as e:
+  raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
 import json
 import os
 import time

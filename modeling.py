@@ -101,9 +101,12 @@ class BertConfig(object):
 
     The field names are the same; only the activation names differ: HuggingFace "gelu" is
     the exact erf form (our "gelu_exact") and "gelu_new"/"gelu_pytorch_tanh" the tanh form
-    (our "gelu").
+    (our "gelu"). The keys that mark a HuggingFace file ("model_type", "architectures") are
+    dropped: the config is ours, and a bert_config.json written from it must not read back as
+    HuggingFace's (its "gelu" would become "gelu_exact").
     """
-    json_object = dict(json_object)
+    _refuse_unimplemented(json_object)   # before its markers (model_type) are dropped
+    json_object = {k: v for k, v in json_object.items() if k not in _HF_MARKERS}
     act = json_object.get("hidden_act", "gelu")
     json_object["hidden_act"] = _HF_ACTIVATIONS.get(act, act)
     return cls.from_dict(json_object)
@@ -130,8 +133,8 @@ class BertConfig(object):
       raise ValueError("%s: cannot read it: %s" % (json_file, reason)) from None
     if not isinstance(json_object, dict):
       raise ValueError("%s: not a JSON object of config fields" % json_file)
-    config = (cls.from_hf_dict if _is_hf_config(json_object) else cls.from_dict)(json_object)
     try:
+      config = (cls.from_hf_dict if _is_hf_config(json_object) else cls.from_dict)(json_object)
       config.validate()
     except ValueError as e:
       raise ValueError("%s: %s" % (json_file, e)) from None
@@ -156,14 +159,7 @@ class BertConfig(object):
       raise ValueError("initializer_range must be a non-negative number, got %r"
                        % (self.initializer_range,))
     get_activation(self.hidden_act)
-    for key, values in _IMPLEMENTED_VALUES.items():
-      value = getattr(self, key, None)
-      if value is not None and value not in values:
-        raise ValueError("%s %s is not implemented (only %s): this is not the model BertModel "
-                         "computes" % (key, json.dumps(value), json.dumps(values[0])))
-    for name in getattr(self, "architectures", None) or ():
-      if not str(name).startswith("Bert"):
-        raise ValueError("architectures %s: not a BERT model" % json.dumps(name))
+    _refuse_unimplemented(self.__dict__)
     gigabytes, available = 4 * self.num_parameters() / 1e9, memory.physical_bytes() / 1e9
     if gigabytes > available:
       raise ValueError("these sizes make a model of %.3g parameters (%.3g GB of float32 "
@@ -197,10 +193,26 @@ class BertConfig(object):
 _IMPLEMENTED_VALUES = {"model_type": ("bert",), "position_embedding_type": ("absolute",),
                        "is_decoder": (False,), "add_cross_attention": (False,),
                        "is_encoder_decoder": (False,)}
+# The keys of a HuggingFace config.json that ours lacks (from_json_file reads a file with one
+# as HuggingFace's).
+_HF_MARKERS = ("model_type", "architectures")
+
+
+def _refuse_unimplemented(fields):
+  """ValueError naming the first HuggingFace key in `fields` (a config's dict) whose value
+  BertModel does not compute, or an architecture that is not BERT's."""
+  for key, values in _IMPLEMENTED_VALUES.items():
+    value = fields.get(key)
+    if value is not None and value not in values:
+      raise ValueError("%s %s is not implemented (only %s): this is not the model BertModel "
+                       "computes" % (key, json.dumps(value), json.dumps(values[0])))
+  for name in fields.get("architectures") or ():
+    if not str(name).startswith("Bert"):
+      raise ValueError("architectures %s: not a BERT model" % json.dumps(name))
 
 
 def _is_hf_config(json_object):
-  return "model_type" in json_object or "architectures" in json_object
+  return any(key in json_object for key in _HF_MARKERS)
 
 
 def _as_config(config):

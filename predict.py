@@ -46,7 +46,10 @@ memory and time in proportion to its whole text (tens of times its size), howeve
 it the model reads, so a larger row is refused rather than read.
 """
 
-from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+try:  # outside the venv: a one-line hint, not a traceback
+  from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+except ImportError as e:
+  raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
 import os
 import sys
 import time
@@ -309,6 +312,10 @@ def load_predictor(options):
   if (options.pooling is not None or options.normalize) and predictor.task != "embeddings":
     raise ValueError(f"--pooling / --normalize are for embeddings, not a {predictor.task} "
                      "model")
+  if options.threshold is not None and not predictor.multi_label:
+    raise ValueError(f"--threshold={options.threshold} is for a multi-label model (one trained "
+                     f"with --multi_label), not the {predictor.task} model of --model_dir "
+                     f"{options.model_dir}")
   return predictor
 
 

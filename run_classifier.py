@@ -20,7 +20,10 @@ Read top to bottom: flags; features (convert_single_example, the TFRecords); the
 tasks/classifier_data.py; this module re-exports them under the original's names.
 """
 
-from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+try:  # outside the venv: a one-line hint, not a traceback
+  from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+except ImportError as e:
+  raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
 import os
 
 from absl import app

@@ -9,13 +9,14 @@ tagging task in CoNLL files, the way run_classifier.py fine-tunes on sentences.
     --max_seq_length=128 --train_batch_size=32 --learning_rate=5e-5 \
     --num_train_epochs=3.0 --output_dir=/tmp/ner_output/
 
---data_dir holds train.txt, dev.txt and test.txt in CoNLL format: one token a line, its tag
-in the LAST column (tab- or space-separated), blank lines between sentences, -DOCSTART-
-lines skipped; tags in BIO (IOB2), IOB1 or IOE (tasks/ner.py). test.txt may be untagged
-(one column). The tag set is --labels, else the tags of train.txt (sorted, "O" first); it
-is saved in output_dir/labels.txt and reused by --do_eval / --do_predict (also with another
-output_dir and --init_checkpoint=<that output_dir>) and checkpoints.load_model(output_dir,
-task="tagger").
+--data_dir holds train.txt, dev.txt and test.txt (or train.conll, dev.conll and test.conll)
+in CoNLL format: one token a line, its tag in the LAST column (tab- or space-separated), blank
+lines between sentences, -DOCSTART- lines skipped; tags in BIO (IOB2), IOB1 or IOE
+(tasks/ner.py). test.txt may be untagged (one column). The tag set is --labels, else the
+tags of train.txt (sorted, "O" first); it is saved in output_dir/labels.txt and reused by
+--do_eval / --do_predict (also with another output_dir and --init_checkpoint=<that
+output_dir>) and checkpoints.load_model(output_dir, task="tagger"). --init_checkpoint may
+also be a HuggingFace directory (config.json, vocab.txt, model.safetensors) alone.
 
 A word's tag is learned and predicted on its first WordPiece (the BERT paper, section 4.3).
 A sentence longer than max_seq_length - 2 pieces is split into windows --doc_stride pieces
@@ -31,7 +32,10 @@ input: evaluate_ner.py dev_predictions.txt prints the same F1). --eval_every_ste
 best model by entity F1 in output_dir/best.
 """
 
-from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+try:  # outside the venv: a one-line hint, not a traceback
+  from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+except ImportError as e:
+  raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
 import os
 
 from absl import app
@@ -57,6 +61,8 @@ from bert_keras.utils import errors
 from bert_keras.utils import file_io
 
 SPLITS = {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}
+# The other names a split's file may have in --data_dir (WNUT-17's layout), after SPLITS'.
+OTHER_EXTENSIONS = (".conll",)
 
 
 def options(**overrides):
@@ -67,7 +73,8 @@ def options(**overrides):
 def define_flags(fv=flags.FLAGS):
   """run_classifier's flags (same names and defaults) plus --doc_stride and --labels."""
   flags.DEFINE_string("data_dir", None,
-                      "The input data dir, with train.txt, dev.txt and test.txt (CoNLL).",
+                      "The input data dir, with train.txt, dev.txt and test.txt (CoNLL; or "
+                      "train.conll, dev.conll and test.conll).",
                       flag_values=fv)
   common_flags.define_model_flags(max_seq_length=128, max_seq_length_help=(
       " Here: longer sentences are split into windows (--doc_stride); no word is dropped."), fv=fv)
@@ -103,16 +110,31 @@ DEFAULTS = common_flags.flag_defaults(define_flags)
 # ----------------------------------------------------------------------------
 # The data and the tag set.
 
+def split_file(data_dir, split):
+  """The file of `split` ("train", "dev", "test") in data_dir: SPLITS[split] (train.txt), else
+  the same name with one of OTHER_EXTENSIONS (train.conll); a ValueError naming the files
+  looked for and those data_dir holds when none is there."""
+  stem = os.path.splitext(SPLITS[split])[0]
+  names = [SPLITS[split]] + [stem + extension for extension in OTHER_EXTENSIONS]
+  for name in names:
+    path = os.path.join(data_dir, name)
+    if tf.io.gfile.exists(path):
+      return path
+  found = sorted(tf.io.gfile.listdir(data_dir)) if tf.io.gfile.isdir(data_dir) else None
+  held = ("it does not exist" if found is None else "it holds " + errors.error_line(
+      ", ".join(found), 300) if found else "it is empty")
+  raise ValueError(f"--data_dir {data_dir}: no {' or '.join(names)} ({held})")
+
+
 def read_data(options):
   """{"train", "dev", "test": list of ner.Sentence, or None where the flags do not ask for
-  it}; test.txt may be untagged. Errors name the file and line."""
+  it}, each read from split_file's file; test.txt may be untagged. Errors name the file and
+  line."""
   wanted = {"train": options.do_train, "dev": options.do_eval, "test": options.do_predict}
   data = {}
   for split, asked in wanted.items():
-    path = os.path.join(options.data_dir, SPLITS[split])
-    if asked and not tf.io.gfile.exists(path):
-      raise ValueError(f"--data_dir: no such file {path}")
-    data[split] = ner.read_conll(path, tags_required=split != "test") if asked else None
+    data[split] = ner.read_conll(split_file(options.data_dir, split),
+                                 tags_required=split != "test") if asked else None
   return data
 
 
@@ -135,7 +157,8 @@ def resolve_labels(options, data):
   if given or saved:
     labels, source = given or saved, "--labels" if given else saved_file
   elif data["train"]:
-    labels, source = ner.tag_list(data["train"]), "train.txt"
+    labels = ner.tag_list(data["train"])
+    source = os.path.basename(split_file(options.data_dir, "train"))
   else:
     raise ValueError(f"no tag set: give --labels, or --do_train (train.txt's tags), or an "
                      f"--output_dir or --init_checkpoint with a {checkpoints.LABELS_FILE}")

@@ -14,7 +14,10 @@ checkpoints of model, optimizer and step in --output_dir and automatic resume.
     --num_warmup_steps=10 --learning_rate=2e-5
 """
 
-from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+try:  # outside the venv: a one-line hint, not a traceback
+  from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+except ImportError as e:
+  raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
 import os
 import re
 

@@ -35,7 +35,10 @@ candidates, TREC run format); --do_predict writes test_results.txt and test_run.
 --eval_every_steps keeps the best model by --metric (after reranking) in output_dir/best.
 """
 
-from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+try:  # outside the venv: a one-line hint, not a traceback
+  from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
+except ImportError as e:
+  raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
 import os
 
 from absl import app

@@ -9,6 +9,7 @@ aside (--overwrite_output_dir), and prepare (the files of a run, written by its 
 """
 
 import os
+import re
 import time
 import types
 
@@ -18,6 +19,7 @@ import tensorflow as tf
 from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import task_registry
+from bert_keras.utils import file_io
 
 # The file format lives in model_files.py; these names stay for existing callers.
 LABELS_FILE = model_files.LABELS_FILE
@@ -216,6 +218,7 @@ def resolve_options(options, defaults, fill=()):
     description = _readable(read_model_dir, namespace.init_checkpoint)
     description = description and dict(description, source="init_checkpoint")
   if description is None:
+    _fill_from_checkpoint_dir(namespace, given)
     return namespace, None
   description["given"] = given
   raise_conflicts({name: getattr(namespace, name) for name in given
@@ -229,6 +232,48 @@ def resolve_options(options, defaults, fill=()):
       f"{name}={getattr(namespace, name)}" for name in MODEL_OPTIONS + tuple(fill)
       if name in defaults and name not in given and description.get(name) is not None))
   return namespace, description
+
+
+# The options that a checkpoint directory without task.json (a HuggingFace directory, Google's
+# released model) supplies when they are not given.
+CHECKPOINT_DIR_OPTIONS = ("bert_config_file", "vocab_file", "do_lower_case")
+
+
+def checkpoint_dir_files(path):
+  """{"directory", "bert_config_file", "vocab_file", "do_lower_case"} of the directory of the
+  checkpoint `path` (model_files.model_dir_of) when it holds a config (bert_config.json or
+  HuggingFace's config.json) and a vocab.txt but no task.json: a HuggingFace directory
+  (config.json, vocab.txt, model.safetensors) or Google's released model (bert_config.json,
+  vocab.txt, bert_model.ckpt), as checkpoints.load_model reads them; else None.
+  do_lower_case: tokenizer_config.json's, else what the vocabulary suggests (None: unknown)."""
+  directory = model_dir_of(path)
+  vocab_file = os.path.join(directory, model_files.VOCAB_FILE)
+  if not (tf.io.gfile.isdir(directory) and tf.io.gfile.exists(vocab_file)):
+    return None
+  try:
+    config_file = model_files.config_file_in(directory, path)
+  except ValueError:
+    return None
+  return {"directory": directory, "bert_config_file": config_file, "vocab_file": vocab_file,
+          "do_lower_case": model_files.read_do_lower_case(directory, vocab_file)}
+
+
+def _fill_from_checkpoint_dir(namespace, given):
+  """The options of CHECKPOINT_DIR_OPTIONS not given, from --init_checkpoint's directory when
+  it is a checkpoint directory without task.json (checkpoint_dir_files), with a log line.
+  Given ones are kept (a config that does not fit the checkpoint is refused by
+  run_checks)."""
+  init_checkpoint = getattr(namespace, "init_checkpoint", None)
+  found = init_checkpoint and _readable(checkpoint_dir_files, init_checkpoint)
+  if not found:
+    return
+  filled = []
+  for name in CHECKPOINT_DIR_OPTIONS:
+    if name not in given and found[name] is not None and hasattr(namespace, name):
+      setattr(namespace, name, found[name])
+      filled.append(f"{name}={found[name]}")
+  if filled:
+    logging.info("Model files from %s (%s)", found["directory"], ", ".join(filled))
 
 
 def check_labels(labels, description, flag):
@@ -289,6 +334,7 @@ def check_rerun(options, given):
   if getattr(options, "overwrite_output_dir", False):
     if tf.io.gfile.isdir(output_dir) and [
         name for name in tf.io.gfile.listdir(output_dir) if not name.startswith(".")]:
+      check_holds_no_inputs(options)
       options._move_aside = True
     return
   if not tf.io.gfile.exists(path) or not _has_checkpoint(output_dir):
@@ -300,6 +346,39 @@ def check_rerun(options, given):
         f"--output_dir {output_dir} holds a training run with other options ("
         + "; ".join(changes) + "): give --overwrite_output_dir to move it aside and start "
         "over, or another --output_dir")
+
+
+# The options that name a run's input files or directories (a comma-separated list or a glob
+# for --input_file): --overwrite_output_dir must not move them aside (check_holds_no_inputs).
+INPUT_OPTIONS = ("data_dir", "init_checkpoint", "vocab_file", "bert_config_file", "train_file",
+                 "predict_file", "input_file", "tfds_data_dir", "candidates_file",
+                 "test_candidates_file")
+
+
+def _comparable_path(path):
+  """`path` made absolute with its links resolved (local), or without trailing slashes."""
+  path = path.strip()
+  if re.search(r"[*?\[]", path):  # a glob: the directory its files are in
+    path = os.path.dirname(re.split(r"[*?\[]", path, maxsplit=1)[0]) or "."
+  return path.rstrip("/") if file_io.is_remote(path) else os.path.realpath(path)
+
+
+def check_holds_no_inputs(options):
+  """A one-line ValueError naming both flags when --output_dir is, or holds, one of the run's
+  inputs (INPUT_OPTIONS: --data_dir, --init_checkpoint, --vocab_file, ...):
+  --overwrite_output_dir would move it aside and train on without it (or on nothing)."""
+  output_dir = _comparable_path(options.output_dir)
+  for name in INPUT_OPTIONS:
+    value = getattr(options, name, None)
+    for path in (value.split(",") if isinstance(value, str) and value else ()):
+      if not path.strip():
+        continue
+      input_path = _comparable_path(path)
+      if input_path == output_dir or input_path.startswith(output_dir.rstrip("/") + "/"):
+        raise ValueError(
+            f"--output_dir {options.output_dir} holds --{name} {path.strip()}: "
+            "--overwrite_output_dir would move the run's input aside; choose another "
+            "--output_dir")
 
 
 def move_aside(options):

@@ -19,6 +19,9 @@ order of messages when several flags are wrong), each kind's entries in their or
                                                other"
   REQUIRES: {flag: ((flags it needs, ...), why or None)}
       "--flag=<v> needs --a and --b (<why>)" ("--flag needs ..." for a boolean flag)
+  SET_REQUIRES: {flag: (its default, (flags it needs, ...), why or None)}
+      as REQUIRES, for a flag whose default is set (--threshold=0.5): checked when its value
+      is not None and differs from the default (a flag that does nothing without the others)
 
 A number flag whose value is None (not given, where the script allows that) is not checked;
 an option the namespace lacks counts as None.
@@ -35,6 +38,7 @@ FRACTION = "fraction"
 CHOICES = "choices"
 EXCLUSIVE = "exclusive"
 REQUIRES = "requires"
+SET_REQUIRES = "set_requires"
 
 # Where a model flag may come from instead (runtime/model_dir.py), for REQUIRED.
 MODEL_DIR = "an --init_checkpoint or --output_dir that is a model directory"
@@ -93,6 +97,13 @@ def _requires(options, name, spec):
     return f"{flag} needs {_flags(needed)}" + (f" ({why})" if why else "")
 
 
+def _set_requires(options, name, spec):
+  default, needed, why = spec
+  value = _value(options, name)
+  if value is not None and value != default:
+    return _requires(options, name, (needed, why))
+
+
 # kind -> (its check of one flag: (options, name, spec) -> a message or None; None when the
 # kind's entries are {flag: spec}, else the spec of every flag of its tuple).
 _KINDS = {
@@ -105,6 +116,7 @@ _KINDS = {
     CHOICES: (_choice, None),
     EXCLUSIVE: (_exclusive, None),
     REQUIRES: (_requires, None),
+    SET_REQUIRES: (_set_requires, None),
 }
 
 

@@ -10,6 +10,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
+from bert_keras.runtime import common_flags
 from bert_keras.runtime import option_checks as checks
 from bert_keras.tasks import class_weights as class_weights_lib
 from bert_keras.tasks import doc_windows
@@ -47,13 +48,24 @@ def define_flags(fv=flags.FLAGS):
                     "--doc_stride: how a document's windows' logits are pooled.", flag_values=fv)
 
 
+# The flags' defaults (their definitions above): a flag set away from its default without
+# the flag it works with is refused (validate).
+DEFAULTS = common_flags.flag_defaults(define_flags)
+
+
 def validate(options):
   """The flags' checks, a one-line ValueError each, before anything is read or built."""
   if options.multi_label and options.tfds_name:
     raise ValueError("--multi_label is only for --task_name=custom (not --tfds_name)")
   if options.multi_label and not options.label_separator:
     raise ValueError("--label_separator: must not be empty")
-  checks.check(options, {checks.FRACTION: ("threshold",)})
+  checks.check(options, {checks.FRACTION: ("threshold",), checks.SET_REQUIRES: {
+      "label_separator": (DEFAULTS["label_separator"], ("multi_label",),
+                          "it splits a multi-label cell"),
+      "threshold": (DEFAULTS["threshold"], ("multi_label",),
+                    "a multi-label task's threshold; a single-label task predicts its argmax"),
+      "window_pooling": (DEFAULTS["window_pooling"], ("doc_stride",),
+                         "it pools the windows of a long text")}})
   if options.tune_threshold and not options.multi_label:
     raise ValueError("--tune_threshold is for --multi_label (per-label thresholds)")
   checks.check(options, {checks.REQUIRES: {

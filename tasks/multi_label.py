@@ -11,6 +11,7 @@ accuracy_score (subset accuracy) and hamming_loss with their default arguments (
 import json
 import os
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
@@ -52,12 +53,31 @@ def parse_cell(cell, separator, labels=None, where="a label cell"):
   return names
 
 
+# Characters that often join a cell's labels: a label holding one where no cell was split by
+# --label_separator means the separator is not the data's (label_set).
+COMMON_SEPARATORS = (",", ";", "|")
+
+
 def label_set(examples, separator, where):
   """The sorted union of the examples' labels (tuples) -> a MultiLabelList; none at all is a
-  ValueError starting with `where`."""
+  ValueError starting with `where`. When no cell held two labels (`separator` split none):
+  a label holding another of COMMON_SEPARATORS is a ValueError naming --label_separator and
+  --multi_label (every combination of labels would be a label of its own); else a warning."""
   labels = sorted({name for example in examples for name in example.label})
   if not labels:
     raise ValueError(f"{where} names no label (give --labels)")
+  if not any(len(example.label) > 1 for example in examples):
+    joined = [(name, char) for name in labels for char in COMMON_SEPARATORS
+              if char != separator and char in name]
+    if joined:
+      name, char = joined[0]
+      raise ValueError(
+          f"{where}: no cell holds two labels joined by --label_separator={separator!r}, and "
+          f"the label {name!r} holds {char!r}: with --multi_label every combination would be "
+          f"a label of its own (give --label_separator={char!r})")
+    logging.warning("%s: no cell holds two labels joined by --label_separator=%r: with "
+                    "--multi_label each cell is one label (is the separator right?)", where,
+                    separator)
   return MultiLabelList(labels, separator)
 
 

@@ -375,6 +375,36 @@ def test_bad_input_is_one_line_before_anything_is_built(tiny, tmp_path):
       "--tune_threshold is for --multi_label (per-label thresholds)")
   assert error(class_weights="balanced", task_name="sts-b").startswith(
       "--class_weights: not for a regression task")
+  # Flags that do nothing without another.
+  assert error(threshold=0.7) == (
+      "--threshold=0.7 needs --multi_label (a multi-label task's threshold; a single-label task "
+      "predicts its argmax)")
+  assert error(label_separator="|") == (
+      "--label_separator=| needs --multi_label (it splits a multi-label cell)")
+  assert error(window_pooling="max") == (
+      "--window_pooling=max needs --doc_stride (it pools the windows of a long text)")
+
+
+def test_a_label_separator_that_splits_no_cell(tiny, tmp_path, caplog):
+  """--multi_label whose --label_separator is in no train.tsv cell: every combination of
+  labels would be a label. A label holding another usual separator: refused, naming both
+  flags; else a warning."""
+  data = tmp_path / "data"
+  _write(data, "train.tsv", [["sentence", "label"], ["a cat", "x|y"], ["a dog", "x"],
+                             ["the dog", "y"]])
+  out = tmp_path / "out"
+  with pytest.raises(ValueError) as info:
+    run_classifier.run(_options(tiny, data, out, multi_label=True, do_eval=False,
+                                do_predict=False))
+  assert str(info.value) == (
+      f"--data_dir: {data / 'train.tsv'}: its label column: no cell holds two labels joined "
+      "by --label_separator=',', and the label 'x|y' holds '|': with --multi_label every "
+      "combination would be a label of its own (give --label_separator='|')")
+  assert not out.exists()
+  _write(data, "train.tsv", [["sentence", "label"], ["a cat", "x"], ["a dog", "y"]])
+  processor = run_classifier.get_processor(_options(tiny, data, out, multi_label=True))
+  assert processor.get_labels() == ["x", "y"]
+  assert "no cell holds two labels joined by --label_separator=','" in caplog.text
 
 
 def test_multi_label_export(tiny, multi_label_run, tmp_path):

@@ -261,3 +261,25 @@ def test_extract_features_from_the_directory(trained, tmp_path):
   assert len(lines[0]["features"][0]["layers"][0]["values"]) == TINY["hidden_size"]
   _one_line_error(lambda: run(do_lower_case=False),
                   "--do_lower_case=False conflicts with the model directory")
+
+
+def test_overwrite_refuses_an_output_dir_that_holds_the_run_s_inputs(tmp_path):
+  """--overwrite_output_dir moves what --output_dir holds aside: an --output_dir that is, or
+  holds, --data_dir or a model file is refused, naming both flags, before anything moves."""
+  data = tmp_path / "data"
+  shutil.copytree(DATA, data)
+  model = tmp_path / "model"
+  model.mkdir()
+  (model / "bert_config.json").write_text(modeling.BertConfig(**TINY).to_json_string())
+  (model / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n")
+  before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+  for out, flag, value in ((data, "data_dir", data), (tmp_path, "data_dir", data),
+                           (model, "vocab_file", model / "vocab.txt")):
+    with pytest.raises(ValueError) as info:
+      run_classifier.run(_train_options(model, str(model / "vocab.txt"), out,
+                                        overwrite_output_dir=True, data_dir=str(data)))
+    assert str(info.value) == (
+        f"--output_dir {out} holds --{flag} {value}: --overwrite_output_dir would move the "
+        "run's input aside; choose another --output_dir")
+  assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
+  assert sorted(os.listdir(tmp_path)) == ["data", "model"]

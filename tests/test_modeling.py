@@ -56,12 +56,18 @@ def test_config_keeps_unknown_keys_and_round_trips(tmp_path):
                                            intermediate_size=8)))   # extra keys are ignored
 
 
-def test_config_from_huggingface_maps_activation_names():
+def test_config_from_huggingface_maps_activation_names(tmp_path):
   hf = {"model_type": "bert", "vocab_size": 30, "hidden_act": "gelu", "layer_norm_eps": 1e-7}
   config = modeling.BertConfig.from_hf_dict(hf)
   assert config.hidden_act == "gelu_exact" and config.layer_norm_eps == 1e-7
   assert modeling.BertConfig.from_hf_dict(dict(hf, hidden_act="gelu_new")).hidden_act == "gelu"
   assert modeling.BertConfig.from_dict(hf).hidden_act == "gelu"   # not a HF read: kept
+  # Written as bert_config.json (a run's model files), it reads back the same.
+  for act in ("gelu", "gelu_new"):
+    config = modeling.BertConfig.from_hf_dict(dict(hf, hidden_act=act, architectures=["x"]))
+    (tmp_path / "bert_config.json").write_text(config.to_json_string())
+    assert modeling.BertConfig.from_json_file(str(tmp_path / "bert_config.json")) == config
+    assert "model_type" not in config.to_dict() and "architectures" not in config.to_dict()
 
 
 def test_activations():

@@ -41,6 +41,8 @@ def test_each_kind_names_the_flag_in_one_line(tmp_path):
                                   "evaluates on the dev set during training)")
   assert error({checks.REQUIRES: {"tune": (("do_eval",), None)}}, tune=True) == (
       "--tune needs --do_eval")
+  assert error({checks.SET_REQUIRES: {"threshold": (0.5, ("multi_label",), "why")}},
+               threshold=0.7, multi_label=False) == "--threshold=0.7 needs --multi_label (why)"
 
 
 def test_what_passes():
@@ -52,7 +54,9 @@ def test_what_passes():
       checks.POSITIVE: ("n", "unset", "absent"), checks.NON_NEGATIVE: ("z",),
       checks.FRACTION: ("f", "unset"), checks.CHOICES: {"choice": (None, "x")},
       checks.EXCLUSIVE: {"tfds_name": ("data_dir",)}, checks.REQUIRES: {
-          "eval_every_steps": (("absent",), None), "tune": (("do_train", "do_eval"), None)}})
+          "eval_every_steps": (("absent",), None), "tune": (("do_train", "do_eval"), None)},
+      checks.SET_REQUIRES: {"f": (0.5, ("absent",), None), "unset": (1, ("absent",), None),
+                            "a": ("y", ("n",), None)}})
   assert list(checks.problems(options, {})) == []
 
 

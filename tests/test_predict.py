@@ -305,6 +305,9 @@ def test_flag_errors(dirs, tmp_path):
     run(pooling="max")
   with pytest.raises(ValueError, match="--output_file .* is the --input_file"):
     run(output_file=str(path))
+  with pytest.raises(ValueError, match=r"^--threshold=0.7 is for a multi-label model \(one "
+                     r"trained with --multi_label\), not the classifier model of --model_dir "):
+    run(threshold=0.7)
 
 
 @pytest.mark.slow

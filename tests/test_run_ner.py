@@ -160,7 +160,8 @@ def test_errors(files, tmp_path):
       "training steps")
   assert not (tmp_path / "out").exists()   # checked before any output
   assert "only trained up to sequence length 32" in error(do_train=True, max_seq_length=64)
-  assert "no such file" in error(do_train=True, data_dir=str(tmp_path))
+  assert error(do_train=True, data_dir=str(tmp_path)).startswith(
+      f"--data_dir {tmp_path}: no train.txt or train.conll (it ")
   (tmp_path / "out").mkdir()
   (tmp_path / "out" / "labels.txt").write_text("O\nB-PER\n")
   assert "differs from the tag set the model was trained with" in error(
@@ -220,3 +221,38 @@ def test_tagger_needs_two_tags(tmp_path):
     assert str(info.value) == (f"{source}: the tag set has 1 tag (O); a tagger needs at least "
                                "two (give --labels to name the others)")
   assert not (tmp_path / "o").exists()
+
+
+def test_huggingface_init_checkpoint_alone_and_conll_files(files, tmp_path):
+  """--init_checkpoint a HuggingFace directory (config.json, vocab.txt, model.safetensors)
+  with no --vocab_file or --bert_config_file: its files are used; --data_dir in WNUT-17's
+  layout (train.conll, dev.conll); a --data_dir with neither name: the files it holds named."""
+  config = modeling.BertConfig.from_json_file(str(files / "bert_config.json"))
+  encoder = modeling.BertModel(config)
+  encoder({"input_ids": np.ones([1, 4], np.int32), "input_mask": np.ones([1, 4], np.int32),
+           "segment_ids": np.zeros([1, 4], np.int32)})
+  hf = tmp_path / "hf"
+  checkpoints.save_huggingface(encoder, str(hf), vocab_file=str(files / "vocab.txt"),
+                               do_lower_case=True)
+  assert not (hf / "bert_config.json").exists() and (hf / "model.safetensors").exists()
+  data = tmp_path / "data"
+  data.mkdir()
+  rng = random.Random(1)
+  write_conll(data / "train.conll", [sentence(rng, 5) for _ in range(16)])
+  write_conll(data / "dev.conll", [sentence(rng, 5) for _ in range(4)])
+  out = tmp_path / "out"
+  results = run_ner.run(run_ner.options(
+      data_dir=str(data), init_checkpoint=str(hf), output_dir=str(out), do_train=True,
+      do_eval=True, max_seq_length=16, doc_stride=5, train_batch_size=8, num_train_epochs=1.0,
+      learning_rate=1e-3, log_every_steps=1))
+  assert results["eval"]["global_step"] == 2
+  assert (out / "vocab.txt").read_text() == (files / "vocab.txt").read_text()
+  saved = modeling.BertConfig.from_json_file(str(out / "bert_config.json")).to_dict()
+  assert {k: saved[k] for k in config.to_dict()} == config.to_dict()   # (the tanh gelu too)
+  (data / "train.conll").rename(data / "train.tsv")
+  with pytest.raises(ValueError) as info:
+    run_ner.run(run_ner.options(data_dir=str(data), init_checkpoint=str(hf),
+                                output_dir=str(tmp_path / "other"), do_train=True,
+                                max_seq_length=16))
+  assert str(info.value) == (f"--data_dir {data}: no train.txt or train.conll (it holds "
+                             "dev.conll, train.tsv)")

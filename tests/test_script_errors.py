@@ -4,6 +4,7 @@ unreachable input or unknown file system on the command line; other errors keep 
 traceback."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -117,3 +118,79 @@ def test_command_line_unknown_scheme_is_one_line(tmp_path):
       "error: File system scheme 'foo' not implemented (file: 'foo://x/train.tsv')")
   assert "Traceback" not in proc.stderr
   assert not (tmp_path / "out").exists()
+
+
+def _scripts():
+  return sorted(path.name for path in REPO.glob("*.py")
+                if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8"))
+
+
+HINT = "(activate .venv: source .venv/bin/activate, or pip install -e .)"
+
+
+@pytest.mark.parametrize("script", _scripts())
+def test_a_script_outside_the_venv_prints_a_one_line_hint(script, tmp_path):
+  """Run by a Python without the package (no site-packages, PYTHONPATH ignored: -S -E), then
+  with the package but without TensorFlow and absl: one `error:` line naming the missing
+  module and how to get it, not a ModuleNotFoundError traceback."""
+  proc = subprocess.run([sys.executable, "-S", "-E", str(REPO / script), "--help"],
+                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 1
+  assert proc.stderr == f"error: No module named 'bert_keras' {HINT}\n"
+  (tmp_path / "bert_keras").symlink_to(REPO, target_is_directory=True)
+  code = ("import runpy, sys; sys.path.insert(0, sys.argv[1]); sys.argv = sys.argv[2:]; "
+          "runpy.run_path(sys.argv[0], run_name='__main__')")
+  proc = subprocess.run([sys.executable, "-S", "-E", "-c", code, str(tmp_path),
+                         str(REPO / script), "--help"],
+                        cwd=tmp_path, capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 1
+  assert re.fullmatch(r"error: No module named '(tensorflow|absl)' " + re.escape(HINT) + "\n",
+                      proc.stderr), proc.stderr
+
+
+def test_the_run_noise_filter_drops_tensorflow_s_lines_only():
+  """utils/quiet_tensorflow's filter process: TensorFlow's end-of-iterator and generator
+  dataset lines (and their indented node lines) dropped; real errors, our log lines and a
+  progress line rewritten in place (no newline yet) passed on."""
+  from bert_keras.utils import quiet_tensorflow
+  text = (
+      "I1126 18:24:21.748773 1 run_classifier.py:561] ***** Running training *****\n"
+      "W0000 00:00:1795717461.880762   20470 dataset.cc:997] Input of "
+      "GeneratorDatasetOp::Dataset will not be optimized because the dataset does not "
+      "implement the AsGraphDefInternal() method needed to apply optimizations.\n"
+      "2024-06-03 23:14:56.522118: W tensorflow/core/framework/local_rendezvous.cc:404] Local "
+      "rendezvous is aborting with status: OUT_OF_RANGE: End of sequence\n"
+      "\t [[{{node IteratorGetNext}}]]\n"
+      "W tensorflow/core/kernels/data/generator_dataset_op.cc:103] Error occurred when "
+      "finalizing GeneratorDataset iterator: Cancelled: Operation was cancelled\n"
+      "E0000 00:00:1.2 1 local_rendezvous.cc:404] Local rendezvous is aborting with status: "
+      "INVALID_ARGUMENT: Received a label value of 7\n"
+      "\t [[{{node SparseSoftmaxCrossEntropyWithLogits}}]]\n"
+      "error: --data_dir: no such file\n"
+      "\r\033[Kstep 3 of 8")
+  kept = subprocess.run(
+      [sys.executable, "-S", "-E", "-c", quiet_tensorflow._FILTER, quiet_tensorflow.RUN_NOISE],
+      input=text.encode(), capture_output=True, timeout=60)
+  assert kept.returncode == 0, kept.stderr
+  lines = text.split("\n")
+  assert kept.stdout.decode() == "\n".join([lines[0]] + lines[5:])
+
+
+@pytest.mark.slow
+def test_a_run_s_stderr_has_no_tensorflow_iterator_noise(tmp_path):
+  """A tiny run_classifier run from the command line (TensorFlow's own log level): no
+  GeneratorDataset or rendezvous lines on stderr, our log lines all there."""
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "the", "a"]))
+  env = {k: v for k, v in ENV.items() if k not in ("TF_CPP_MIN_LOG_LEVEL",
+                                                    "BERT_KERAS_TF_NOISE")}
+  proc = subprocess.run(
+      [sys.executable, str(REPO / "run_classifier.py"), "--task_name=custom", "--do_train",
+       "--do_eval", f"--data_dir={REPO / 'sample_tasks' / 'pairs'}", f"--vocab_file={vocab}",
+       f"--bert_config_file={config_file(tmp_path, vocab_size=6)}", "--max_seq_length=16",
+       "--train_batch_size=16", "--num_train_epochs=1", f"--output_dir={tmp_path / 'out'}"],
+      env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "***** Eval results *****" in proc.stderr
+  for noise in ("GeneratorDataset", "rendezvous"):
+    assert noise not in proc.stderr

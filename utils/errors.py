@@ -80,11 +80,15 @@ def _without_node_names(message):
 
 
 def script_main(run):
-  """The absl main() of a script whose job is run(FLAGS): INFO logging, then run(flags.FLAGS)
-  under one_line_errors."""
+  """The absl main() of a script whose job is run(FLAGS): INFO logging, TensorFlow's run-time
+  noise filtered out of stderr (quiet_tensorflow.filter_run_noise, when app.run calls it with
+  the command line and TensorFlow is loaded), then run(flags.FLAGS) under one_line_errors."""
 
-  def main(unused_argv):
+  def main(argv):
     logging.set_verbosity(logging.INFO)
+    if argv is not None and "tensorflow" in sys.modules:  # (from the command line: app.run)
+      from bert_keras.utils import quiet_tensorflow
+      quiet_tensorflow.filter_run_noise()
     with one_line_errors():
       run(flags.FLAGS)
 

@@ -59,6 +59,103 @@ def quietly():
       sys.stderr.flush()
 
 
+# TensorFlow's lines during a run that are no error of ours: tf.data's generator datasets
+# (which tf.distribute wraps around every input) and the end of an iterator. Dropped by
+# filter_run_noise with their indented continuation lines ("\t [[{{node IteratorGetNext}}]]").
+RUN_NOISE = (r"GeneratorDatasetOp::Dataset will not be optimized"
+             r"|Error occurred when finalizing GeneratorDataset iterator"
+             r"|Local rendezvous is aborting with status: (OUT_OF_RANGE|CANCELLED)"
+             r"|Local rendezvous (recv|send) item cancelled")
+
+# The filter process: fd 0 (what the script writes to fd 2) to fd 1 (the real stderr), line
+# by line, less the lines matching argv[1]; a partial line that cannot be a TensorFlow log
+# line (a progress line rewritten in place: "\r", or not starting as TensorFlow's lines do with
+# I, W, E, F or a date) is passed on at once.
+_FILTER = r"""
+import os, re, sys
+noise = re.compile(sys.argv[1].encode())
+pending, dropping, passing = b"", False, False
+while True:
+  try:
+    chunk = os.read(0, 65536)
+  except OSError:
+    chunk = b""
+  if not chunk:
+    break
+  pending += chunk
+  out = []
+  while pending:
+    end = pending.find(b"\n")
+    if end < 0:
+      if passing or b"\r" in pending or pending[:1] not in b"IWEF0123456789":
+        out.append(pending)
+        pending, passing = b"", True
+      break
+    line, pending = pending[:end + 1], pending[end + 1:]
+    if passing:
+      out.append(line)
+      passing = False
+    elif noise.search(line):
+      dropping = True
+    elif not (dropping and line[:1] in b" \t" and b"[[{{" in line):
+      dropping = False
+      out.append(line)
+  if out:
+    os.write(1, b"".join(out))
+if pending:
+  os.write(1, pending)
+"""
+
+
+def filter_run_noise():
+  """From now on (a script's run: utils/errors.script_main calls this), the process's fd 2
+  goes through a filter process that drops RUN_NOISE lines and writes everything else to the
+  real stderr (a terminal stays a terminal: a pseudo-terminal then). The filter is a separate
+  process so that nothing written before a crash is lost. Not with BERT_KERAS_TF_NOISE=1.
+  The real stderr is restored at exit, once the filter has written everything."""
+  if os.environ.get("BERT_KERAS_TF_NOISE") == "1" or _filter[0] is not None:
+    return
+  import atexit
+  import subprocess
+  sys.stderr.flush()
+  terminal = os.isatty(2)
+  read_end, write_end = os.openpty() if terminal else os.pipe()
+  if terminal:
+    import tty
+    tty.setraw(write_end)  # (no "\n" -> "\r\n" translation, no echo)
+  saved = os.dup(2)
+  try:
+    child = subprocess.Popen([sys.executable, "-S", "-E", "-c", _FILTER, RUN_NOISE],
+                             stdin=read_end, stdout=saved, close_fds=True)
+  except OSError:
+    for fd in (read_end, write_end, saved):
+      os.close(fd)
+    return
+  os.close(read_end)
+  os.dup2(write_end, 2)
+  os.close(write_end)
+  _filter[0] = (child, saved)
+  atexit.register(_stop_filter)
+
+
+_filter = [None]  # (the filter process, the real stderr's fd) while filtering
+
+
+def _stop_filter():
+  """Points fd 2 back at the real stderr; waits (at most 5 s) for the filter to write out."""
+  if _filter[0] is None:
+    return
+  child, saved = _filter[0]
+  _filter[0] = None
+  sys.stderr.flush()
+  os.dup2(saved, 2)
+  os.close(saved)
+  try:
+    child.wait(timeout=5)
+  except Exception:
+    pass
+
+
 def import_quietly():
   """Imports tensorflow (if not yet imported) and lists its devices, dropping the noise."""
   if "tensorflow" in sys.modules:
