@@ -96,11 +96,12 @@ def clip_by_global_norm(grads, clip_norm):
 
 
 def _read(variable):
-  """A variable's current value as a tensor of the backend (a Keras variable's .value; on
-  TensorFlow ops.convert_to_tensor would hand a Keras variable back as it is, which an XLA
-  function cannot take)."""
-  return variable.value if isinstance(variable, keras.Variable) else ops.convert_to_tensor(
-      variable)
+  """A variable's current value as a tensor of the backend. On TensorFlow a read tensor
+  (tf.convert_to_tensor): keras.ops.convert_to_tensor hands a variable back as it is, and the
+  XLA-compiled update would then capture the variable itself (its trace kept alive past the
+  optimizer's, and untraceable inside tf.function)."""
+  value = variable.value if isinstance(variable, keras.Variable) else variable
+  return tf.convert_to_tensor(value) if tf is not None else ops.convert_to_tensor(value)
 
 
 class _ClipAfterReduce:

@@ -64,7 +64,7 @@ def test_config_from_huggingface_maps_activation_names(tmp_path):
   assert modeling.BertConfig.from_dict(hf).hidden_act == "gelu"   # not a HF read: kept
   # Written as bert_config.json (a run's model files), it reads back the same.
   for act in ("gelu", "gelu_new"):
-    config = modeling.BertConfig.from_hf_dict(dict(hf, hidden_act=act, architectures=["x"]))
+    config = modeling.BertConfig.from_hf_dict(dict(hf, hidden_act=act, architectures=["BertModel"]))
     (tmp_path / "bert_config.json").write_text(config.to_json_string())
     assert modeling.BertConfig.from_json_file(str(tmp_path / "bert_config.json")) == config
     assert "model_type" not in config.to_dict() and "architectures" not in config.to_dict()

@@ -206,7 +206,7 @@ def test_gate_writes_the_record_and_refuses_below_the_minimum(tmp_path, capsys):
 def test_a_classifier_directory_is_measured_on_its_dev_examples(tmp_path):
   pairs = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        "sample_tasks", "pairs")
-  (tmp_path / "task.json").write_text(json.dumps({"task": "classifier",
+  (tmp_path / "task.json").write_text(json.dumps({"task": "classifier", "max_seq_length": 32,
                                                   "labels": ["other_topic", "same_topic"]}))
   (tmp_path / "run_options.json").write_text(json.dumps({"task_name": "custom",
                                                          "data_dir": pairs}))
