@@ -82,6 +82,9 @@ setup(
             "seqeval>=1.2",
             # The oracle of evaluate_retrieval.py (trec_eval's own code, as pytrec_eval and BEIR).
             "pytrec-eval-terrier>=0.5.11",
+            # Keras's JAX backend (CPU wheel): tests/test_backends.py holds the model on JAX to
+            # the TensorFlow backend (PyTorch's cases run where torch is installed).
+            "jax>=0.4.34",
         ],
         # create_pretraining_data_beam.py. apache-beam 2.77 needs protobuf < 7, TensorFlow
         # 2.21 >= 6.31.1: both install with protobuf 6.x. For Dataflow (gs:// paths) install
