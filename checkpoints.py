@@ -328,6 +328,13 @@ def _resolve_checkpoint(path):
   return "tf", path
 
 
+def checkpoint_source(path):
+  """What load_checkpoint reads at `path`: ("huggingface", weight file) or ("tf", checkpoint
+  prefix); a CheckpointError for no checkpoint, or a directory holding two sources of weights
+  (the rule every entry point applies, docs/DESIGN.md "Checkpoints")."""
+  return _resolve_checkpoint(os.fspath(path))
+
+
 def checkpoint_shapes(path):
   """{checkpoint name: shape tuple} of the checkpoint at `path` (anything load_checkpoint
   reads), from its index or header alone: no tensor is read. CheckpointError if `path` is not

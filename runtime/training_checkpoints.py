@@ -96,6 +96,7 @@ def init_checkpoint_prefix(init_checkpoint):
   before any tensor is read (reading one past the end is an IndexError deep in TensorFlow)."""
   path = init_checkpoint
   if tf.io.gfile.isdir(path):
+    checkpoints.checkpoint_source(path)   # two sources of weights there: an error naming both
     path = latest_checkpoint(path) or path
   prefix = path
   if tf.io.gfile.isdir(prefix):

@@ -144,9 +144,12 @@ def test_a_stray_safetensors_beside_a_run_checkpoint_is_refused_naming_both(tmp_
   weight_files.write_safetensors(   # an encoder's weights, dropped in by someone else
       str(run / "model.safetensors"),
       checkpoints.hf_state_dict(randomize(modeling.BertModel(_config()), seed=1)))
+  from bert_keras.runtime import training_checkpoints
   for load in (lambda: checkpoints.load_model(str(run), task="classifier"),
                lambda: checkpoints.load_checkpoint(modeling.BertModel(_config()), str(run)),
-               lambda: checkpoints.checkpoint_shapes(str(run))):
+               lambda: checkpoints.checkpoint_shapes(str(run)),
+               # a run_* script's --init_checkpoint
+               lambda: training_checkpoints.warm_start(classifier, str(run))):
     with pytest.raises(checkpoints.CheckpointError,
                        match=r"two sources of weights, .*model\.safetensors and the TensorFlow "
                              r"checkpoint .*bert_model\.ckpt\.index"):
