@@ -48,6 +48,12 @@ from bert_keras.utils import memory
 # TensorFlow where it is the backend (a few TensorFlow-only steps below), else None: on JAX and
 # PyTorch this module imports no TensorFlow.
 tf = backend.tensorflow()
+# PyTorch where it is the backend (its fused kernels for a few steps below: addmm, layer_norm,
+# scaled_dot_product_attention, that eager PyTorch would otherwise run as several ops), else None.
+if backend.name() == "torch":
+  import torch
+else:
+  torch = None
 
 _PACKAGE = "bert_keras"
 
@@ -337,7 +343,11 @@ class Dense(keras.layers.Layer):
     # MatMul, BiasAdd and the activation, in that order on the 2-D tensor: the pattern that
     # TensorFlow's grappler remapper fuses into one kernel (a broadcast "+ bias" is not fused).
     shape = ops.shape(x)
-    y = _bias_add(ops.matmul(ops.reshape(x, (-1, shape[-1])), self.kernel), self.bias)
+    x = ops.reshape(x, (-1, shape[-1]))
+    if torch is not None:  # bias + x @ kernel as one kernel (eager PyTorch fuses nothing)
+      y = torch.addmm(ops.convert_to_tensor(self.bias), x, ops.convert_to_tensor(self.kernel))
+    else:
+      y = _bias_add(ops.matmul(x, self.kernel), self.bias)
     fn = get_activation(self.activation)
     if fn is not None:
       y = fn(y)
@@ -367,6 +377,8 @@ class LayerNorm(keras.layers.Layer):
 
   def call(self, x):
     x = ops.cast(x, "float32")
+    if torch is not None:  # PyTorch's one layer_norm kernel (the same formula), not ten ops
+      return ops.layer_normalization(x, self.gamma, self.beta, epsilon=self.epsilon)
     mean = ops.mean(x, axis=-1, keepdims=True)
     variance = ops.mean(ops.square(x - mean), axis=-1, keepdims=True)
     return (x - mean) * ops.rsqrt(variance + self.epsilon) * self.gamma + self.beta
@@ -475,6 +487,13 @@ class SelfAttention(ConfigLayer):
     b, s = ops.shape(x)[0], ops.shape(x)[1]
     return ops.transpose(ops.reshape(x, (b, s, self.num_heads, self.head_size)), (0, 2, 1, 3))
 
+  def _fused_attention(self, training):
+    """Whether PyTorch's fused scaled_dot_product_attention computes the attention: on the
+    PyTorch backend, in float32 (the scores of the path below are float32 in any policy), at
+    inference (its dropout would not be Keras's, and its gradients, summed in another order,
+    move an Adam-type update of a near-zero gradient by more than 1e-5)."""
+    return torch is not None and self.compute_dtype == "float32" and not training
+
   def call(self, x, input_mask, training=None, token_index=None):
     # [B, 1, 1, S]: broadcast over heads and queries.
     attention_bias = (1.0 - ops.cast(input_mask, "float32")[:, None, None, :]) * -10000.0
@@ -482,11 +501,15 @@ class SelfAttention(ConfigLayer):
     if token_index is not None:  # x is [T, H], the real tokens only: back to [B, S, H]
       q, k, v = (scatter_tokens(t, token_index, input_mask) for t in (q, k, v))
     q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
-    scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))                # [B, A, S, S]
-    scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.head_size)) + attention_bias
-    probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
-    probs = self.dropout(probs, training=training)
-    context = ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))          # [B, S, A, d]
+    if self._fused_attention(training):
+      context = torch.nn.functional.scaled_dot_product_attention(q, k, v, attention_bias)
+    else:
+      scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))              # [B, A, S, S]
+      scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.head_size)) + attention_bias
+      probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+      probs = self.dropout(probs, training=training)
+      context = ops.matmul(probs, v)                                      # [B, A, S, d]
+    context = ops.transpose(context, (0, 2, 1, 3))                        # [B, S, A, d]
     b, s = ops.shape(input_mask)[0], ops.shape(input_mask)[1]
     context = ops.reshape(context, (b, s, self.config.hidden_size))
     if token_index is not None:

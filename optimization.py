@@ -28,6 +28,11 @@ from keras import ops
 # TensorFlow where it is the backend (cross-replica clipping, the XLA-compiled update), else
 # None: on JAX and PyTorch this module imports no TensorFlow.
 tf = backend.tensorflow()
+# PyTorch where it is the backend (AdamWeightDecay's multi-tensor update), else None.
+if backend.name() == "torch":
+  import torch
+else:
+  torch = None
 
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 
@@ -118,6 +123,8 @@ class _ClipAfterReduce:
   def _clip_gradients(self, grads):
     if tf is not None or not self.global_clipnorm:
       return grads
+    if torch is not None:
+      return _torch_clip_by_global_norm(grads, self.global_clipnorm)
     return clip_by_global_norm(grads, self.global_clipnorm)
 
   def _all_reduce_sum_gradients(self, grads_and_vars):
@@ -146,6 +153,40 @@ def _adam_weight_decay_math(grad, m, v, w, lr, beta_1, one_minus_beta_1, beta_2,
   next_v = beta_2 * v + one_minus_beta_2 * ops.square(grad)
   update = next_m / (ops.sqrt(next_v) + epsilon) + decay * w
   return next_m, next_v, w - lr * update
+
+
+def _torch_clip_by_global_norm(grads, clip_norm):
+  """clip_by_global_norm's formula on PyTorch in multi-tensor ops: a handful of kernels over
+  all the gradients instead of three per gradient (float32 gradients; others: the general
+  path)."""
+  present = [g for g in grads if g is not None]
+  if not present or any(g.dtype != torch.float32 for g in present):
+    return clip_by_global_norm(grads, clip_norm)
+  with torch.no_grad():
+    squares = torch.stack(torch._foreach_norm(present)).square().sum()
+    scale = clip_norm / torch.clamp(torch.sqrt(squares), min=clip_norm)
+    clipped = iter(torch._foreach_mul(present, scale))
+  return [None if g is None else next(clipped) for g in grads]
+
+
+def _torch_adam_weight_decay(grads, ms, vs, ws, lr, beta_1, beta_2, epsilon, decays):
+  """AdamWeightDecay's update (_adam_weight_decay_math) of all the variables at once in
+  PyTorch's multi-tensor (_foreach) ops, in place: float32 tensors of the moments and the
+  variables; decays[i] the weight-decay rate of ws[i] (0: none)."""
+  torch._foreach_mul_(ms, beta_1)
+  torch._foreach_add_(ms, grads, alpha=1.0 - beta_1)
+  torch._foreach_mul_(vs, beta_2)
+  torch._foreach_add_(vs, torch._foreach_mul(grads, grads), alpha=1.0 - beta_2)
+  denominators = torch._foreach_sqrt(vs)
+  torch._foreach_add_(denominators, epsilon)
+  updates = torch._foreach_div(ms, denominators)
+  decayed = [i for i, d in enumerate(decays) if d]
+  if decayed:
+    torch._foreach_add_([updates[i] for i in decayed],
+                        torch._foreach_mul([ws[i] for i in decayed],
+                                           [decays[i] for i in decayed]))
+  torch._foreach_mul_(updates, lr)
+  torch._foreach_sub_(ws, updates)
 
 
 # Under TensorFlow compiled by XLA into one pass over g, m, v and w, not a dozen (twice as
@@ -189,6 +230,26 @@ class AdamWeightDecay(_ClipAfterReduce, keras.optimizers.Optimizer):
     super().build(var_list)
     self._adam_m, self._adam_v = self.add_optimizer_variables(
         var_list, ["adam_m", "adam_v"])
+
+  def _backend_update_step(self, grads, trainable_variables, learning_rate):
+    """On PyTorch, every float32 variable's update at once in multi-tensor ops (eager PyTorch
+    would run update_step's ten ops per variable one by one); elsewhere Keras's own."""
+    if torch is None:
+      return super()._backend_update_step(grads, trainable_variables, learning_rate)
+    fused = [i for i, v in enumerate(trainable_variables) if v.dtype == "float32"]
+    with torch.no_grad():
+      if fused:
+        variables = [trainable_variables[i] for i in fused]
+        indices = [self._get_variable_index(v) for v in variables]
+        _torch_adam_weight_decay(
+            [ops.cast(grads[i], "float32") for i in fused],
+            [self._adam_m[i].value for i in indices], [self._adam_v[i].value for i in indices],
+            [v.value for v in variables], ops.cast(learning_rate, "float32"),
+            self.beta_1, self.beta_2, self.epsilon,
+            [self.weight_decay_rate if self.use_weight_decay(v) else 0.0 for v in variables])
+      for i, variable in enumerate(trainable_variables):
+        if variable.dtype != "float32":
+          self.update_step(grads[i], variable, learning_rate)
 
   def update_step(self, gradient, variable, learning_rate):
     dtype = variable.dtype
@@ -238,6 +299,9 @@ class Lamb(AdamWeightDecay):
     if exclude_from_layer_adaptation is None:
       exclude_from_layer_adaptation = self.exclude_from_weight_decay_patterns
     self.exclude_from_layer_adaptation_patterns = list(exclude_from_layer_adaptation)
+
+  # Keras's own per-variable loop of update_step (not AdamWeightDecay's multi-tensor update).
+  _backend_update_step = keras.optimizers.Optimizer._backend_update_step
 
   def use_layer_adaptation(self, variable):
     return not _matches_any(variable_name(variable),
