@@ -735,6 +735,11 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   except ValueError:
     raise ValueError("task must be one of %s, got %r"
                      % (", ".join(task_registry.names()), task)) from None
+  if text_input and tf is None:
+    raise ValueError("text_input=True builds a TensorFlow graph model (the tokenizer inside); on "
+                     "Keras's %s backend load the model without it and run "
+                     "preprocessing.BertPreprocessor in tf.data: dataset.map(preprocessor)"
+                     % backend.name())
   if text_input and not task_kind.text_input:
     raise ValueError("text_input=True takes task %s, not %r" % (
         ", ".join(task_registry.names(text_input=True)), task))

@@ -213,3 +213,46 @@ def test_checkpoints_load_without_tensorflow(backend, tmp_path):
       "huggingface", "tf1", "tf2"]
   for name in directories:
     np.testing.assert_allclose(loaded[name], expected, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_raw_text_through_tf_data(backend, tmp_path):
+  """On JAX / PyTorch the tokenizer runs in tf.data (BertPreprocessor, TensorFlow ops) and the
+  model on the backend, as KerasHub's preprocessors do: fit and predict from raw text give the
+  logits of the ids the original's tokenizer makes; load_model(text_input=True) says how."""
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good",
+                              "film", "dull", "joy", "##s"]) + "\n", encoding="utf-8")
+  script = f"""
+import sys, numpy as np, bert_keras, keras, tensorflow as tf
+from bert_keras import checkpoints, modeling, optimization, preprocessing, tokenization
+pre = preprocessing.BertPreprocessor({str(vocab)!r}, True, 12)
+config = modeling.BertConfig(vocab_size=11, hidden_size=32, num_hidden_layers=2,
+                             num_attention_heads=2, intermediate_size=37)
+clf = modeling.BertClassifier(config, num_labels=2)
+clf.compile(optimizer=optimization.create_optimizer(1e-3, 10, 1),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+texts = ["a good film", "dull", "a joy", "Films"]
+data = {{"text_a": texts, "text_b": [""] * 4}}
+clf.fit(tf.data.Dataset.from_tensor_slices((data, [1, 0, 1, 0])).batch(2)
+        .map(lambda x, y: (pre(x), y)), epochs=1, verbose=0)
+got = clf.predict(tf.data.Dataset.from_tensor_slices(data).batch(2).map(pre), verbose=0)
+tok = tokenization.FullTokenizer({str(vocab)!r}, do_lower_case=True)
+ids = np.zeros((4, 12), "int32")
+for i, t in enumerate(texts):
+  pieces = tok.convert_tokens_to_ids(["[CLS]"] + tok.tokenize(t) + ["[SEP]"])
+  ids[i, :len(pieces)] = pieces
+want = keras.ops.convert_to_numpy(clf({{"input_ids": ids, "input_mask": (ids > 0) * 1}}))
+np.testing.assert_allclose(got, want, atol=1e-5)
+try:
+  checkpoints.load_model("unused", task="classifier", text_input=True)
+except ValueError as e:
+  assert "tf.data" in str(e), e
+print(keras.backend.backend(), "ok")
+"""
+  env = dict(os.environ, KERAS_BACKEND=backend, JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                        text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.split()[-2:] == [backend, "ok"]
