@@ -8,6 +8,7 @@ words), under the names the README uses:
                             only for a block that names it)
 and with $BERT_BASE_DIR pointing at the first."""
 
+import os
 import pathlib
 import re
 
@@ -109,7 +110,12 @@ def test_readme_python_block_runs(block, workdir, request, monkeypatch):
   monkeypatch.chdir(workdir)
   monkeypatch.setenv("BERT_BASE_DIR", str(workdir / BERT_DIR))
   namespace = {"__name__": "__main__"}
-  exec(compile("\n" * (line - 1) + code, str(README), "exec"), namespace)
+  environ = dict(os.environ)   # a block may set variables (KERAS_BACKEND): not for later tests
+  try:
+    exec(compile("\n" * (line - 1) + code, str(README), "exec"), namespace)
+  finally:
+    os.environ.clear()
+    os.environ.update(environ)
 
 
 MAX_PARAGRAPH_LINES = 8

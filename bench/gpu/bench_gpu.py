@@ -33,6 +33,7 @@ Prints a table; the last line is a JSON object with every figure.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import pathlib
@@ -80,12 +81,16 @@ def flops_per_sequence(job, model, seq):
 
 
 def _package_path():
-  """A folder holding `bert_keras` -> this checkout (the repository root is the package)."""
-  folder = os.path.join(tempfile.gettempdir(), "bert_keras_gpu_bench")
+  """A folder holding `bert_keras` -> this checkout (the repository root is the package): one
+  folder per checkout, so that two checkouts (or a stale link) do not meet."""
+  folder = os.path.join(tempfile.gettempdir(), "bert_keras_gpu_bench_%s" % hashlib.sha1(
+      str(REPO).encode()).hexdigest()[:12])
   os.makedirs(folder, exist_ok=True)
   link = os.path.join(folder, "bert_keras")
-  if not os.path.exists(link):
-    os.symlink(str(REPO), link)
+  if os.path.realpath(link) != str(REPO.resolve()):
+    temporary = "%s.%d" % (link, os.getpid())
+    os.symlink(str(REPO), temporary)
+    os.replace(temporary, link)
   return folder
 
 
@@ -351,15 +356,23 @@ def run_worker(name, runs, args, budget_s):
   command = [sys.executable, __file__, "--worker", name, "--worker_runs", json.dumps(runs)]
   command += [a for a in sys.argv[1:] if not a.startswith(("--worker", "--runs"))]
   records = []
-  with tempfile.TemporaryFile("w+") as out:
+  with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
     try:
-      subprocess.run(command, stdout=out, timeout=budget_s, check=False)
+      proc = subprocess.run(command, stdout=out, stderr=err, timeout=budget_s, check=False)
+      failed = proc.returncode != 0
     except subprocess.TimeoutExpired:
       records.append({"worker": name, "error": "stopped at its time budget (%d s)" % budget_s})
+      failed = False
     out.seek(0)
     for line in out:
       if line.startswith("RECORD "):
         records.append(json.loads(line[len("RECORD "):]))
+    err.seek(0)
+    text = err.read()
+    sys.stderr.write(text)
+    if failed:
+      last = [line for line in text.splitlines() if line.strip()][-1:] or ["no output"]
+      records.append({"worker": name, "error": "worker failed: " + last[0][:300]})
   done = {(r["job"], r["model"], r["seq"]) for r in records if "job" in r}
   failed = [r["error"] for r in records if "worker" in r and "error" in r]
   for job, model, seq, batch in runs:
