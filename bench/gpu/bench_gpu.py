@@ -250,11 +250,11 @@ def _jax_infer(jax, keras, modeling, optimization, config, features, args):
 
 def torch_worker(runs, args):
   import numpy
-  import torch
   try:
+    import torch
     import transformers
-  except ImportError:
-    yield {"worker": "torch", "error": "transformers is not installed"}
+  except ImportError as e:
+    yield {"worker": "torch", "error": "%s is not installed" % e.name}
     return
   device = "cuda" if torch.cuda.is_available() else "cpu"
   yield {"worker": "torch", "torch": torch.__version__, "transformers": transformers.__version__,
