@@ -240,19 +240,25 @@ class Columns(object):
     return tuple(texts)
 
 
+def row_texts(row, reader, columns):
+  """(texts, None) of a row of predict_io.Reader `reader` (Columns `columns` resolved on the
+  first good row), or (None, why it is a bad row): the rule predict.py and predict_beam.py
+  share."""
+  if row.error is not None:
+    return None, row.error
+  if not columns.resolved:
+    columns.resolve(row.fields, reader.where(row.line))
+  texts = columns.texts(row.fields)
+  return (None, texts) if isinstance(texts, str) else (texts, None)
+
+
 def _batches(reader, columns, options, counts):
   """Lists of (fields, text_a, text_b) of at most --batch_size good rows; bad rows are a
   ValueError naming the line, or (--skip_bad_rows) counted and logged."""
   batch = []
   for row in reader:
     counts["rows"] += 1
-    error = row.error
-    if error is None:
-      if not columns.resolved:
-        columns.resolve(row.fields, reader.where(row.line))
-      texts = columns.texts(row.fields)
-      if isinstance(texts, str):
-        error = texts
+    texts, error = row_texts(row, reader, columns)
     if error is not None:
       if not options.skip_bad_rows:
         raise ValueError(f"{reader.where(row.line)}: {error} (--skip_bad_rows skips such "

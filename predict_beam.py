@@ -162,13 +162,7 @@ class ReadRows(_DoFn):
     columns = predict.Columns(self.info, self.text_a_column, self.text_b_column)
     for row in reader:
       self.c_rows.inc()
-      error = row.error
-      if error is None:
-        if not columns.resolved:
-          columns.resolve(row.fields, reader.where(row.line))
-        texts = columns.texts(row.fields)
-        if isinstance(texts, str):
-          error = texts
+      texts, error = predict.row_texts(row, reader, columns)
       if error is not None:
         if not self.skip_bad_rows:
           raise PredictError(f"{reader.where(row.line)}: {error} (--skip_bad_rows skips "
