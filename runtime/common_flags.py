@@ -12,6 +12,7 @@ import types
 from absl import flags
 
 from bert_keras.runtime import distribution
+from bert_keras.runtime import option_checks
 
 
 def flag_defaults(define_flags):
@@ -25,14 +26,17 @@ def flag_defaults(define_flags):
 
 
 def make_options(defaults, overrides):
-  """A namespace of all of a script's run() options: `defaults` updated with `overrides`.
+  """A namespace of all of a script's run() options: `defaults` updated with `overrides`,
+  the overrides' names recorded as the flags given (option_checks.GIVEN: an override equal
+  to its default is given, as a flag on the command line is).
 
   An override that is not an option raises TypeError (a misspelt name would else be ignored).
   """
   unknown = set(overrides) - set(defaults)
   if unknown:
     raise TypeError(f"unknown options {sorted(unknown)}")
-  return types.SimpleNamespace(**{**defaults, **overrides})
+  return types.SimpleNamespace(**{**defaults, **overrides,
+                                  option_checks.GIVEN: frozenset(overrides)})
 
 
 def define_tpu_flags(fv=flags.FLAGS):

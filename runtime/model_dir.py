@@ -19,6 +19,7 @@ import tensorflow as tf
 from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import task_registry
+from bert_keras.runtime import option_checks
 from bert_keras.utils import file_io
 
 # The file format lives in model_files.py; these names stay for existing callers.
@@ -80,15 +81,21 @@ def _is_flag_values(options):
 def options_namespace(options, defaults):
   """(a SimpleNamespace copy of `options` (parsed absl FLAGS or a namespace) over the keys of
   `defaults` and its own, the set of names given explicitly: a flag present on the command
-  line; in a namespace, a value other than the default)."""
+  line; in a namespace, those it records as given (option_checks.GIVEN: make_options'
+  overrides) and a value other than the default). The copy records the set too
+  (option_checks.GIVEN), so that the checks judge a flag given at its default as given."""
+  recorded = option_checks.given_flags(options) or frozenset()
   if _is_flag_values(options):
     values = {name: getattr(options, name) for name in defaults if name in options}
-    given = {name for name in values if options[name].present}
+    given = {name for name in values if name in recorded}
   else:
-    values = dict(vars(options))
-    given = {name for name, value in values.items()
-             if name not in defaults or value != defaults[name]}
-  return types.SimpleNamespace(**{**defaults, **values}), given
+    values = {name: value for name, value in vars(options).items()
+              if name != option_checks.GIVEN}
+    given = set(recorded) | {name for name, value in values.items() if not name.startswith("_")
+                             and (name not in defaults or value != defaults[name])}
+  namespace = types.SimpleNamespace(**{**defaults, **values})
+  setattr(namespace, option_checks.GIVEN, frozenset(given))
+  return namespace, given
 
 
 def _same_config(path_a, path_b):

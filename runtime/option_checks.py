@@ -20,11 +20,18 @@ order of messages when several flags are wrong), each kind's entries in their or
   REQUIRES: {flag: ((flags it needs, ...), why or None)}
       "--flag=<v> needs --a and --b (<why>)" ("--flag needs ..." for a boolean flag)
   SET_REQUIRES: {flag: (its default, (flags it needs, ...), why or None)}
-      as REQUIRES, for a flag whose default is set (--threshold=0.5): checked when its value
-      is not None and differs from the default (a flag that does nothing without the others)
+      as REQUIRES, for a flag whose default is set (--threshold=0.5) and that does nothing
+      without the others: checked when the flag was given (given_flags), whatever its value
+      (--threshold=0.5 is refused as --threshold=0.7 is), and when its value is not None and
+      differs from the default (a value that came from elsewhere)
 
 A number flag whose value is None (not given, where the script allows that) is not checked;
 an option the namespace lacks counts as None.
+
+Which flags were given: parsed absl FLAGS know (a flag present on the command line); a
+namespace says so in its GIVEN attribute (common_flags.make_options: the overrides;
+runtime/model_dir.resolve_options: the command line's flags), else it is not known and only a
+value other than the default counts as given.
 """
 
 import tensorflow as tf
@@ -40,6 +47,10 @@ EXCLUSIVE = "exclusive"
 REQUIRES = "requires"
 SET_REQUIRES = "set_requires"
 
+# The attribute of an options namespace holding the names of the flags given (a frozenset):
+# the command line's, or make_options' overrides. Not an option (run_options.json skips it).
+GIVEN = "_given"
+
 # Where a model flag may come from instead (runtime/model_dir.py), for REQUIRED.
 MODEL_DIR = "an --init_checkpoint or --output_dir that is a model directory"
 MODEL_DIR_CHECKPOINT = "an --init_checkpoint that is a model directory"
@@ -54,6 +65,20 @@ def _flags(names):
 
 def _value(options, name):
   return getattr(options, name, None)
+
+
+def _is_flag_values(options):
+  return hasattr(options, "flag_values_dict") and hasattr(options, "__getitem__")
+
+
+def given_flags(options):
+  """The names of the flags given explicitly (a frozenset), or None when `options` does not
+  say: parsed absl FLAGS, those present on the command line; a namespace, its GIVEN
+  attribute."""
+  if _is_flag_values(options):
+    return frozenset(name for name in options if options[name].present)
+  given = getattr(options, GIVEN, None)
+  return None if given is None else frozenset(given)
 
 
 def _required(options, name, where):
@@ -90,18 +115,23 @@ def _exclusive(options, name, others):
     return f"--{name} replaces {_flags(others)}: pass one or the other"
 
 
-def _requires(options, name, spec):
-  (needed, why), value = spec, _value(options, name)
-  if value and not all(_value(options, other) for other in needed):
+def _needs(options, name, value, needed, why):
+  if not all(_value(options, other) for other in needed):
     flag = f"--{name}" if value is True else f"--{name}={value}"
     return f"{flag} needs {_flags(needed)}" + (f" ({why})" if why else "")
 
 
+def _requires(options, name, spec):
+  (needed, why), value = spec, _value(options, name)
+  if value:
+    return _needs(options, name, value, needed, why)
+
+
 def _set_requires(options, name, spec):
   default, needed, why = spec
-  value = _value(options, name)
-  if value is not None and value != default:
-    return _requires(options, name, (needed, why))
+  value, given = _value(options, name), given_flags(options)
+  if (given is not None and name in given) or (value is not None and value != default):
+    return _needs(options, name, value, needed, why)
 
 
 # kind -> (its check of one flag: (options, name, spec) -> a message or None; None when the

@@ -383,6 +383,32 @@ def test_bad_input_is_one_line_before_anything_is_built(tiny, tmp_path):
       "--label_separator=| needs --multi_label (it splits a multi-label cell)")
   assert error(window_pooling="max") == (
       "--window_pooling=max needs --doc_stride (it pools the windows of a long text)")
+  # Given at their defaults, they are given all the same (not silently ignored).
+  assert error(threshold=0.5).startswith("--threshold=0.5 needs --multi_label (")
+  assert error(label_separator=",").startswith("--label_separator=, needs --multi_label (")
+  assert error(window_pooling="mean").startswith("--window_pooling=mean needs --doc_stride (")
+
+
+def test_a_flag_given_on_the_command_line_at_its_default(tiny, tmp_path):
+  """run_classifier's command line (absl flags parsed, run(FLAGS) as main runs it):
+  --threshold=0.5 without --multi_label and --window_pooling=mean without --doc_stride are
+  refused as other values are, before anything is read or written."""
+  from absl import flags
+  root, _ = tiny
+  data = tmp_path / "data"
+  _write(data, "train.tsv", [["sentence", "label"], ["a cat", "x"]])
+  out = tmp_path / "out"
+  for flag, message in (("--threshold=0.5", "--threshold=0.5 needs --multi_label ("),
+                        ("--window_pooling=mean", "--window_pooling=mean needs --doc_stride (")):
+    fv = flags.FlagValues()
+    run_classifier.define_flags(fv=fv)
+    fv(["run_classifier.py", "--task_name=custom", f"--data_dir={data}", "--do_train",
+        f"--vocab_file={root / 'vocab.txt'}", f"--bert_config_file={root / 'bert_config.json'}",
+        "--max_seq_length=16", f"--output_dir={out}", flag])
+    with pytest.raises(ValueError) as info:
+      run_classifier.run(fv)
+    assert str(info.value).startswith(message)
+    assert not out.exists()
 
 
 def test_a_label_separator_that_splits_no_cell(tiny, tmp_path, caplog):

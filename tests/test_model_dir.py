@@ -241,7 +241,10 @@ def test_flags_given_on_the_command_line_are_told_from_defaults():
       values, dict(do_lower_case=True, max_seq_length=128, vocab_file=None, output_dir=None))
   assert given == {"do_lower_case", "vocab_file"}
   assert vars(namespace) == dict(do_lower_case=True, max_seq_length=128, vocab_file="v.txt",
-                                 output_dir=None)
+                                 output_dir=None, _given=frozenset(given))
+  # The copy records them (option_checks.GIVEN), for the checks that judge a given flag.
+  from bert_keras.runtime import option_checks
+  assert option_checks.given_flags(namespace) == {"do_lower_case", "vocab_file"}
 
 
 def test_extract_features_from_the_directory(trained, tmp_path):

@@ -60,6 +60,41 @@ def test_what_passes():
   assert list(checks.problems(options, {})) == []
 
 
+def test_a_flag_given_at_its_default_is_judged_as_given():
+  """SET_REQUIRES: a flag given (on the command line: absl's `present`; a namespace of
+  make_options: its overrides) is checked whatever its value, its default included; a flag
+  not given is checked only when its value differs from the default."""
+  from absl import flags
+
+  from bert_keras.runtime import common_flags
+
+  def define(fv=flags.FLAGS):
+    flags.DEFINE_float("threshold", 0.5, "", flag_values=fv)
+    flags.DEFINE_bool("multi_label", False, "", flag_values=fv)
+    flags.DEFINE_string("label_separator", ",", "", flag_values=fv)
+
+  table = {checks.SET_REQUIRES: {"threshold": (0.5, ("multi_label",), "why"),
+                                 "label_separator": (",", ("multi_label",), None)}}
+  for argv, expected in ((["--threshold=0.5"], ["--threshold=0.5 needs --multi_label (why)"]),
+                         (["--label_separator=,", "--threshold=0.5"],
+                          ["--threshold=0.5 needs --multi_label (why)",
+                           "--label_separator=, needs --multi_label"]),
+                         (["--threshold=0.5", "--multi_label"], []), ([], [])):
+    fv = flags.FlagValues()
+    define(fv=fv)
+    fv(["prog"] + argv)
+    assert checks.given_flags(fv) == {a[2:].split("=")[0] for a in argv}
+    assert list(checks.problems(fv, table)) == expected
+  defaults = common_flags.flag_defaults(define)
+  given = common_flags.make_options(defaults, {"threshold": 0.5})
+  assert checks.given_flags(given) == {"threshold"}
+  assert list(checks.problems(given, table)) == ["--threshold=0.5 needs --multi_label (why)"]
+  assert list(checks.problems(common_flags.make_options(defaults, {}), table)) == []
+  # A namespace that does not say what was given: only a value off its default counts.
+  assert list(checks.problems(types.SimpleNamespace(**defaults), table)) == []
+  assert checks.given_flags(types.SimpleNamespace(**defaults)) is None
+
+
 def test_the_first_breach_in_the_table_order_is_raised():
   options = types.SimpleNamespace(a=None, n=0, m=-1)
   table = {checks.POSITIVE: ("m", "n"), checks.REQUIRED: {"a": None}}
