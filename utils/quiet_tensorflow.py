@@ -60,12 +60,18 @@ def quietly():
 
 
 # TensorFlow's lines during a run that are no error of ours: tf.data's generator datasets
-# (which tf.distribute wraps around every input) and the end of an iterator. Dropped by
-# filter_run_noise with their indented continuation lines ("\t [[{{node IteratorGetNext}}]]").
+# (which tf.distribute wraps around every input), the end of an iterator, and oneDNN's note
+# on a CPU without AVX-512 at the first op of a type it leaves to Eigen (an E-level line of
+# tensorflow/core/util/util.cc: "oneDNN supports DT_INT64 only on platforms with AVX-512.
+# Falling back to the default Eigen-based implementation if present.", DT_BOOL and DT_HALF
+# alike; the model's int64 inputs print it). Dropped by filter_run_noise with their indented
+# continuation lines ("\t [[{{node IteratorGetNext}}]]").
 RUN_NOISE = (r"GeneratorDatasetOp::Dataset will not be optimized"
              r"|Error occurred when finalizing GeneratorDataset iterator"
              r"|Local rendezvous is aborting with status: (OUT_OF_RANGE|CANCELLED)"
-             r"|Local rendezvous (recv|send) item cancelled")
+             r"|Local rendezvous (recv|send) item cancelled"
+             r"|oneDNN supports DT_[A-Z0-9]+ only on platforms with AVX-512\. Falling back to "
+             r"the default Eigen-based implementation")
 
 # The filter process: fd 0 (what the script writes to fd 2) to fd 1 (the real stderr), line
 # by line, less the lines matching argv[1]; a partial line that cannot be a TensorFlow log
