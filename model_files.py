@@ -12,7 +12,9 @@ checkpoints.load_model / save_pretrained read and write.
                          "labels", "max_seq_length", "do_lower_case", and the task's options
                          (thresholds, doc_stride, ...; "pair": true for a classifier trained
                          on pairs of texts)}
-  run_options.json       the run's options (its flags) as JSON
+  run_options.json       the run's options (its flags) as JSON, and "_task_kind": the task
+                         kind (task_registry) of the head the run trained, which task.json's
+                         "task" must agree with (RECORDED_KIND)
 
 One reader, read_model_files, checks every field of task.json and run_options.json against
 its type and bounds and against the other files (labels.txt, bert_config.json,
@@ -106,6 +108,10 @@ def write_model_files(directory, options, config, task, labels=None, write_optio
   file_io.write_text_atomic(join(CONFIG_FILE), config.to_json_string())
   if do_lower_case is not None:
     write_tokenizer_config(directory, do_lower_case)
+  unknown = sorted(set(task_options) - set(TASK_FIELDS))
+  if unknown:
+    raise ValueError("task.json: unknown field %s (known: %s)" % (
+        ", ".join(repr(name) for name in unknown), ", ".join(TASK_FIELDS)))
   description = {"task": task, "multi_label": False,
                  "labels": list(labels) if labels is not None else None,
                  "max_seq_length": getattr(options, "max_seq_length", None),
@@ -114,8 +120,9 @@ def write_model_files(directory, options, config, task, labels=None, write_optio
   file_io.write_text_atomic(join(TASK_FILE),
                             json.dumps(json_value(description), indent=2) + "\n")
   if write_options:
-    file_io.write_text_atomic(join(OPTIONS_FILE),
-                              json.dumps(options_dict(options), indent=2) + "\n")
+    recorded = dict(options_dict(options))
+    recorded[RECORDED_KIND] = task_registry.of_description(description).name
+    file_io.write_text_atomic(join(OPTIONS_FILE), json.dumps(recorded, indent=2) + "\n")
   vocab_file = getattr(options, "vocab_file", None)
   if vocab_file and os.path.abspath(vocab_file) != os.path.abspath(join(VOCAB_FILE)):
     copy_file(vocab_file, join(VOCAB_FILE))
@@ -303,6 +310,21 @@ WINDOW_LIMITS = {
 CHECKPOINT_HEADS = {"classes": "classifier", "multi_label": "classifier", "score": "classifier",
                     "tags": "classifier", "spans": "squad", "pretraining": "pretrainer"}
 
+# Every entry a task.json may hold: write_model_files' own, and the task options the run_*
+# scripts write (runtime/model_dir.prepare). Another key (a misspelt "treshold") is refused
+# by the reader (check_description) and by the writer.
+TASK_FIELDS = ("task", "multi_label", "labels", "max_seq_length", "do_lower_case", "pair",
+               "task_name", "thresholds", "label_separator", "doc_stride", "window_pooling",
+               "max_query_length", "max_answer_length", "version_2_with_negative", "pooling",
+               "normalize", "max_predictions_per_seq")
+
+# run_options.json's record of the task kind (task_registry: "tagger", "multi_label", ...)
+# whose head the run trained, written beside the run's options by write_model_files (the
+# leading underscore: no option, check_rerun skips it). Older directories have none; there
+# an option that only run_classifier has (_CLASSIFIER_OPTIONS) tells a classifier's run.
+RECORDED_KIND = "_task_kind"
+_CLASSIFIER_OPTIONS = ("window_pooling", "label_separator")
+
 # task.json's true-or-false entries, and its entries that are a string when given.
 _BOOL_FIELDS = ("multi_label", "do_lower_case", "normalize", "pair")
 _STR_FIELDS = ("window_pooling", "label_separator", "task_name")
@@ -342,6 +364,18 @@ def window_problem(name, value):
   return None
 
 
+def stride_problem(doc_stride, max_seq_length, length="--max_seq_length"):
+  """Why `doc_stride` cannot step run_classifier's windows (tasks/doc_windows.py) over a text
+  at `max_seq_length` (named `length` in the words): a stride not smaller than a window's
+  room, max_seq_length - 2 ([CLS] and [SEP]), would skip word pieces. None when it can, or
+  when doc_stride is 0 or None (no windows). The one home of the rule: run_classifier's flags,
+  task.json, run_options.json and predict's --max_seq_length are checked with it."""
+  if doc_stride and max_seq_length is not None and doc_stride >= max_seq_length - 2:
+    return ("must be smaller than %s minus the special tokens (%d - 2 = %d), or windows would "
+            "skip word pieces" % (length, max_seq_length, max_seq_length - 2))
+  return None
+
+
 def thresholds_problem(thresholds, count):
   """Why `thresholds` is not a multi-label classifier's thresholds (one number in [0, 1], or
   `count` of them; count None: any number), in words; None when it is."""
@@ -375,6 +409,10 @@ def check_description(description, directory, options):
   and run_options.json's window parameters (WINDOW_LIMITS; a doc_stride of 0 is
   run_classifier's "no windows") and text columns (strings)."""
   path = os.path.join(directory, TASK_FILE)
+  unknown = [name for name in description if name not in TASK_FIELDS]
+  if unknown:
+    raise ValueError("%s: unknown field %r (known: %s)" % (path, unknown[0],
+                                                           ", ".join(TASK_FIELDS)))
   task = description.get("task")
   if task not in task_registry.task_json_names():
     _fail(path, "task", "must be one of %s" % ", ".join(task_registry.task_json_names()), task)
@@ -411,7 +449,48 @@ def check_description(description, directory, options):
   for name in _COLUMN_OPTIONS:
     if options.get(name) is not None and not isinstance(options[name], str):
       _fail(options_path, name, "must be a string", options[name])
+  if "classifier" in (kind.name, kind.variant_of):  # run_classifier's windows (doc_windows)
+    for where, values in ((path, description), (options_path, options)):
+      problem = stride_problem(values.get("doc_stride"), values.get("max_seq_length"),
+                               '"max_seq_length"')
+      if problem:
+        _fail(where, "doc_stride", problem, values["doc_stride"])
+  _check_recorded_kind(path, kind, options_path, options)
+  _check_architectures(path, kind, directory)
   return dict(description, labels=labels)
+
+
+def _check_recorded_kind(path, kind, options_path, options):
+  """task.json's kind against what run_options.json says of the run that trained the head:
+  its RECORDED_KIND, else (older directories) whether it has run_classifier's own options. A
+  tagger's and a classifier's head variables are named and shaped alike (check_head cannot
+  tell them apart); a disagreement is a ValueError naming both files."""
+  recorded = options.get(RECORDED_KIND)
+  if recorded is not None:
+    if recorded != kind.name:
+      raise ValueError("%s: \"task\" says a %s model, but %s's \"%s\" says its run trained "
+                       "a %s head: is task.json from another model directory?" % (
+                           path, kind.name, options_path, RECORDED_KIND, recorded))
+    return
+  classifier_run = [name for name in _CLASSIFIER_OPTIONS if name in options]
+  if classifier_run and "classifier" not in (kind.name, kind.variant_of):
+    raise ValueError("%s: \"task\" says a %s model, but %s holds run_classifier's options "
+                     "(%s): its run trained a classifier head: is task.json from another "
+                     "model directory?" % (path, kind.name, options_path,
+                                            ", ".join(classifier_run)))
+
+
+def _check_architectures(path, kind, directory):
+  """task.json's kind against a HuggingFace config.json beside it, where its "architectures"
+  name a model class (BertForTokenClassification is a tagger's, ...)."""
+  config_file = os.path.join(directory, HF_CONFIG_FILE)
+  if not file_io.gfile.exists(config_file):
+    return
+  architectures = read_json_object(config_file).get("architectures")
+  if isinstance(architectures, list) and architectures and all(
+      isinstance(a, str) for a in architectures) and kind.hf_architecture not in architectures:
+    raise ValueError("%s: \"task\" says a %s model (%s), but %s's \"architectures\" are %s" % (
+        path, kind.name, kind.hf_architecture, config_file, ", ".join(architectures)))
 
 
 def _check_labels(description, directory, kind):

@@ -10,6 +10,7 @@ text_b is kept whole in each; a text_b that leaves no room for text_a is an erro
 
 import numpy as np
 
+from bert_keras import model_files
 from bert_keras.tasks import windows as windows_lib
 
 POOLINGS = ("mean", "max")
@@ -18,13 +19,13 @@ POOLINGS = ("mean", "max")
 def check_stride(doc_stride, max_seq_length, window_pooling="mean"):
   """The flags, checked before anything is built: a ValueError naming them when doc_stride is
   negative, not smaller than max_seq_length - 2 ([CLS] and [SEP]: windows would skip word
-  pieces), or window_pooling unknown."""
+  pieces; model_files.stride_problem, the rule task.json is read with too), or
+  window_pooling unknown."""
   if doc_stride < 0:
     raise ValueError(f"--doc_stride={doc_stride}: must be >= 0 (0: truncate, as the original)")
-  if doc_stride and doc_stride >= max_seq_length - 2:
-    raise ValueError(f"--doc_stride={doc_stride}: must be smaller than --max_seq_length "
-                     f"minus the special tokens ({max_seq_length} - 2 = {max_seq_length - 2}), "
-                     "or windows would skip word pieces")
+  problem = model_files.stride_problem(doc_stride, max_seq_length)
+  if problem:
+    raise ValueError(f"--doc_stride={doc_stride}: {problem}")
   if window_pooling not in POOLINGS:
     raise ValueError(f"--window_pooling={window_pooling}: one of {', '.join(POOLINGS)}")
 

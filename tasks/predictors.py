@@ -518,6 +518,10 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     tokenizer = tokenization.FullTokenizer(model.vocab_file, do_lower_case)
     return SquadPredictor(model, tokenizer, max_seq_length, batch_size=batch_size, **squad)
   if kind.outputs in ("classes", "multi_label") and description.get("doc_stride"):
+    problem = model_files.stride_problem(description["doc_stride"], max_seq_length)
+    if problem:  # (task.json's own pair is checked by model_files; this is --max_seq_length)
+      raise ValueError(f"--max_seq_length={max_seq_length}: {path}'s {model_dir.TASK_FILE} "
+                       f"\"doc_stride\" {description['doc_stride']} {problem}")
     return WindowPredictor(
         model, tokenization.FullTokenizer(model.vocab_file, do_lower_case), max_seq_length,
         description["doc_stride"], description.get("window_pooling") or "mean", batch_size,

@@ -126,17 +126,59 @@ def test_task_on_the_wrong_head(base, tmp_path, caplog):
   with pytest.raises(ValueError, match=r"task\.json: \"task_name\" is a classifier's entry "
                      r"\(run_classifier\), but \"task\" is tagger"):
     predictors.load(str(directory))
-  # Without it, tags that name no entity type (none could ever be found) are a warning.
+  # Without it, run_options.json's record of the kind whose head the run trained tells.
   directory = _copy(base, "classifier", tmp_path / "t", task="tagger")
+  recorded = fr"{directory}/run_options\.json's \"_task_kind\" says its run trained a "
+  with pytest.raises(ValueError, match=fr"^{directory}/task\.json: \"task\" says a tagger "
+                     fr"model, but {recorded}classifier head"):
+    predictors.load(str(directory))
+  with pytest.raises(ValueError, match=recorded):
+    checkpoints.load_model(str(directory), task="tagger")
+  # An older directory without the record: run_classifier's own options tell.
+  options = json.loads((directory / "run_options.json").read_text())
+  del options["_task_kind"]
+  (directory / "run_options.json").write_text(json.dumps({**options, "window_pooling": "mean"}))
+  with pytest.raises(ValueError, match=r"task\.json: \"task\" says a tagger model, but "
+                     r".*run_options\.json holds run_classifier's options \(window_pooling\)"):
+    predictors.load(str(directory))
+  # The other way: a classifier's task.json beside a tagger's run.
+  other = _copy(base, "classifier", tmp_path / "o")
+  (other / "run_options.json").write_text(json.dumps({**options, "_task_kind": "tagger"}))
+  with pytest.raises(ValueError, match=r"\"task\" says a classifier model, but .*says its run "
+                     r"trained a tagger head"):
+    predictors.load(str(other))
+  # A softmax classifier's run read as a multi-label one (sigmoid): refused alike.
+  other = _copy(base, "classifier", tmp_path / "m", multi_label=True)
+  with pytest.raises(ValueError, match=r"\"task\" says a multi_label model, but .*says its run "
+                     r"trained a classifier head"):
+    predictors.load(str(other))
+  # A HuggingFace config.json beside task.json: its architectures tell.
+  other = _copy(base, "classifier", tmp_path / "hf", task="tagger")
+  (other / "run_options.json").unlink()
+  (other / "config.json").write_text(json.dumps(
+      {"architectures": ["BertForSequenceClassification"]}))
+  with pytest.raises(ValueError, match=r"\"task\" says a tagger model "
+                     r"\(BertForTokenClassification\), but .*config\.json's \"architectures\" "
+                     r"are BertForSequenceClassification"):
+    predictors.load(str(other))
+  # Nothing that tells (no run_options.json, no config.json): tags that name no entity type
+  # (none could ever be found) are a warning.
+  (directory / "run_options.json").unlink()
   assert predictors.load(str(directory)).task == "tagger"
   assert any("name no entity type" in r.getMessage() for r in caplog.records)
-  # squad over a classifier's head, a classifier over squad's: the head variables tell.
+  # squad over a classifier's head, a classifier over squad's: the head variables tell (also
+  # without run_options.json's record, which tells first).
   directory = _copy(base, "classifier", tmp_path / "s", task="squad", labels=None)
   (directory / "labels.txt").unlink()
+  with pytest.raises(ValueError, match=r"\"task\" says a squad model, but .*trained a "
+                     r"classifier head"):
+    predictors.load(str(directory))
+  (directory / "run_options.json").unlink()
   with pytest.raises(ValueError, match=r"task\.json: \"task\" squad needs a squad head, but "
                      r"its checkpoint holds a classifier head"):
     predictors.load(str(directory))
   directory = _copy(base, "squad", tmp_path / "c", task="classifier", labels=CLASSES)
+  (directory / "run_options.json").unlink()
   with pytest.raises(ValueError, match=r"\"task\" classifier needs a classifier head, but "
                      r"its checkpoint holds a squad head"):
     checkpoints.load_model(str(directory), task="classifier")
@@ -163,6 +205,8 @@ def test_max_seq_length_within_the_config(base, tmp_path):
                                         [float("nan")] * 3])
 def test_thresholds_are_fractions(base, tmp_path, thresholds):
   directory = _copy(base, "classifier", tmp_path, multi_label=True, thresholds=thresholds)
+  # (the fixture's classifier read as a multi-label one: its run's record says so too)
+  (directory / "run_options.json").write_text(json.dumps({"_task_kind": "multi_label"}))
   if thresholds == 0.5:  # one threshold for every label: accepted
     assert predictors.load(str(directory)).thresholds == 0.5
     return
@@ -186,6 +230,44 @@ def test_types_of_the_other_fields(base, tmp_path):
     with pytest.raises(ValueError,
                        match=fr"task\.json: \"{field}\" {problem}"):
       model_dir.read_model_dir(str(directory))
+
+
+def test_an_unknown_task_json_field_is_refused(base, tmp_path):
+  """A misspelt entry ("treshold") would be ignored: refused, naming the file and the field,
+  by the reader and by the writer."""
+  directory = _copy(base, "classifier", tmp_path, multi_label=True, treshold=0.3)
+  with pytest.raises(ValueError, match=fr"^{directory}/task\.json: unknown field 'treshold' "
+                     r"\(known: task, multi_label, labels, .*thresholds"):
+    model_dir.read_model_dir(str(directory))
+  with pytest.raises(ValueError, match="unknown field 'treshold'"):
+    predictors.load(str(directory))
+  with pytest.raises(ValueError, match="unknown field 'treshold'"):
+    model_dir.write_model_dir(str(tmp_path), base["options"], base["config"], "classifier",
+                              labels=CLASSES, treshold=0.3)
+  assert not (tmp_path / "task.json").exists()
+
+
+@pytest.mark.parametrize("where", ["task.json", "run_options.json", "flag"])
+def test_a_classifier_s_doc_stride_must_fit_its_window(base, tmp_path, where):
+  """run_classifier's rule (model_files.stride_problem: a stride below max_seq_length - 2, or
+  windows skip word pieces) on what predict reads: task.json, run_options.json, and task.json's
+  stride against predict's --max_seq_length."""
+  directory = _copy(base, "classifier", tmp_path, doc_stride=14 if where == "task.json" else 6)
+  flags = {"max_seq_length": 8} if where == "flag" else {}
+  if where == "run_options.json":
+    options = json.loads((directory / "run_options.json").read_text())
+    (directory / "run_options.json").write_text(json.dumps({**options, "doc_stride": 20}))
+  match = {"task.json": r"task\.json: \"doc_stride\" must be smaller than \"max_seq_length\" "
+                        r"minus the special tokens \(16 - 2 = 14\), or windows would skip word "
+                        r"pieces, got 14",
+           "run_options.json": r"run_options\.json: \"doc_stride\" must be smaller than "
+                               r"\"max_seq_length\" minus the special tokens \(16 - 2 = 14\)",
+           "flag": r"^--max_seq_length=8: .*task\.json \"doc_stride\" 6 must be smaller than "
+                   r"--max_seq_length minus the special tokens \(8 - 2 = 6\)"}[where]
+  with pytest.raises(ValueError, match=match):
+    predictors.load(str(directory), **flags)
+  if where == "flag":  # the same stride within task.json's own length: read
+    assert predictors.load(str(directory)).task == "classifier"
 
 
 def _long_context():

@@ -308,6 +308,8 @@ def test_flag_errors(dirs, tmp_path):
   with pytest.raises(ValueError, match=r"^--threshold=0.7 is for a multi-label model \(one "
                      r"trained with --multi_label\), not the classifier model of --model_dir "):
     run(threshold=0.7)
+  with pytest.raises(ValueError, match=r"^--threshold=0.5 is for a multi-label model"):
+    run(threshold=0.5)  # (its default is None: a 0.5 is given, as any other value)
 
 
 @pytest.mark.slow
