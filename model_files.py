@@ -407,7 +407,11 @@ def check_description(description, directory, options):
     multi_label, do_lower_case (equal to tokenizer_config.json's), normalize, pair: booleans
     pooling (modeling.POOLINGS), window_pooling, label_separator, task_name: strings
   and run_options.json's window parameters (WINDOW_LIMITS; a doc_stride of 0 is
-  run_classifier's "no windows") and text columns (strings)."""
+  run_classifier's "no windows") and text columns (strings). A key not in TASK_FIELDS is
+  refused; so are a classifier's doc_stride not below max_seq_length - 2 (stride_problem, in
+  either file) and a "task" that disagrees with the run that trained the head
+  (run_options.json's RECORDED_KIND or run_classifier's options; a HuggingFace config.json's
+  architectures)."""
   path = os.path.join(directory, TASK_FILE)
   unknown = [name for name in description if name not in TASK_FIELDS]
   if unknown:
