@@ -275,8 +275,11 @@ def _train_eval_predict(options, strategy, config, data, tokenizer, dims, chief,
       options, strategy, lambda: modeling.BertSentenceEncoder(
           config, pooling=options.pooling, normalize=options.normalize),
       task, num_train_steps or 1, num_warmup_steps or 0)
-  if options.mini_batch_size:
-    trainer = embeddings.CachedTrainer.of(trainer, options.mini_batch_size)
+  # Each column cut to its own longest text, the encoder called per column, where shapes may
+  # change from step to step (not under XLA or on TPUs, as for BertModel.skip_padding).
+  task.trim = not trainer.use_xla and not isinstance(trainer.strategy, tf.distribute.TPUStrategy)
+  if task.trim or options.mini_batch_size:
+    trainer = embeddings.ColumnTrainer.of(trainer, options.mini_batch_size)
   infer = embeddings.embedding_fn(trainer.model, trainer.strategy, trainer.use_xla)
   trim = options.trim_eval_batches and not isinstance(strategy, tf.distribute.TPUStrategy)
 

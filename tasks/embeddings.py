@@ -8,7 +8,9 @@ Read top to bottom:
                     (tasks/embedding_data.TextIds) for duplicate masking
   2. the loss       EmbeddingTask: the shared encoder embeds anchors, positives and negatives in
                     one call ([b(2+K), S]) and retrieval.in_batch_negatives_loss scores them;
-                    CachedTrainer: the same loss through retrieval.cached_step (--mini_batch_size)
+                    ColumnTrainer: one encoder call per column, each column cut to its own
+                    longest text (EmbeddingTask's trim), or the same loss through
+                    retrieval.cached_step (--mini_batch_size)
   3. evaluation     embed (texts -> float32 [N, D], batched, longest first, trimmed),
                     retrieval_run (exact search, top 100), retrieval_results (the scorer's
                     measures as eval_ keys)
@@ -95,18 +97,24 @@ class EmbeddingTask(training.Task):
   examples_name = "pairs"
 
   def __init__(self, seq_length, num_negatives, scale=20.0, symmetric=False,
-               matryoshka_dims=None):
+               matryoshka_dims=None, trim=False):
     self.seq_length, self.num_negatives = seq_length, num_negatives
     self.scale, self.symmetric = scale, symmetric
     self.matryoshka_dims = list(matryoshka_dims) if matryoshka_dims else None
+    self.trim = bool(trim)
 
   def columns(self, batch):
     """The model inputs of each column: [anchors [b, S], positives [b, S] (, negatives
-    [b*K, S], anchor-major)], each {"input_ids", "input_mask", "segment_ids"}."""
+    [b*K, S], anchor-major)], each {"input_ids", "input_mask", "segment_ids"}; with trim each
+    column cut to its own longest text ([b, L_c], L_c known when the step runs: not for XLA
+    or TPUs; the embeddings are the same, the attention's work on the padding is saved)."""
     found = []
     for name in COLUMNS[:2] + (("negative",) if self.num_negatives else ()):
       ids, mask = batch[f"{name}_input_ids"], batch[f"{name}_input_mask"]
       ids, mask = tf.reshape(ids, [-1, self.seq_length]), tf.reshape(mask, [-1, self.seq_length])
+      if self.trim:
+        length = input_pipeline.trimmed_length(mask, multiple=1)
+        ids, mask = ids[:, :length], mask[:, :length]
       found.append({"input_ids": ids, "input_mask": mask, "segment_ids": tf.zeros_like(ids)})
     return found
 
@@ -139,17 +147,20 @@ class EmbeddingTask(training.Task):
     return self.embeddings_loss(tf.split(outputs, sizes, axis=0), batch, denominators)
 
 
-class CachedTrainer(training.Trainer):
-  """training.Trainer whose per-micro-batch gradients come from retrieval.cached_step: the
-  encoder runs on mini_batch_size rows at a time (memory of a mini-batch, the loss over the
-  whole micro-batch). Made from a built Trainer: CachedTrainer.of(trainer, mini_batch_size)."""
+class ColumnTrainer(training.Trainer):
+  """training.Trainer that calls the encoder once per column (retrieval.plain_step), so that
+  each column can have its own length (EmbeddingTask's trim: questions of 20 pieces are not
+  padded to the paragraphs' 256); with mini_batch_size > 0 the gradients come from
+  retrieval.cached_step instead: the encoder on mini_batch_size rows at a time (memory of a
+  mini-batch, the loss over the whole micro-batch). Made from a built Trainer:
+  ColumnTrainer.of(trainer, mini_batch_size)."""
 
   @classmethod
-  def of(cls, trainer, mini_batch_size):
-    cached = cls.__new__(cls)
-    cached.__dict__.update(trainer.__dict__)
-    cached.mini_batch_size = int(mini_batch_size)
-    return cached
+  def of(cls, trainer, mini_batch_size=0):
+    made = cls.__new__(cls)
+    made.__dict__.update(trainer.__dict__)
+    made.mini_batch_size = int(mini_batch_size)
+    return made
 
   def _grads_and_stats(self, batch, denominators):
     stats = {}
@@ -159,8 +170,12 @@ class CachedTrainer(training.Trainer):
       stats.update(found)
       return self.optimizer.scale_loss(loss) if self.loss_scale else loss
 
-    _, grads = retrieval.cached_step(self.model, self.task.columns(batch), loss_fn,
-                                     self.mini_batch_size, training=True)
+    columns = self.task.columns(batch)
+    if self.mini_batch_size:
+      _, grads = retrieval.cached_step(self.model, columns, loss_fn, self.mini_batch_size,
+                                       training=True)
+    else:
+      _, grads = retrieval.plain_step(self.model, columns, loss_fn, training=True)
     grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
     return grads, stats
 

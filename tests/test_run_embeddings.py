@@ -181,6 +181,53 @@ def test_task_loss_masks_duplicate_positives():
   assert float(loss) == pytest.approx(expected, rel=1e-5)
 
 
+@pytest.mark.parametrize("num_negatives", [0, 2])
+def test_trimmed_columns_give_the_stacked_loss_and_gradients(num_negatives):
+  """ColumnTrainer with EmbeddingTask(trim=True) (each column cut to its own longest text, one
+  encoder call per column) gives the loss and gradients of the untrimmed stacked call, dropout
+  off; and it does cut: the columns come back at their longest real lengths."""
+  import tensorflow as tf
+  from bert_keras.runtime import training
+  seq, b = 16, 4
+  config = modeling.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, intermediate_size=64,
+                               max_position_embeddings=seq, hidden_dropout_prob=0.0,
+                               attention_probs_dropout_prob=0.0)
+  rng = np.random.default_rng(3)
+  batch, lengths = {}, {"anchor": [3, 5, 2, 4], "positive": [9, 12, 7, 11],
+                        "negative": [6, 10, 8, 5, 13, 4, 7, 9][:b * num_negatives]}
+  for name, found in lengths.items():
+    if not found:
+      continue
+    mask = (np.arange(seq)[None] < np.array(found)[:, None]).astype(np.int32)
+    ids = rng.integers(4, len(VOCAB), size=mask.shape) * mask
+    batch[f"{name}_input_ids"] = tf.constant(ids.reshape(b, -1), tf.int32)
+    batch[f"{name}_input_mask"] = tf.constant(mask.reshape(b, -1), tf.int32)
+    batch[f"{name}_text_id"] = tf.constant(
+        rng.permutation(100)[:len(found)].reshape(b, -1).squeeze(-1) if name != "negative"
+        else rng.permutation(100)[:len(found)].reshape(b, -1), tf.int64)
+  options = run_embeddings.options(train_batch_size=b, max_seq_length=seq, use_xla=False)
+  strategy = tf.distribute.get_strategy()
+  found = {}
+  for trim in (False, True):
+    task = embeddings.EmbeddingTask(seq, num_negatives, symmetric=True, trim=trim)
+    tf.keras.utils.set_random_seed(1)
+    trainer = training.build_trainer(options, strategy, lambda: modeling.BertSentenceEncoder(
+        config, pooling="mean"), task, 10, 1)
+    if trim:
+      trainer = embeddings.ColumnTrainer.of(trainer)
+      assert [c["input_ids"].shape[1] for c in task.columns(batch)] == [
+          max(v) for v in lengths.values() if v]
+    grads, stats = trainer._grads_and_stats(batch, task.denominators(batch))
+    found[trim] = (float(stats["loss"]), grads)
+  assert found[True][0] == pytest.approx(found[False][0], abs=1e-5)
+  assert found[False][0] > 0
+  for trimmed, stacked in zip(found[True][1], found[False][1]):
+    assert (trimmed is None) == (stacked is None)
+    if stacked is not None:
+      np.testing.assert_allclose(trimmed.numpy(), stacked.numpy(), atol=1e-5)
+
+
 @pytest.mark.parametrize("where, text, message", [
     ("train.tsv", "anchor\tpositive\nwhat is apple\tthe story of apple\nwhat is tiger\t\n",
      r"train.tsv line 3: the positive is missing or empty"),
