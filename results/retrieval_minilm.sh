@@ -105,6 +105,10 @@ for name, folder, splits, prefix, what in rows:
     with open(f"{out}/data/qrels/{split}.tsv", encoding="utf-8") as f:
       count = sum(1 for _ in f) - 1
     time = f"{seconds / 60:.1f} min ({what}, {' + '.join(splits)})" if what else ""
+    if folder == "rerank_test" and what and os.path.exists(f"{out}/rerank.seconds"):
+      trained = int(open(f"{out}/rerank.seconds").read())
+      results[name]["training_seconds"] = trained
+      time += f"; its training {trained / 60:.1f} min"
     print(f"| {name} | {split} ({count}) | " + " | ".join(
         "%.4f" % results[name][split][m] for m in measures) + f" | {time} |")
 print(json.dumps(results))
