@@ -3,7 +3,8 @@
 measure of a quantized export against its float model.
 
 An export directory holds model.tflite or model.onnx (inputs input_ids, input_mask,
-segment_ids int32 [B, S], S = model_config.json's max_seq_length), vocab.txt,
+segment_ids int32 [B, S]; TFLite: S = model_config.json's max_seq_length; ONNX: any S up to it,
+each batch trimmed to its longest row), vocab.txt,
 model_config.json (task, max_seq_length, do_lower_case, labels, quantize) and, for a
 classifier, labels.txt. load(path) turns it (or the model file inside it) into a
 predictors.GraphPredictor: the texts are tokenized outside the model with the export's own
