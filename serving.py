@@ -272,13 +272,18 @@ def onnx_model(module, max_seq_length, opset=17):
   """The ONNX model (bytes) of module.serve_token_ids: inputs input_ids, input_mask,
   segment_ids int32 [B, S] (both axes dynamic: S up to max_seq_length, the position table's
   length; a batch padded only to its longest row runs on that), the task's outputs by name.
-  Converted by tf2onnx (the [onnx] extra), imported here on first use (a ValueError when it is
-  not installed); its LayerNorms and GELUs rewritten as one node each (utils/onnx_graph.py)."""
+  Converted by tf2onnx (the [onnx] extra, with onnxruntime), imported here on first use (a
+  ValueError when it is not installed); then its LayerNorms and GELUs are one node each and its
+  shape arithmetic constants (utils/onnx_graph.py), and ONNX Runtime's transformer optimizer
+  fuses the residual adds into SkipLayerNormalization and the biases into BiasGelu (the
+  model runs in ONNX Runtime: com.microsoft ops)."""
   try:
-    import tf2onnx  # noqa: F401  (optional: pip install 'bert-keras[onnx]')
+    import onnxruntime  # noqa: F401  (optional: pip install 'bert-keras[onnx]')
+    import tf2onnx  # noqa: F401
     from tf2onnx import convert
   except ImportError:
-    raise ValueError("--format=onnx needs tf2onnx: pip install 'bert-keras[onnx]'") from None
+    raise ValueError("--format=onnx needs tf2onnx and onnxruntime: pip install "
+                     "'bert-keras[onnx]'") from None
   from tf2onnx import optimizer
   spec = [tf.TensorSpec([None, None], tf.int32, name=n) for n in FEATURES]
   function = tf.function(module.serve_token_ids, input_signature=spec)
@@ -295,7 +300,23 @@ def onnx_model(module, max_seq_length, opset=17):
     passes.update(kept)
   _erfc_as_erf(proto.graph)
   onnx_graph.fuse(proto)
-  return proto.SerializeToString()
+  onnx_graph.simplify_shapes(proto)
+  return _ort_fusions(proto).SerializeToString()
+
+
+def _ort_fusions(proto):
+  """ONNX Runtime's transformer optimizer (model type bert, its own fusions only: opt_level 0)
+  on the ModelProto: Add + LayerNormalization -> SkipLayerNormalization, bias + Gelu ->
+  BiasGelu. (It finds no Attention in tf2onnx's graph.)"""
+  import logging as py_logging
+  from onnxruntime.transformers import optimizer
+  log = py_logging.getLogger("onnxruntime.transformers")
+  level = log.level
+  log.setLevel(py_logging.ERROR)  # (its "producer not matched: tf2onnx" warning)
+  try:
+    return optimizer.optimize_model(proto, model_type="bert", opt_level=0).model
+  finally:
+    log.setLevel(level)
 
 
 def _erfc_as_erf(graph):

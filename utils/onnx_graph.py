@@ -155,6 +155,91 @@ def fuse(model):
   return counts
 
 
+def simplify_shapes(model):
+  """tf2onnx's shape arithmetic of a model with inputs [B, S] replaced by constants where ONNX
+  Runtime's symbolic shape inference proves them (a ModelProto, rewritten in place):
+    * a dense layer on [B, S, H] that tf2onnx flattens to [B * S, H], multiplies, adds its
+      bias and reshapes back to [B, S, U] (Shape, Slice, Concat, Cast, Reshape) runs its
+      MatMul on [B, S, H] directly (ONNX's MatMul broadcasts over the leading axes);
+    * every other Reshape whose output shape is known from its input's takes a constant shape
+      (0: this axis of the input, as in ONNX's Reshape; -1 for at most one axis);
+  then the nodes nothing reads any more are dropped. Returns {"dense": n, "reshape": n}."""
+  from onnx import numpy_helper
+  from onnxruntime.tools import symbolic_shape_infer
+  for value in model.graph.input:  # every input is [B, S]: one name for each axis
+    dims = value.type.tensor_type.shape.dim
+    if len(dims) == 2:
+      dims[0].dim_param, dims[1].dim_param = "batch", "sequence"
+  inferred = symbolic_shape_infer.SymbolicShapeInference.infer_shapes(model, auto_merge=True)
+  shapes = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in list(inferred.graph.value_info) + list(inferred.graph.input)}
+  g = _Graph(model.graph)
+  counts = {"dense": 0, "reshape": 0}
+  for node in list(model.graph.node):
+    if node.op_type == "MatMul" and _flat_dense(g, node, shapes):
+      counts["dense"] += 1
+  for node in model.graph.node:
+    if node.op_type != "Reshape" or node.input[1] in g.constants:
+      continue
+    target = _constant_shape(shapes.get(node.input[0]), shapes.get(node.output[0]))
+    if target is not None:
+      name = node.name + "_shape"
+      model.graph.initializer.append(numpy_helper.from_array(np.array(target, np.int64), name))
+      node.input[1] = name
+      counts["reshape"] += 1
+  _drop_dead_nodes(model.graph)
+  _drop_unused_initializers(model.graph)
+  return counts
+
+
+def _flat_dense(g, matmul, shapes):
+  """Rewires MatMul(Reshape(x, [-1, H]), W) + b -> Reshape(., [B, S, U]) as MatMul(x, W) + b
+  when the shapes prove it; True when it did."""
+  flat = g.node(matmul.input[0], "Reshape")
+  readers = g.consumers.get(matmul.output[0], [])
+  if flat is None or matmul.input[1] not in g.constants or len(readers) != 1 or (
+      readers[0].op_type != "Add"):
+    return False
+  add = readers[0]
+  if g.other(add, matmul.output[0]) not in g.constants:
+    return False
+  unflat = g.consumers.get(add.output[0], [])
+  if len(unflat) != 1 or unflat[0].op_type != "Reshape":
+    return False
+  x, out = shapes.get(flat.input[0]), shapes.get(unflat[0].output[0])
+  units = g.constants[matmul.input[1]].dims[-1]
+  if not x or not out or len(x) < 3 or out != x[:-1] + [units]:
+    return False
+  matmul.input[0] = flat.input[0]
+  add.output[0] = unflat[0].output[0]
+  unflat[0].output[0] = unflat[0].output[0] + "_unused"
+  return True
+
+
+def _constant_shape(source, target):
+  """The constant shape input of a Reshape from symbolic shape `source` to `target`, else
+  None."""
+  if not source or not target or any(d in (0, "") for d in target):
+    return None  # (an axis of the output not inferred)
+  shape = [d if isinstance(d, int) else
+           0 if k < len(source) and d == source[k] else -1 for k, d in enumerate(target)]
+  return shape if shape.count(-1) <= 1 else None
+
+
+def _drop_dead_nodes(graph):
+  """Drops the nodes whose outputs neither a graph output nor a kept node reads."""
+  nodes = list(graph.node)
+  wanted = {o.name for o in graph.output}
+  while True:
+    read = wanted | {name for node in nodes for name in node.input}
+    kept = [node for node in nodes if any(o in read for o in node.output)]
+    if len(kept) == len(nodes):
+      break
+    nodes = kept
+  del graph.node[:]
+  graph.node.extend(nodes)
+
+
 def _drop_unused_initializers(graph):
   used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
   kept = [i for i in graph.initializer if i.name in used]
