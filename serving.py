@@ -279,10 +279,11 @@ def onnx_model(module, max_seq_length, opset=17):
   model runs in ONNX Runtime: com.microsoft ops)."""
   try:
     import onnxruntime  # noqa: F401  (optional: pip install 'bert-keras[onnx]')
+    import sympy  # noqa: F401  (onnxruntime's symbolic shape inference)
     import tf2onnx  # noqa: F401
     from tf2onnx import convert
   except ImportError:
-    raise ValueError("--format=onnx needs tf2onnx and onnxruntime: pip install "
+    raise ValueError("--format=onnx needs tf2onnx, onnxruntime and sympy: pip install "
                      "'bert-keras[onnx]'") from None
   from tf2onnx import optimizer
   spec = [tf.TensorSpec([None, None], tf.int32, name=n) for n in FEATURES]
