@@ -41,6 +41,7 @@ import tensorflow as tf
 from bert_keras import modeling
 from bert_keras import task_registry
 from bert_keras.utils import file_io
+from bert_keras.utils import onnx_graph
 
 # The kinds' outputs ServingModule serves (task_registry.OUTPUTS); the tagger's is
 # tasks/ner_serving.TaggerModule.
@@ -50,7 +51,7 @@ OUTPUTS = ("classes", "multi_label", "score", "vectors", "spans")
 TASKS = tuple(kind.name for kind in task_registry.kinds(servable=True, variant_of=None)
               if kind.outputs in OUTPUTS)
 SIGNATURES = ("serving_default", "preprocess")
-_PER_POSITION = ("sequence_output", "start_logits", "end_logits")
+PER_POSITION = ("sequence_output", "start_logits", "end_logits")
 
 
 def _logits(outputs):
@@ -224,8 +225,8 @@ class ServingModule(tf.Module):
       x = tf.pad(x, [[0, 0], [0, padding]] + [[0, 0]] * (len(x.shape) - 2))
       return x * tf.reshape(tf.cast(mask, x.dtype), tf.concat(
           [tf.shape(mask), tf.ones([len(x.shape) - 2], tf.int32)], 0))
-    return {k: positions(outputs[k]) if k in _PER_POSITION else outputs[k]
-            for k in outputs if k in _PER_POSITION or k in ("pooled_output", "logits")}
+    return {k: positions(outputs[k]) if k in PER_POSITION else outputs[k]
+            for k in outputs if k in PER_POSITION or k in ("pooled_output", "logits")}
 
   def export_archive(self):
     """A keras.export.ExportArchive of the model's variables and the two endpoints. (Keras
@@ -269,18 +270,54 @@ def tflite_model(module, max_seq_length, quantize="none"):
 
 def onnx_model(module, max_seq_length, opset=17):
   """The ONNX model (bytes) of module.serve_token_ids: inputs input_ids, input_mask,
-  segment_ids int32 [B, max_seq_length], the task's outputs by name. Converted by tf2onnx (the
-  [onnx] extra), imported here on first use; a ValueError when it is not installed."""
+  segment_ids int32 [B, S] (both axes dynamic: S up to max_seq_length, the position table's
+  length; a batch padded only to its longest row runs on that), the task's outputs by name.
+  Converted by tf2onnx (the [onnx] extra, with onnxruntime), imported here on first use (a
+  ValueError when it is not installed); then its LayerNorms and GELUs are one node each and its
+  shape arithmetic constants (utils/onnx_graph.py), and ONNX Runtime's transformer optimizer
+  fuses the residual adds into SkipLayerNormalization and the biases into BiasGelu (the
+  model runs in ONNX Runtime: com.microsoft ops)."""
   try:
-    import tf2onnx  # noqa: F401  (optional: pip install 'bert-keras[onnx]')
+    import onnxruntime  # noqa: F401  (optional: pip install 'bert-keras[onnx]')
+    import sympy  # noqa: F401  (onnxruntime's symbolic shape inference)
+    import tf2onnx  # noqa: F401
     from tf2onnx import convert
   except ImportError:
-    raise ValueError("--format=onnx needs tf2onnx: pip install 'bert-keras[onnx]'") from None
-  spec = [tf.TensorSpec([None, max_seq_length], tf.int32, name=n) for n in FEATURES]
+    raise ValueError("--format=onnx needs tf2onnx, onnxruntime and sympy: pip install "
+                     "'bert-keras[onnx]'") from None
+  from tf2onnx import optimizer
+  spec = [tf.TensorSpec([None, None], tf.int32, name=n) for n in FEATURES]
   function = tf.function(module.serve_token_ids, input_signature=spec)
-  proto, _ = convert.from_function(function, input_signature=spec, opset=opset)
+  # With a dynamic length, tf2onnx's reshape_optimizer and remove_back_to_back together feed
+  # the attention's head split the shape of the flat [B * S, H] tensor ([B * S, H, heads,
+  # size]: onnxruntime refuses the Reshape); without reshape_optimizer the graph is right.
+  passes = optimizer._optimizers  # pylint: disable=protected-access
+  kept = passes.copy()
+  passes.pop("reshape_optimizer", None)
+  try:
+    proto, _ = convert.from_function(function, input_signature=spec, opset=opset)
+  finally:
+    passes.clear()
+    passes.update(kept)
   _erfc_as_erf(proto.graph)
-  return proto.SerializeToString()
+  onnx_graph.fuse(proto)
+  onnx_graph.simplify_shapes(proto)
+  return _ort_fusions(proto).SerializeToString()
+
+
+def _ort_fusions(proto):
+  """ONNX Runtime's transformer optimizer (model type bert, its own fusions only: opt_level 0)
+  on the ModelProto: Add + LayerNormalization -> SkipLayerNormalization, bias + Gelu ->
+  BiasGelu. (It finds no Attention in tf2onnx's graph.)"""
+  import logging as py_logging
+  from onnxruntime.transformers import optimizer
+  log = py_logging.getLogger("onnxruntime.transformers")
+  level = log.level
+  log.setLevel(py_logging.ERROR)  # (its "producer not matched: tf2onnx" warning)
+  try:
+    return optimizer.optimize_model(proto, model_type="bert", opt_level=0).model
+  finally:
+    log.setLevel(level)
 
 
 def _erfc_as_erf(graph):

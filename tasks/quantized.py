@@ -3,7 +3,8 @@
 measure of a quantized export against its float model.
 
 An export directory holds model.tflite or model.onnx (inputs input_ids, input_mask,
-segment_ids int32 [B, S], S = model_config.json's max_seq_length), vocab.txt,
+segment_ids int32 [B, S]; TFLite: S = model_config.json's max_seq_length; ONNX: any S up to it,
+each batch trimmed to its longest row), vocab.txt,
 model_config.json (task, max_seq_length, do_lower_case, labels, quantize) and, for a
 classifier, labels.txt. load(path) turns it (or the model file inside it) into a
 predictors.GraphPredictor: the texts are tokenized outside the model with the export's own
@@ -83,7 +84,11 @@ class TFLiteRunner(object):
 
 
 class OnnxRunner(object):
-  """model.onnx in ONNX Runtime (CPU): runner(features) -> {output: np.ndarray}."""
+  """model.onnx in ONNX Runtime (CPU): runner(features) -> {output: np.ndarray}. A model whose
+  length axis is dynamic (export_saved_model's since it takes [B, S] of any S) runs each batch
+  on its first L columns only, L = its longest row (the columns after it are padding in every
+  row: attention never reads them, so the real positions' outputs are the same, as the
+  SavedModel's trim_padding); per-position outputs come back padded to the batch's S with 0."""
 
   def __init__(self, path, threads=None):
     try:
@@ -94,14 +99,28 @@ class OnnxRunner(object):
     session_options = onnxruntime.SessionOptions()
     if threads:
       session_options.intra_op_num_threads = threads
+    # Threads that sleep between ops rather than spin: on a CPU shared with other work, the
+    # spinning default ran all-MiniLM-L6-v2 2 to 3 times slower (batch 1 and 32, 2 cores).
+    session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     self._session = onnxruntime.InferenceSession(path, session_options,
                                                  providers=["CPUExecutionProvider"])
     self.output_names = tuple(o.name for o in self._session.get_outputs())
-    self._inputs = [i.name for i in self._session.get_inputs()]
+    inputs = self._session.get_inputs()
+    self._inputs = [i.name for i in inputs]
+    self.dynamic_length = all(not isinstance(i.shape[1], int) for i in inputs)
 
   def __call__(self, features):
     feeds = {name: np.asarray(features[name], np.int32) for name in self._inputs}
-    return dict(zip(self.output_names, self._session.run(None, feeds)))
+    width = feeds["input_mask"].shape[1]
+    if self.dynamic_length and width:
+      length = max(int(feeds["input_mask"].sum(1).max()), 1)
+      feeds = {name: x[:, :length] for name, x in feeds.items()}
+    outputs = dict(zip(self.output_names, self._session.run(None, feeds)))
+    for name in serving.PER_POSITION:
+      if name in outputs and outputs[name].shape[1] < width:
+        x = outputs[name]
+        outputs[name] = np.pad(x, [(0, 0), (0, width - x.shape[1])] + [(0, 0)] * (x.ndim - 2))
+    return outputs
 
 
 def runner(path, threads=None):
@@ -383,5 +402,8 @@ def onnx_int8(float_path, int8_path):
   except ImportError:
     raise ValueError("--format=onnx --quantize=dynamic needs onnxruntime: pip install "
                      "'bert-keras[onnx]'") from None
+  # (DefaultTensorType: ONNX's shape inference does not type the outputs of ONNX Runtime's
+  # Gelu, which the float model has; they are float32.)
   quantization.quantize_dynamic(float_path, int8_path, per_channel=True,
-                                weight_type=quantization.QuantType.QInt8)
+                                weight_type=quantization.QuantType.QInt8,
+                                extra_options={"DefaultTensorType": 1})  # onnx.TensorProto.FLOAT

@@ -94,6 +94,36 @@ def test_float_tflite_and_onnx_rows_equal_the_saved_model_rows(exports, source, 
 
 
 @pytest.mark.slow
+def test_one_onnx_model_runs_batches_of_different_lengths(exports, source):
+  """model.onnx takes [B, S] of any S: two batches of different lengths through one session,
+  each equal to the same rows padded to max_seq_length; the runner trims each batch to its
+  longest row. Its LayerNorms and GELUs are one node each, fused with the residual add and
+  the bias by ONNX Runtime's optimizer."""
+  onnx = pytest.importorskip("onnx")
+  path = os.path.join(exports["onnx"], "model.onnx")
+  ops = {node.op_type for node in onnx.load(path).graph.node}
+  assert {"SkipLayerNormalization", "BiasGelu"} <= ops, ops
+  assert not ops & {"GlobalAveragePool", "Erf", "Gelu"}, ops
+  runner = quantized.runner(path)
+  assert runner.dynamic_length
+  config = quantized.read_config(exports["onnx"])
+  tokens = quantized.TokenIds(os.path.join(exports["onnx"], "vocab.txt"), True, SEQ)
+  short, longer = ["w1 w2", "w3"], ["w4 " * 15, "w5 w6 w7", "w8"]
+  for texts in (short, longer):
+    features = tokens(texts)
+    length = int(features["input_mask"].sum(1).max())
+    assert length < SEQ == config["max_seq_length"]
+    padded = runner.__class__(path)  # the same model fed the full width, untrimmed
+    padded.dynamic_length = False
+    want = padded(features)
+    trimmed = {k: v[:, :length] for k, v in features.items()}
+    got = dict(zip(runner.output_names, runner._session.run(None, trimmed)))
+    for name in ("probabilities", "logits"):
+      np.testing.assert_allclose(got[name], want[name], atol=1e-5, err_msg=name)
+      np.testing.assert_allclose(runner(features)[name], want[name], atol=1e-5, err_msg=name)
+
+
+@pytest.mark.slow
 def test_int8_rows_agree_with_the_saved_model_as_export_measured(exports, source, tmp_path):
   calibration = source["common"]["calibration_file"]
   want = [row["label"] for row in _rows(exports["saved_model"], calibration, tmp_path, "sm")]
