@@ -96,6 +96,18 @@ def check_vocab_fits(config, vocab, options):
                      f"{options.bert_config_file} (does the vocab belong to this model?)")
 
 
+def check_segments(config, options, pairs):
+  """A ValueError naming --bert_config_file when the run's inputs are text pairs (their second
+  text has segment id 1; `pairs` says whose, e.g. "the train examples of --task_name=MRPC")
+  and the config's token type table has one row (type_vocab_size=1): on a CPU a GatherV2
+  traceback in the first step, on a GPU zeros read silently. Called before any model is
+  built."""
+  if config.type_vocab_size < 2:
+    raise ValueError(f"--bert_config_file {options.bert_config_file} has type_vocab_size="
+                     f"{config.type_vocab_size}: {pairs} are text pairs (segment id 1), which "
+                     "need type_vocab_size >= 2")
+
+
 def check_max_seq_length(config, options):
   """The original's check: --max_seq_length at most the config's max_position_embeddings."""
   if options.max_seq_length > config.max_position_embeddings:
