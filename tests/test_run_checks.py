@@ -229,6 +229,29 @@ def test_vocab_longer_than_the_config_before_the_model(data, tmp_path, monkeypat
   assert not (tmp_path / "o").exists()
 
 
+def test_model_directory_vocab_longer_than_its_config(data, tmp_path, monkeypatch):  # noqa: F811
+  """The same rule for a model directory's vocab.txt (checkpoints.load_model, predict.py's
+  --model_dir): refused naming both files before the model is built."""
+  import shutil
+  directory = tmp_path / "model"
+  shutil.copytree(data / "init", directory)
+  shutil.copy(data / "config.json", directory / "bert_config.json")   # vocab_size 100
+  vocab = directory / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+                           + [f"w{i}" for i in range(96)]))
+  assert checkpoints.load_model(str(directory)).vocab_file == str(vocab)   # 100 ids: fits
+  vocab.write_text(vocab.read_text() + "w96\n")
+
+  def build(*args, **kwargs):
+    raise AssertionError("a model was built")
+  monkeypatch.setattr(task_registry.TaskKind, "build", build)
+  with pytest.raises(ValueError) as info:
+    checkpoints.load_model(str(directory))
+  assert str(info.value) == (f"{vocab} has ids up to 100, beyond the vocab_size 100 of "
+                             f"{directory / 'bert_config.json'} (does the vocab belong to this "
+                             "model?)")
+
+
 @pytest.mark.parametrize("script", ["run_classifier", "run_squad"])
 def test_one_token_type_with_text_pairs_before_the_model(tmp_path, monkeypatch, script):
   """type_vocab_size=1 has no segment id 1: a pair task (MRPC, SQuAD) is refused naming the
