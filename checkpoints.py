@@ -43,6 +43,7 @@ from bert_keras import checkpoint_rules
 from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import task_registry
+from bert_keras import tokenization
 from bert_keras.utils import file_io
 from bert_keras.utils import tensor_bundle
 from bert_keras.utils import weight_files
@@ -678,7 +679,8 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   """One call from a checkpoint directory to a ready model, its weights loaded.
 
   Problems (no checkpoint or config, unknown task, a config that does not fit the
-  checkpoint's shapes: check_config_matches) are ValueErrors naming the file, raised before
+  checkpoint's shapes: check_config_matches, a vocabulary with more ids than the config's
+  vocab_size: model_files.check_vocab_fits) are ValueErrors naming the file, raised before
   the model is built (a wrong config must not first allocate gigabytes). Given a model
   directory (a run_* output_dir or its best/, with task.json), a bert_config_file, vocab_file
   or do_lower_case that disagrees with its own files is a ValueError naming both.
@@ -766,12 +768,16 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
     num_labels = len(labels)
   if task_kind.labels and num_labels is None:
     num_labels = _classifier_rows(shapes, resolved)
+  if vocab_file is None and file_io.gfile.exists(os.path.join(directory, "vocab.txt")):
+    vocab_file = os.path.join(directory, "vocab.txt")
+  if vocab_file is not None:   # (before the model is built)
+    model_files.check_vocab_fits(
+        config, tokenization.load_vocab(vocab_file, lenient_decoding=True), vocab_file,
+        config_file)
   model = task_kind.build(config, num_labels, **model_kwargs)
   result = load_checkpoint(model, resolved, new_heads=new_heads)
   if task_kind.labels:
     model.labels = labels
-  if vocab_file is None and file_io.gfile.exists(os.path.join(directory, "vocab.txt")):
-    vocab_file = os.path.join(directory, "vocab.txt")
   if do_lower_case is None:
     do_lower_case = model_files.read_do_lower_case(directory, vocab_file)
   model.vocab_file, model.do_lower_case, model.load_result = vocab_file, do_lower_case, result

@@ -259,6 +259,19 @@ def read_do_lower_case(directory, vocab_file):
   return not any(w != w.lower() for w in words if not (w.startswith("[") and w.endswith("]")))
 
 
+def check_vocab_fits(config, vocab, vocab_name, config_name):
+  """A ValueError naming the vocabulary and the config when the vocabulary `vocab` (a token ->
+  id mapping, or its number of ids) has ids the model's embedding table lacks (vocab_size): on
+  a CPU a GatherV2 traceback once the model runs, on a GPU zeros read silently. The one rule,
+  for --vocab_file (runtime/run_checks.py) and a model directory's vocab.txt
+  (checkpoints.load_model); vocab_name and config_name say which ("--vocab_file x", a path)."""
+  largest = (vocab - 1 if isinstance(vocab, int) else max(vocab.values(), default=-1))
+  if largest >= config.vocab_size:
+    raise ValueError(f"{vocab_name} has ids up to {largest}, beyond the vocab_size "
+                     f"{config.vocab_size} of {config_name} (does the vocab belong to this "
+                     "model?)")
+
+
 def check_model_files(directory, bert_config_file, config, vocab_file, do_lower_case,
                       head=None):
   """load_model's arguments against a model directory's own files (only where `directory`

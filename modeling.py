@@ -114,7 +114,8 @@ class BertConfig(object):
     _refuse_unimplemented(json_object)   # before its markers (model_type) are dropped
     json_object = {k: v for k, v in json_object.items() if k not in _HF_MARKERS}
     act = json_object.get("hidden_act", "gelu")
-    json_object["hidden_act"] = _HF_ACTIVATIONS.get(act, act)
+    if isinstance(act, str):
+      json_object["hidden_act"] = _HF_ACTIVATIONS.get(act, act)
     return cls.from_dict(json_object)
 
   @classmethod
@@ -161,10 +162,16 @@ class BertConfig(object):
       value = getattr(self, name, None)
       if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < 1:
         raise ValueError("%s must be a number in [0, 1), got %r" % (name, value))
-    if not isinstance(self.initializer_range, (int, float)) or self.initializer_range < 0:
+    if not _is_number(self.initializer_range) or not 0 <= self.initializer_range < math.inf:
       raise ValueError("initializer_range must be a non-negative number, got %r"
                        % (self.initializer_range,))
-    get_activation(self.hidden_act)
+    eps = getattr(self, "layer_norm_eps", 1e-12)
+    if not _is_number(eps) or not 0 < eps < math.inf:
+      raise ValueError("layer_norm_eps must be a positive number, got %r" % (eps,))
+    try:
+      get_activation(self.hidden_act)
+    except ValueError as e:
+      raise ValueError("hidden_act: %s" % e) from None
     _refuse_unimplemented(self.__dict__)
     gigabytes, available = 4 * self.num_parameters() / 1e9, memory.physical_bytes() / 1e9
     if gigabytes > available:
@@ -191,6 +198,11 @@ class BertConfig(object):
 
   def __eq__(self, other):
     return isinstance(other, BertConfig) and self.to_dict() == other.to_dict()
+
+
+def _is_number(value):
+  """Whether a config value is an int or float (not a bool, a string or None)."""
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # Keys of HuggingFace configs that change the model, and the values BertModel computes: any other
@@ -266,15 +278,17 @@ def get_activation(activation):
   """Maps an activation name (case-insensitive) to a function; callables pass through.
 
   None, "" and "linear" give None. "gelu" is the tanh approximation (the original's);
-  "gelu_exact" (alias "gelu_erf") is the erf form. Unknown names raise ValueError.
+  "gelu_exact" (alias "gelu_erf") is the erf form. Unknown names and non-names (a number) raise
+  ValueError.
   """
-  if not isinstance(activation, str):
+  if callable(activation) or activation is None:
     return activation
-  name = activation.lower()
+  name = activation.lower() if isinstance(activation, str) else None
   if name in ("", "linear"):
     return None
   if name not in _ACTIVATIONS:
-    raise ValueError("Unsupported activation: %s" % activation)
+    raise ValueError("unsupported activation %r (supported: %s, linear)"
+                     % (activation, ", ".join(sorted(_ACTIVATIONS))))
   return _ACTIVATIONS[name]
 
 

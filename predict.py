@@ -285,6 +285,11 @@ def predict_stream(predictor, reader, write, options):
     texts_b = [b for _, _, b in batch] if columns.b else None
     results = predictor.predict([a for _, a, _ in batch], texts_b)
     for (row, _, _), prediction in zip(batch, results):
+      bad = predict_io.non_finite(prediction)
+      if bad is not None:
+        raise ValueError(f"{reader.where(row.line)}: the model of --model_dir "
+                         f"{options.model_dir} outputs {bad[0]} = {bad[1]} for this row, not a "
+                         "number (its weights or config are broken: a diverged model?); refused")
       fields = {k: v for k, v in row.fields.items() if k not in prediction}
       fields.update(prediction)
       try:

@@ -487,6 +487,12 @@ def run(options, strategy=None):
     processor = tfds_input.GlueReader(options.tfds_name, options.tfds_data_dir, processor,
                                       task_name)
   examples = read_examples(options, processor, label_list)
+  for split, split_examples in examples.items():
+    if split_examples and any(example.text_b for example in split_examples):
+      run_checks.check_segments(config, options, f"the {split} examples of " + (
+          f"--tfds_name {options.tfds_name}" if options.tfds_name
+          else f"--task_name={options.task_name}"))
+      break
   multi = isinstance(label_list, multi_label_lib.MultiLabelList)
   task = ClassifierTask(
       task_processor.is_regression, "eval_micro_f1" if multi else task_processor.metric_name,

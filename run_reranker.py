@@ -202,6 +202,7 @@ def run(options, strategy=None):
   options, _ = model_dir.resolve_options(options, DEFAULTS)
   _validate(options)
   config, tokenizer = run_checks.config_and_tokenizer(options)
+  run_checks.check_segments(config, options, "a cross-encoder's inputs (query, passage)")
   data = read_data(options)
   training.train_steps(options, _num_units(options, data["train"]) if data["train"] else 0,
                        _units(options))

@@ -429,6 +429,7 @@ def run(options, strategy=None):
       options, DEFAULTS, fill=("doc_stride", "max_query_length", "max_answer_length"))
   _check_options(options)
   config = run_checks.load_and_check_config(options)
+  run_checks.check_segments(config, options, "SQuAD's inputs (question, context)")
   validate_flags_or_throw(options, config)
   train_examples = predict_examples = None
   read = (tfds_squad_reader(options.tfds_name, options.tfds_data_dir) if options.tfds_name

@@ -6,6 +6,7 @@ model needs against what the host has."""
 import tensorflow as tf
 
 from bert_keras import checkpoints
+from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import tokenization
 from bert_keras.runtime import outputs
@@ -88,12 +89,21 @@ def check_vocab_fits(config, vocab, options):
   """A ValueError naming --vocab_file and --bert_config_file when the vocabulary (a token ->
   id mapping, or its number of ids) has ids the model's embedding table lacks (vocab_size):
   on a CPU a traceback after the model is built, on a GPU tf.gather reads zeros silently.
-  Called before any model is built."""
-  largest = (vocab - 1 if isinstance(vocab, int) else max(vocab.values(), default=-1))
-  if largest >= config.vocab_size:
-    raise ValueError(f"--vocab_file {options.vocab_file} has ids up to {largest}, beyond the "
-                     f"vocab_size {config.vocab_size} of --bert_config_file "
-                     f"{options.bert_config_file} (does the vocab belong to this model?)")
+  Called before any model is built. (model_files.check_vocab_fits, in the flags' words.)"""
+  model_files.check_vocab_fits(config, vocab, f"--vocab_file {options.vocab_file}",
+                               f"--bert_config_file {options.bert_config_file}")
+
+
+def check_segments(config, options, pairs):
+  """A ValueError naming --bert_config_file when the run's inputs are text pairs (their second
+  text has segment id 1; `pairs` says whose, e.g. "the train examples of --task_name=MRPC")
+  and the config's token type table has one row (type_vocab_size=1): on a CPU a GatherV2
+  traceback in the first step, on a GPU zeros read silently. Called before any model is
+  built."""
+  if config.type_vocab_size < 2:
+    raise ValueError(f"--bert_config_file {options.bert_config_file} has type_vocab_size="
+                     f"{config.type_vocab_size}: {pairs} are text pairs (segment id 1), which "
+                     "need type_vocab_size >= 2")
 
 
 def check_max_seq_length(config, options):

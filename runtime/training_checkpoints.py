@@ -9,8 +9,10 @@ import math
 import os
 
 from absl import logging
+import numpy as np
 import tensorflow as tf
 
+from bert_keras import checkpoint_rules
 from bert_keras import checkpoints
 
 
@@ -66,6 +68,22 @@ def restore_model_variables(path, names):
   return len(present)
 
 
+def check_finite_weights(model, path):
+  """A CheckpointError naming checkpoint `path` and the first floating-point variable of
+  `model` (just restored from it) holding a NaN or Inf (checkpoint_rules.checked_value): the
+  weights of a diverged model are refused before anything is evaluated, predicted, exported
+  or trained from them. Reads the variables, one at a time; checkpoints.load_checkpoint
+  checks each tensor as it reads it, so only a direct tf.train.Checkpoint restore needs this."""
+  for name, variable in named_model_variables(model, checkpoints.tf1_variable_map(model)).items():
+    if not checkpoint_rules.is_floating(variable.dtype):
+      continue
+    value = np.asarray(variable.numpy())
+    if not np.issubdtype(value.dtype, np.floating):  # bfloat16 (an ml_dtypes type)
+      value = value.astype(np.float32)
+    checkpoint_rules.checked_value(
+        path, variable.path if name.startswith("other_") else name, value)
+
+
 def warm_start(model, init_checkpoint):
   """--init_checkpoint: loads the model's variables from `init_checkpoint` (a file prefix or
   a directory, whose newest model.ckpt-N is used). One of our training checkpoints
@@ -82,6 +100,7 @@ def warm_start(model, init_checkpoint):
     raise checkpoints.CheckpointError(
         "%s: unreadable checkpoint: %s" % (path, " ".join(str(e.message).split())[:300])) from None
   if restored:
+    check_finite_weights(model, path)
     logging.info("init_checkpoint: restored %d variables from %s", restored, path)
   else:
     result = checkpoints.load_checkpoint(model, init_checkpoint)
@@ -177,7 +196,9 @@ def restore_for_inference(trainer, output_dir, init_checkpoint):
   """Without training: restores `trainer` (a training.Trainer) from the newest checkpoint in
   output_dir, else warm-starts its model from init_checkpoint; a warning when there is
   neither (the weights stay freshly initialised)."""
-  if trainer.restore_latest(output_dir):
+  latest = trainer.restore_latest(output_dir)
+  if latest:
+    check_finite_weights(trainer.model, latest)
     return
   if init_checkpoint:
     warm_start(trainer.model, init_checkpoint)

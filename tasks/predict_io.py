@@ -20,6 +20,8 @@ line decides (sniff_format): "{" -> jsonl, a tab -> tsv, else csv.
 
 import csv
 import json
+import math
+import numbers
 import re
 import sys
 
@@ -143,7 +145,7 @@ class Reader(object):
         yield Row(None, number, f"not UTF-8 (byte {e.start + 1} of the line)")
         continue
       try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_not_json)
       except ValueError as e:
         yield Row(None, number, f"not valid JSON ({e})")
         continue
@@ -217,6 +219,27 @@ def _is_unicode(value):
   return True
 
 
+def _not_json(constant):
+  """json.loads's parse_constant: NaN, Infinity and -Infinity (Python's extension) are not
+  JSON; a row holding one is a bad row (its echo could not be written as JSON)."""
+  raise ValueError(f"{constant} is not a JSON value")
+
+
+def non_finite(value, where=""):
+  """(path, number) of the first NaN or Inf in the JSON-like `value` (dicts, lists, numbers;
+  the path "probabilities.1", "embedding.7"), or None when every number is finite."""
+  if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+    return None if math.isfinite(value) else (where, float(value))
+  items = (value.items() if isinstance(value, dict)
+           else enumerate(value) if isinstance(value, (list, tuple)) else ())
+  for key, item in items:
+    found = non_finite(item, f"{where}.{key}" if where else str(key))
+    if found is not None:
+      return found
+  return None
+
+
 def json_line(fields):
-  """One output line: `fields` as compact JSON (UTF-8 text, not escaped) and a newline."""
-  return json.dumps(fields, ensure_ascii=False, separators=(", ", ": ")) + "\n"
+  """One output line: `fields` as compact JSON (UTF-8 text, not escaped) and a newline. A NaN
+  or Inf is a ValueError: it is not JSON."""
+  return json.dumps(fields, ensure_ascii=False, separators=(", ", ": "), allow_nan=False) + "\n"

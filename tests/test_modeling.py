@@ -83,8 +83,10 @@ def test_activations():
   assert modeling.get_activation("linear") is None and modeling.get_activation("") is None
   assert modeling.get_activation(tf.tanh) is tf.tanh
   np.testing.assert_allclose(modeling.get_activation("relu")(x), np.maximum(x, 0))
-  with pytest.raises(ValueError, match="Unsupported activation: swishy"):
+  with pytest.raises(ValueError, match=r"unsupported activation 'swishy' \(supported: gelu, "):
     modeling.get_activation("swishy")
+  with pytest.raises(ValueError, match=r"unsupported activation 5 \(supported: "):
+    modeling.get_activation(5)
 
 
 # --- layers against NumPy --------------------------------------------------------------------
@@ -522,7 +524,11 @@ def test_dropout_masks_differ_between_replicas():
     ({"num_attention_heads": 3}, r"The hidden size \(64\) is not a multiple of the number"),
     ({"vocab_size": 0}, "vocab_size must be a positive integer"),
     ({"hidden_dropout_prob": 1.5}, r"hidden_dropout_prob must be a number in \[0, 1\)"),
-    ({"hidden_act": "swishy"}, "Unsupported activation: swishy"),
+    ({"hidden_act": "swishy"}, r"hidden_act: unsupported activation 'swishy' \(supported: "),
+    ({"hidden_act": 5}, "hidden_act: unsupported activation 5 "),
+    ({"layer_norm_eps": -1}, "layer_norm_eps must be a positive number, got -1"),
+    ({"layer_norm_eps": 0}, "layer_norm_eps must be a positive number, got 0"),
+    ({"initializer_range": float("nan")}, "initializer_range must be a non-negative number"),
     ({"hidden_size": 10**9, "num_attention_heads": 1},
      "these sizes make a model of 9e.18 parameters"),
     ({"num_hidden_layers": 10**6}, "these sizes make a model of .* more than this"),

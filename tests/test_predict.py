@@ -419,6 +419,37 @@ def test_outputs_of_each_task_without_a_model():
       {"entities": [{"type": "PER", "text": "Jim", "start": 5, "end": 8, "score": 0.75}]}]
 
 
+def test_non_finite_outputs_are_refused_naming_the_row(tmp_path):
+  """A model whose outputs are NaN or Inf (a SavedModel of diverged weights, which cannot be
+  checked cheaply) is refused at the first such row, naming it: NaN is not JSON. An input row
+  holding NaN is a bad row; json_line never writes one."""
+  import tensorflow as tf
+  from bert_keras.tasks import predictors
+  good = np.array([[0.5, 0.25, 0.25]], np.float32)
+  calls = []
+
+  def serve(a, b):
+    calls.append(1)
+    value = good if len(calls) == 1 else np.array([[0.5, np.nan, np.inf]], np.float32)
+    return {"probabilities": tf.constant(value), "logits": tf.constant(value)}
+  predictor = predictors.GraphPredictor(serve, "classifier", labels=CLASSES)
+  path = tmp_path / "in.jsonl"
+  path.write_text('{"sentence": "a"}\n{"sentence": "b"}\n', encoding="utf-8")
+  with pytest.raises(ValueError, match=r"in\.jsonl line 2: the model of --model_dir m outputs "
+                     r"probabilities\.neu = nan for this row, not a number"):
+    predict.predict_file(predictor, predict.options(
+        model_dir="m", input_file=str(path), output_file=str(tmp_path / "out.jsonl"),
+        batch_size=1))
+  assert not (tmp_path / "out.jsonl").exists()
+  assert predict_io.non_finite({"a": [1, 2.5, {"b": [float("-inf")]}]}) == ("a.2.b.0", -np.inf)
+  assert predict_io.non_finite({"a": [1, np.float32(2.5)], "b": "nan"}) is None
+  with pytest.raises(ValueError, match="Out of range float"):
+    predict_io.json_line({"x": float("nan")})
+  path.write_text('{"sentence": "a", "n": NaN}\n', encoding="utf-8")
+  rows = list(predict_io.Reader(str(path), "jsonl"))
+  assert rows[0].fields is None and "NaN is not a JSON value" in rows[0].error
+
+
 def test_row_edge_cases_name_the_line_or_are_skipped(dirs, tmp_path, caplog):
   """JSON nested 100,000 deep and a lone surrogate escape are bad rows naming the file and
   line (skipped with --skip_bad_rows); a UTF-8 byte order mark on JSON Lines is skipped as on

@@ -229,6 +229,64 @@ def test_vocab_longer_than_the_config_before_the_model(data, tmp_path, monkeypat
   assert not (tmp_path / "o").exists()
 
 
+def test_model_directory_vocab_longer_than_its_config(data, tmp_path, monkeypatch):  # noqa: F811
+  """The same rule for a model directory's vocab.txt (checkpoints.load_model, predict.py's
+  --model_dir): refused naming both files before the model is built."""
+  import shutil
+  directory = tmp_path / "model"
+  shutil.copytree(data / "init", directory)
+  shutil.copy(data / "config.json", directory / "bert_config.json")   # vocab_size 100
+  vocab = directory / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+                           + [f"w{i}" for i in range(96)]))
+  assert checkpoints.load_model(str(directory)).vocab_file == str(vocab)   # 100 ids: fits
+  vocab.write_text(vocab.read_text() + "w96\n")
+
+  def build(*args, **kwargs):
+    raise AssertionError("a model was built")
+  monkeypatch.setattr(task_registry.TaskKind, "build", build)
+  with pytest.raises(ValueError) as info:
+    checkpoints.load_model(str(directory))
+  assert str(info.value) == (f"{vocab} has ids up to 100, beyond the vocab_size 100 of "
+                             f"{directory / 'bert_config.json'} (does the vocab belong to this "
+                             "model?)")
+
+
+@pytest.mark.parametrize("script", ["run_classifier", "run_squad"])
+def test_one_token_type_with_text_pairs_before_the_model(tmp_path, monkeypatch, script):
+  """type_vocab_size=1 has no segment id 1: a pair task (MRPC, SQuAD) is refused naming the
+  config, before any model is built (it was a GatherV2 traceback in the first step)."""
+  import importlib
+  module = importlib.import_module(f"bert_keras.{script}")
+  for name in ("BertClassifier", "BertSquad"):
+    monkeypatch.setattr(modeling, name, None)             # any model built would fail
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(f"{t}\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "w1", "w2"]))
+  config = config_file(tmp_path, type_vocab_size=1)
+  mrpc = tmp_path / "mrpc"
+  mrpc.mkdir()
+  (mrpc / "train.tsv").write_text("Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+                                  "1\t1\t2\tw1 w2\tw2 w1\n0\t3\t4\tw2\tw1\n")
+  squad = tmp_path / "train.json"
+  squad.write_text(json.dumps({"data": [{"paragraphs": [{"context": "w1 w2", "qas": [
+      {"id": "q1", "question": "w1", "answers": [{"text": "w2", "answer_start": 3}]}]}]}]}))
+  common = dict(vocab_file=str(vocab), bert_config_file=str(config), do_train=True,
+                output_dir=str(tmp_path / "o"), train_batch_size=1)
+  options, pairs = {
+      "run_classifier": lambda: (module.options(
+          data_dir=str(mrpc), task_name="MRPC", max_seq_length=16, **common),
+          "the train examples of --task_name=MRPC"),
+      "run_squad": lambda: (module.options(
+          train_file=str(squad), max_seq_length=32, max_query_length=8, doc_stride=8, **common),
+          "SQuAD's inputs (question, context)"),
+  }[script]()
+  with pytest.raises(ValueError) as info:
+    module.run(options)
+  assert str(info.value) == (f"--bert_config_file {config} has type_vocab_size=1: {pairs} are "
+                             "text pairs (segment id 1), which need type_vocab_size >= 2")
+  assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("value", [-0.1, 1.5])
 def test_warmup_proportion_outside_zero_one(value):
   from bert_keras import run_squad

@@ -233,3 +233,32 @@ def test_a_sparse_huge_safetensors_costs_only_the_tensors_taken(tmp_path, big_na
     assert lines[-1].startswith("refused") and "unknown.big" in lines[-1]
   else:
     assert lines[-1] == "loaded"
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_run_checkpoint_of_non_finite_weights_is_refused_when_restored(tmp_path, bad):
+  """A run's own model.ckpt-N is restored with tf.train.Checkpoint, not read tensor by tensor:
+  warm_start (--init_checkpoint, export_saved_model) and restore_for_inference (--do_eval,
+  --do_predict) check the restored weights, naming the checkpoint and the variable."""
+  from types import SimpleNamespace
+  from bert_keras.runtime import training_checkpoints
+  source = randomize(modeling.BertClassifier(_config(), num_labels=2))
+  kernel = source.bert.encoder_layers[1].attention.value.kernel
+  kernel.assign(np.where(np.arange(kernel.shape[1]) == 2, bad, kernel.numpy()).astype(np.float32))
+  checkpoint = tf.train.Checkpoint(model_variables=training_checkpoints.named_model_variables(
+      source, checkpoints.tf1_variable_map(source)))
+  run = str(tmp_path / "run")
+  prefix = training_checkpoints.make_checkpoint_manager(checkpoint, run).save()
+  message = (r"^%s: tensor bert/encoder/layer_1/attention/self/value/kernel holds 8 values that "
+             r"are not finite" % prefix)
+  model = modeling.BertClassifier(_config(), num_labels=2)
+  with pytest.raises(checkpoints.CheckpointError, match=message):
+    training_checkpoints.warm_start(model, run)
+
+  def restore_latest(output_dir):
+    tf.train.Checkpoint(model_variables=training_checkpoints.named_model_variables(
+        model, checkpoints.tf1_variable_map(model))).restore(prefix).expect_partial()
+    return prefix
+  trainer = SimpleNamespace(model=model, restore_latest=restore_latest)
+  with pytest.raises(checkpoints.CheckpointError, match=message):
+    training_checkpoints.restore_for_inference(trainer, run, None)
