@@ -441,11 +441,13 @@ class Trainer:
 
   def restore_latest(self, output_dir):
     """Restores model, optimizer and step from the newest checkpoint in output_dir;
-    returns its path, or None when there is none."""
+    returns its path, or None when there is none. Weights that are not finite (a diverged
+    run's) are a CheckpointError naming the checkpoint, for a resumed run as for evaluation."""
     latest = training_checkpoints.latest_checkpoint(output_dir)
     if latest:
       logging.info("Restoring from %s", latest)
       self._checkpoint().restore(latest).assert_existing_objects_matched()
+      training_checkpoints.check_finite_weights(self.model, latest)
     return latest
 
   def evaluate(self, dataset_fn, num_steps):

@@ -196,9 +196,7 @@ def restore_for_inference(trainer, output_dir, init_checkpoint):
   """Without training: restores `trainer` (a training.Trainer) from the newest checkpoint in
   output_dir, else warm-starts its model from init_checkpoint; a warning when there is
   neither (the weights stay freshly initialised)."""
-  latest = trainer.restore_latest(output_dir)
-  if latest:
-    check_finite_weights(trainer.model, latest)
+  if trainer.restore_latest(output_dir):  # (its weights checked finite there)
     return
   if init_checkpoint:
     warm_start(trainer.model, init_checkpoint)

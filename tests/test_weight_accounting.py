@@ -240,7 +240,6 @@ def test_a_run_checkpoint_of_non_finite_weights_is_refused_when_restored(tmp_pat
   """A run's own model.ckpt-N is restored with tf.train.Checkpoint, not read tensor by tensor:
   warm_start (--init_checkpoint, export_saved_model) and restore_for_inference (--do_eval,
   --do_predict) check the restored weights, naming the checkpoint and the variable."""
-  from types import SimpleNamespace
   from bert_keras.runtime import training_checkpoints
   source = randomize(modeling.BertClassifier(_config(), num_labels=2))
   kernel = source.bert.encoder_layers[1].attention.value.kernel
@@ -255,10 +254,21 @@ def test_a_run_checkpoint_of_non_finite_weights_is_refused_when_restored(tmp_pat
   with pytest.raises(checkpoints.CheckpointError, match=message):
     training_checkpoints.warm_start(model, run)
 
-  def restore_latest(output_dir):
-    tf.train.Checkpoint(model_variables=training_checkpoints.named_model_variables(
-        model, checkpoints.tf1_variable_map(model))).restore(prefix).expect_partial()
-    return prefix
-  trainer = SimpleNamespace(model=model, restore_latest=restore_latest)
+  # A Trainer's own checkpoint (model, optimizer, step): restore_latest checks what it
+  # restored, for --do_eval / --do_predict (restore_for_inference) as for a resumed run.
+  from bert_keras import optimization
+  from bert_keras.runtime import training
+
+  def trainer(model):
+    return training.Trainer(tf.distribute.get_strategy(), model,
+                            optimization.create_optimizer(1e-3, 10, 1), task=None,
+                            variable_names=checkpoints.tf1_variable_map(model))
+  resumed = str(tmp_path / "resumed")
+  saved = training_checkpoints.make_checkpoint_manager(trainer(source)._checkpoint(),
+                                                       resumed).save(checkpoint_number=3)
+  message = message.replace(prefix, saved)
   with pytest.raises(checkpoints.CheckpointError, match=message):
-    training_checkpoints.restore_for_inference(trainer, run, None)
+    training_checkpoints.restore_for_inference(
+        trainer(modeling.BertClassifier(_config(), num_labels=2)), resumed, None)
+  with pytest.raises(checkpoints.CheckpointError, match=message):
+    trainer(modeling.BertClassifier(_config(), num_labels=2)).restore_latest(resumed)
