@@ -220,10 +220,11 @@ def check_kind(options, writes):
   except ValueError:
     task_json = task
   if task_json not in writes:
+    article = lambda word: ("an " if word[0] in "aeiou" else "a ") + word  # noqa: E731
     raise ValueError(
-        f"--output_dir {output_dir} holds a {task} model ({os.path.join(output_dir, TASK_FILE)}"
-        f"), not a {' or '.join(writes)} model as this script trains and reads: give another "
-        "--output_dir")
+        f"--output_dir {output_dir} holds {article(task)} model ("
+        f"{os.path.join(output_dir, TASK_FILE)}), not {article(' or '.join(writes))} model as "
+        "this script trains and reads: give another --output_dir")
 
 
 def pin_options(namespace, description, defaults, names):
@@ -235,6 +236,7 @@ def pin_options(namespace, description, defaults, names):
   --output_dir, or --init_checkpoint without --do_train: a warm start trains a new head)."""
   if description["source"] != "output_dir" and getattr(namespace, "do_train", False):
     return
+  taken = []
   for name in names:
     if name not in defaults:
       continue
@@ -243,10 +245,14 @@ def pin_options(namespace, description, defaults, names):
     own = defaults[name] if own is None else own
     if name not in description["given"]:
       setattr(namespace, name, own)
+      taken.append(f"{name}={own}")
     elif getattr(namespace, name) != own:
       raise conflict_error(name, getattr(namespace, name), description, (
           f"the model was trained with {trained} "
           f"({os.path.join(description['directory'], TASK_FILE)})"))
+  if taken:
+    logging.info("From %s: %s", os.path.join(description["directory"], TASK_FILE),
+                 ", ".join(taken))
 
 
 def resolve_options(options, defaults, fill=(), pin=(), writes=()):

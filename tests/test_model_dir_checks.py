@@ -429,7 +429,7 @@ def test_a_script_refuses_another_kind_s_model_directory(base, tmp_path):
       (run_ner, dict(do_predict=True, data_dir=str(tmp_path)), "tagger"),
       (run_squad, dict(do_predict=True, predict_file=str(tmp_path / "dev.json")), "squad")):
     with pytest.raises(ValueError, match=fr"^--output_dir {directory} holds a classifier model "
-                       fr"\(.*task\.json\), not a {kind} model"):
+                       fr"\(.*task\.json\), not an? {kind} model"):
       script.run(script.options(output_dir=str(directory), **flags))
   assert sorted(p.name for p in directory.iterdir()) == before
   model_dir.check_kind(types.SimpleNamespace(output_dir=str(directory)),
