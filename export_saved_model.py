@@ -39,6 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import checkpoints
+from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import serving
@@ -286,8 +287,8 @@ def resolve_options(options):
   --do_lower_case, --max_seq_length, --task, --labels (or --num_labels 1 for a regression),
   --max_answer_length, and an embeddings model's --pooling and --normalize (a run_embeddings
   task.json's, a sentence-transformers directory's modules), each where not given; given
-  and in conflict with the directory, a one-line ValueError naming the flag and the
-  directory."""
+  and in conflict with the directory (--multi_label too), a one-line ValueError naming the
+  flag and the directory."""
   options, model = model_dir.resolve_options(
       options, DEFAULTS, fill=("max_answer_length", "pooling", "normalize"))
   if model is None:
@@ -310,9 +311,9 @@ def resolve_options(options):
   if options.task_name and NUM_LABELS.get(options.task_name.lower(), count) != count:
     raise model_dir.conflict_error("task_name", options.task_name, model,
                                    f"the model has {count} output(s)")
-  if (options.task == "classifier" and "multi_label" not in given and model.get("multi_label")
-      and hasattr(options, "multi_label")):
-    options.multi_label = True  # (a run_classifier --multi_label directory)
+  if options.task == "classifier" and hasattr(options, "multi_label"):
+    # (a run_classifier --multi_label directory's sigmoid head, else its softmax)
+    model_dir.pin_options(options, model, DEFAULTS, ("multi_label",))
   if options.task == "classifier" and not options.labels:
     if labels:
       options.labels = ",".join(labels)
@@ -331,6 +332,8 @@ def run(options):
       init_checkpoint=None, export_dir=None)})
   if options.task not in TASKS:
     raise ValueError(f"--task {options.task}: not one of {', '.join(TASKS)}")
+  model_files.check_output(options.export_dir, "--export_dir", options.init_checkpoint,
+                           "--init_checkpoint")
   config = run_checks.load_and_check_config(options)
   if (options.multi_label or options.threshold is not None) and options.task != "classifier":
     raise ValueError(f"--multi_label / --threshold are for --task=classifier, not "

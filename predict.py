@@ -59,6 +59,7 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
+from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import option_checks as checks
@@ -166,6 +167,7 @@ def check_options(options):
     if options.input_file != "-" and os.path.abspath(output) == os.path.abspath(
         options.input_file):
       raise ValueError(f"--output_file {output} is the --input_file")
+    model_files.check_output(output, "--output_file", options.model_dir, "--model_dir")
     if tf.io.gfile.isdir(output):
       raise ValueError(f"--output_file {output} is a directory: name a file")
     parent = os.path.dirname(output)
@@ -193,7 +195,7 @@ class Columns(object):
     trained_a, trained_b = predictor.text_columns
     self.a_flag, self.b_flag = text_a_column, text_b_column
     self.a, self.b = text_a_column or trained_a, text_b_column or trained_b
-    self.pair = predictor.pair
+    self.pair, self.task = predictor.pair, predictor.task
     self.squad = predictor.kind.outputs == "spans"
     self.resolved = False
 
@@ -211,8 +213,9 @@ class Columns(object):
       raise ValueError(f"{where}: no field {self.a!r} (--text_a_column) among {names}")
     if self.pair == "no":
       if self.b_flag:
-        raise ValueError(f"--text_b_column: the {self.squad and 'squad' or 'model'} takes "
-                         "one text")
+        raise ValueError(f"--text_b_column={self.b_flag}: the {self.task} model takes one "
+                         "text (its kind, or its task.json's \"pair\": false: trained on "
+                         "single texts)")
       self.b = ""
     elif self.b is None:
       defaults = predictors.SQUAD_FIELDS[1:] if self.squad else predictors.TEXT_B_FIELDS
@@ -323,6 +326,11 @@ def load_predictor(options):
   if (options.pooling is not None or options.normalize) and predictor.task != "embeddings":
     raise ValueError(f"--pooling / --normalize are for embeddings, not a {predictor.task} "
                      "model")
+  for name in ("doc_stride", "max_query_length", "max_answer_length"):
+    if getattr(options, name) is not None and predictor.kind.outputs != "spans":
+      raise ValueError(f"--{name}={getattr(options, name)} is for a squad model, not the "
+                       f"{predictor.task} model of --model_dir {options.model_dir} (a "
+                       "classifier's windows are its task.json's doc_stride)")
   if options.threshold is not None and not predictor.multi_label:
     raise ValueError(f"--threshold={options.threshold} is for a multi-label model (one trained "
                      f"with --multi_label), not the {predictor.task} model of --model_dir "

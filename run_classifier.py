@@ -122,6 +122,9 @@ def _define_custom_task_flags(fv=flags.FLAGS):
 # The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,
 # read from define_flags without parsing or touching absl's FLAGS.
 DEFAULTS = common_flags.flag_defaults(define_flags)
+# task.json's "task" of the models it trains (an --output_dir holding another kind's model is
+# refused: model_dir.check_kind).
+MODEL_KINDS = ("classifier", "regression")
 
 
 # ----------------------------------------------------------------------------
@@ -454,7 +457,8 @@ def run(options, strategy=None):
   strategy (built from the options when None). With a model directory as --output_dir or
   --init_checkpoint (runtime/model_dir.py), the model flags and --task_name may be left out.
   """
-  options, model = model_dir.resolve_options(options, DEFAULTS)
+  options, model = model_dir.resolve_options(
+      options, DEFAULTS, pin=classifier_options.TASK_JSON_OPTIONS, writes=MODEL_KINDS)
   _fill_task_from(options, model)
   _validate(options)
   config = run_checks.load_and_check_config(options)

@@ -247,7 +247,8 @@ def run(options, strategy=None):
   parsed FLAGS; strategy: a tf.distribute strategy (built from the options when None). With a
   model directory as --output_dir or --init_checkpoint, the model flags and --pooling /
   --normalize may be left out."""
-  options, _ = model_dir.resolve_options(options, DEFAULTS, fill=("pooling", "normalize"))
+  options, _ = model_dir.resolve_options(options, DEFAULTS, fill=("pooling", "normalize"),
+                                         writes=("embeddings",))
   _validate(options)
   config, tokenizer = run_checks.config_and_tokenizer(options)
   dims = parse_matryoshka_dims(options.matryoshka_dims, config.hidden_size)

@@ -216,7 +216,8 @@ def run(options, strategy=None):
   None}. options: a namespace from options(...), or the parsed FLAGS; strategy: a
   tf.distribute strategy (built from the options when None). With a model directory as
   --output_dir or --init_checkpoint (runtime/model_dir.py), the model flags may be left out."""
-  options, _ = model_dir.resolve_options(options, DEFAULTS, fill=("doc_stride",))
+  options, _ = model_dir.resolve_options(options, DEFAULTS, fill=("doc_stride",),
+                                         writes=("tagger",))
   _validate(options)
   config, tokenizer = run_checks.config_and_tokenizer(options)
   data = read_data(options)

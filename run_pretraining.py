@@ -192,7 +192,7 @@ def run(options, strategy=None):
   strategy (built from the options when None). With a model directory as --output_dir or
   --init_checkpoint (runtime/model_dir.py), --bert_config_file may be left out.
   """
-  options, _ = model_dir.resolve_options(options, DEFAULTS)
+  options, _ = model_dir.resolve_options(options, DEFAULTS, writes=("pretraining",))
   _validate(options)
   config = run_checks.load_and_check_config(options)
   if options.max_seq_length > config.max_position_embeddings:

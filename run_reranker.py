@@ -199,7 +199,7 @@ def run(options, strategy=None):
   None, "predict": the test results or None}. options: a namespace from options(...), or the
   parsed FLAGS; strategy: a tf.distribute strategy (built from the options when None). With a
   model directory as --output_dir or --init_checkpoint, the model flags may be left out."""
-  options, _ = model_dir.resolve_options(options, DEFAULTS)
+  options, _ = model_dir.resolve_options(options, DEFAULTS, writes=("reranker",))
   _validate(options)
   config, tokenizer = run_checks.config_and_tokenizer(options)
   run_checks.check_segments(config, options, "a cross-encoder's inputs (query, passage)")

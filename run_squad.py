@@ -426,7 +426,8 @@ def run(options, strategy=None):
   max_answer_length) may be left out.
   """
   options, _ = model_dir.resolve_options(
-      options, DEFAULTS, fill=("doc_stride", "max_query_length", "max_answer_length"))
+      options, DEFAULTS, fill=("doc_stride", "max_query_length", "max_answer_length"),
+      writes=("squad",))
   _check_options(options)
   config = run_checks.load_and_check_config(options)
   run_checks.check_segments(config, options, "SQuAD's inputs (question, context)")

@@ -204,19 +204,73 @@ def _source_model_dir(options):
   return None
 
 
-def resolve_options(options, defaults, fill=()):
+def check_kind(options, writes):
+  """A one-line ValueError when --output_dir holds a model directory (its task.json) of a
+  kind other than `writes` (the task.json "task" values the script writes: its models), named
+  with the directory's kind and the script's: the script would evaluate, predict or write its
+  files into another task's model. Not with --overwrite_output_dir (moved aside)."""
+  output_dir = getattr(options, "output_dir", None)
+  if not (writes and output_dir) or getattr(options, "overwrite_output_dir", False):
+    return
+  task = _readable(model_files.read_task, output_dir)
+  if task is None:
+    return
+  try:
+    task_json = task_registry.get(task).task_json or task
+  except ValueError:
+    task_json = task
+  if task_json not in writes:
+    article = lambda word: ("an " if word[0] in "aeiou" else "a ") + word  # noqa: E731
+    raise ValueError(
+        f"--output_dir {output_dir} holds {article(task)} model ("
+        f"{os.path.join(output_dir, TASK_FILE)}), not {article(' or '.join(writes))} model as "
+        "this script trains and reads: give another --output_dir")
+
+
+def pin_options(namespace, description, defaults, names):
+  """The task.json entries `names` that shape what a trained model computes (a classifier's
+  multi_label, doc_stride, window_pooling, label_separator), taken from the model directory
+  `description`: not given, the directory's (absent from task.json: the flag's default, e.g.
+  no windows); given and different, a one-line ValueError naming the flag, the directory and
+  its task.json (conflict_error). Only where the directory is the model the run uses (its
+  --output_dir, or --init_checkpoint without --do_train: a warm start trains a new head)."""
+  if description["source"] != "output_dir" and getattr(namespace, "do_train", False):
+    return
+  taken = []
+  for name in names:
+    if name not in defaults:
+      continue
+    own = description.get(name)
+    trained = f"{name}={own}" if own is not None else f"no {name}"
+    own = defaults[name] if own is None else own
+    if name not in description["given"]:
+      setattr(namespace, name, own)
+      taken.append(f"{name}={own}")
+    elif getattr(namespace, name) != own:
+      raise conflict_error(name, getattr(namespace, name), description, (
+          f"the model was trained with {trained} "
+          f"({os.path.join(description['directory'], TASK_FILE)})"))
+  if taken:
+    logging.info("From %s: %s", os.path.join(description["directory"], TASK_FILE),
+                 ", ".join(taken))
+
+
+def resolve_options(options, defaults, fill=(), pin=(), writes=()):
   """A run_* script's options completed from a model directory (source_model_dir), checked
   against it and against the run that made --output_dir (check_rerun).
 
   options: parsed absl FLAGS or a namespace over `defaults` (the script's DEFAULTS). Returns
   (namespace, description): a copy of the options where MODEL_OPTIONS and the task.json
-  entries named in `fill` (e.g. doc_stride) that were not given are the directory's, and
+  entries named in `fill` (e.g. doc_stride) that were not given are the directory's, those
+  named in `pin` are the directory's and may not be given otherwise (pin_options), and
   read_model_dir's dict of that directory (or None; its "given" entry is the set of options
   given explicitly). An option given and in conflict with the directory is a one-line
-  ValueError naming the flag and the directory (conflicts). Without a model directory the
-  options are the script's defaults, as before.
+  ValueError naming the flag and the directory (conflicts). writes: the task.json kinds the
+  script writes; an --output_dir holding another kind's model is refused (check_kind).
+  Without a model directory the options are the script's defaults, as before.
   """
   namespace, given = options_namespace(options, defaults)
+  check_kind(namespace, writes)
   _readable(check_rerun, namespace, given)
   description = None
   if not getattr(namespace, "_move_aside", False):
@@ -235,6 +289,7 @@ def resolve_options(options, defaults, fill=()):
     value = description.get(name)
     if name not in given and value is not None and name in defaults:
       setattr(namespace, name, value)
+  pin_options(namespace, description, defaults, pin)
   logging.info("Model files from %s (%s)", description["directory"], ", ".join(
       f"{name}={getattr(namespace, name)}" for name in MODEL_OPTIONS + tuple(fill)
       if name in defaults and name not in given and description.get(name) is not None))

@@ -48,6 +48,12 @@ def define_flags(fv=flags.FLAGS):
                     "--doc_stride: how a document's windows' logits are pooled.", flag_values=fv)
 
 
+# The flags task.json records (task_options) that shape what the trained model computes: a
+# run on a model directory takes them from there, and refuses them given otherwise
+# (model_dir.pin_options).
+TASK_JSON_OPTIONS = ("multi_label", "label_separator", "doc_stride", "window_pooling")
+
+
 # The flags' defaults (their definitions above): a flag set away from its default without
 # the flag it works with is refused (validate).
 DEFAULTS = common_flags.flag_defaults(define_flags)

@@ -502,7 +502,9 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     labels = model.labels
   if kind.outputs == "tags":
     check_tags(labels, description)
-  pair = "required" if description.get("pair") else kind.pair
+  # (task.json's "pair": a classifier trained on pairs reads pairs, one trained on single
+  # texts reads one text; an older directory without it, either)
+  pair = {True: "required", False: "no"}.get(description.get("pair"), kind.pair)
   do_lower_case = bool(model.do_lower_case if model.do_lower_case is not None else True)
   logging.info("predict: %s model from %s (max_seq_length %d, do_lower_case %s)", kind.name,
                path, max_seq_length, do_lower_case)

@@ -17,6 +17,7 @@ import pytest
 from bert_keras import checkpoints
 from bert_keras import convert_checkpoint
 from bert_keras import export_saved_model
+from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import predict
 from bert_keras.runtime import model_dir
@@ -352,3 +353,124 @@ def test_doc_spans_refuses_a_stride_that_never_ends():
     with pytest.raises(ValueError, match="at least 1"):
       windows.doc_spans(10, length, stride)
   assert windows.doc_spans(0, 4, 0) == []
+
+
+def _classifier_options(directory, **flags):
+  """run_classifier's options for a run on the model directory `directory` (its --output_dir),
+  resolved as run_classifier.run resolves them."""
+  from bert_keras import run_classifier
+  from bert_keras.tasks import classifier_options
+  return model_dir.resolve_options(
+      run_classifier.options(output_dir=str(directory), do_predict=True, **flags),
+      run_classifier.DEFAULTS, pin=classifier_options.TASK_JSON_OPTIONS,
+      writes=run_classifier.MODEL_KINDS)[0]
+
+
+def test_a_run_takes_the_model_s_multi_label_and_windows(base, tmp_path):
+  """task.json's multi_label, doc_stride and window_pooling are the run's when not given;
+  given otherwise, refused naming the flag and the directory's task.json."""
+  multi = _copy(base, "classifier", tmp_path / "m", multi_label=True,
+                thresholds=[0.5, 0.5, 0.5], label_separator=";")
+  (multi / "run_options.json").unlink()  # (its recorded kind is the single-label one)
+  options = _classifier_options(multi)
+  assert (options.multi_label, options.label_separator, options.doc_stride) == (True, ";", 0)
+  with pytest.raises(ValueError, match=r"^--multi_label=False conflicts with the model "
+                     r"directory .*: the model was trained with multi_label=True \(.*task\.json"):
+    _classifier_options(multi, multi_label=False)
+  single = _copy(base, "classifier", tmp_path / "s")
+  with pytest.raises(ValueError, match=r"^--multi_label=True conflicts .* trained with "
+                     r"multi_label=False"):
+    _classifier_options(single, multi_label=True)
+  with pytest.raises(ValueError, match=r"^--doc_stride=4 conflicts .* trained with no "
+                     r"doc_stride \(.*task\.json\)"):
+    _classifier_options(single, doc_stride=4)
+  windowed = _copy(base, "classifier", tmp_path / "w", doc_stride=4, window_pooling="max")
+  options = _classifier_options(windowed)
+  assert (options.doc_stride, options.window_pooling, options.multi_label) == (4, "max", False)
+  assert _classifier_options(windowed, doc_stride=4).window_pooling == "max"
+  with pytest.raises(ValueError, match=r"^--window_pooling=mean conflicts .* trained with "
+                     r"window_pooling=max"):
+    _classifier_options(windowed, doc_stride=4, window_pooling="mean")
+  # A warm start from a model directory trains a new head: nothing is taken.
+  from bert_keras import run_classifier
+  options, _ = model_dir.resolve_options(
+      run_classifier.options(output_dir=str(tmp_path / "new"), do_train=True,
+                             init_checkpoint=str(windowed), window_pooling="mean",
+                             doc_stride=2),
+      run_classifier.DEFAULTS, pin=("doc_stride", "window_pooling"))
+  assert (options.doc_stride, options.window_pooling) == (2, "mean")
+
+
+def test_export_multi_label_must_match_the_model(base, tmp_path):
+  single = str(base["paths"]["classifier"])
+  with pytest.raises(ValueError, match=r"^--multi_label=True conflicts with the model "
+                     r"directory .*: the model was trained with multi_label=False"):
+    export_saved_model.resolve_options(export_saved_model.options(
+        init_checkpoint=single, export_dir=str(tmp_path / "x"), multi_label=True))
+  multi = _copy(base, "classifier", tmp_path, multi_label=True, thresholds=[0.5, 0.5, 0.5])
+  (multi / "run_options.json").unlink()
+  assert export_saved_model.resolve_options(export_saved_model.options(
+      init_checkpoint=str(multi), export_dir=str(tmp_path / "x"))).multi_label
+  with pytest.raises(ValueError, match=r"^--multi_label=False conflicts"):
+    export_saved_model.resolve_options(export_saved_model.options(
+        init_checkpoint=str(multi), export_dir=str(tmp_path / "x"), multi_label=False))
+
+
+def test_a_script_refuses_another_kind_s_model_directory(base, tmp_path):
+  """A run_* script whose --output_dir holds another kind's model refuses it, naming the
+  directory, its task.json's task and the script's kind, before reading anything."""
+  from bert_keras import run_embeddings
+  from bert_keras import run_ner
+  from bert_keras import run_squad
+  directory = _copy(base, "classifier", tmp_path)
+  before = sorted(p.name for p in directory.iterdir())
+  for script, flags, kind in (
+      (run_embeddings, dict(do_eval=True, data_dir=str(tmp_path)), "embeddings"),
+      (run_ner, dict(do_predict=True, data_dir=str(tmp_path)), "tagger"),
+      (run_squad, dict(do_predict=True, predict_file=str(tmp_path / "dev.json")), "squad")):
+    with pytest.raises(ValueError, match=fr"^--output_dir {directory} holds a classifier model "
+                       fr"\(.*task\.json\), not an? {kind} model"):
+      script.run(script.options(output_dir=str(directory), **flags))
+  assert sorted(p.name for p in directory.iterdir()) == before
+  model_dir.check_kind(types.SimpleNamespace(output_dir=str(directory)),
+                       ("classifier", "regression"))
+
+
+def test_outputs_over_the_model_s_files_are_refused(base, tmp_path):
+  directory = _copy(base, "classifier", tmp_path)
+  task_json = (directory / "task.json").read_text()
+  source = tmp_path / "in.csv"
+  source.write_text("sentence\nthe dog is hairy .\n")
+  for name in ("task.json", "labels.txt", "model.ckpt.index", "best/x", "thresholds.json"):
+    with pytest.raises(ValueError, match=fr"^--output_file .*/{name} is the model directory's "
+                       fr"{name.split('/')[0]} of --model_dir"):
+      predict.run(predict.options(model_dir=str(directory), input_file=str(source),
+                                  output_file=str(directory / name)))
+  assert (directory / "task.json").read_text() == task_json
+  assert model_files.output_problem(directory / "out.jsonl", directory) is None
+  assert model_files.output_problem(tmp_path, directory) == "holds the model directory"
+  with pytest.raises(ValueError, match=r"^--export_dir .* is the model directory of "
+                     r"--init_checkpoint"):
+    export_saved_model.run(export_saved_model.options(init_checkpoint=str(directory),
+                                                      export_dir=str(directory)))
+  with pytest.raises(ValueError, match=r"^--output_dir .*best is the model directory's best"):
+    convert_checkpoint.run(convert_checkpoint.options(init_checkpoint=str(directory),
+                                                      output_dir=str(directory / "best")))
+  assert (directory / "task.json").read_text() == task_json
+
+
+def test_single_text_model_refuses_pair_and_squad_flags(base, tmp_path):
+  """A classifier trained on single texts (task.json "pair": false) refuses --text_b_column;
+  a model other than squad refuses squad's window flags (they would be ignored)."""
+  directory = _copy(base, "classifier", tmp_path, pair=False)
+  with pytest.raises(ValueError, match=r"^--text_b_column=other: the classifier model takes "
+                     r"one text .*task\.json's \"pair\": false"):
+    _predict(directory, tmp_path, "sentence,other\nthe dog is hairy .,who\n",
+             text_b_column="other")
+  for flag in ("doc_stride", "max_query_length", "max_answer_length"):
+    with pytest.raises(ValueError, match=fr"^--{flag}=8 is for a squad model, not the "
+                       "classifier model"):
+      _predict(directory, tmp_path, "sentence\nthe dog is hairy .\n", name="b.csv",
+               **{flag: 8})
+  rows = _predict(directory, tmp_path, "sentence,text_b\nthe dog is hairy .,who\n", "c.csv")
+  assert list(rows[0]["probabilities"]) == CLASSES
