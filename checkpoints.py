@@ -319,13 +319,22 @@ def _resolve_checkpoint(path):
         "%s: no checkpoint found (expected bert_model.ckpt.index, a `checkpoint` file, "
         "model.safetensors or pytorch_model.bin)%s" % (
             path, "; several *.index files, give the prefix" if indexes else ""))
-  if path.endswith((".safetensors", ".bin")) and gfile.exists(path):
+  if is_weight_file(path):
     return "huggingface", path
   if path.endswith(".index"):
     path = path[:-len(".index")]
   if not gfile.exists(path + ".index"):
     raise CheckpointError("%s: not a checkpoint (no %s.index)" % (path, path))
   return "tf", path
+
+
+def is_weight_file(path):
+  """Whether `path` is a HuggingFace weight file (model.safetensors, pytorch_model.bin, any
+  *.safetensors or *.bin file): accepted wherever a HuggingFace directory is, its directory
+  supplying config.json, vocab.txt and the other model files."""
+  path = os.fspath(path)
+  return (path.endswith((".safetensors", ".bin")) and file_io.gfile.exists(path)
+          and not file_io.gfile.isdir(path))
 
 
 def checkpoint_source(path):

@@ -154,9 +154,15 @@ def test_a_stray_safetensors_beside_a_run_checkpoint_is_refused_naming_both(tmp_
                        match=r"two sources of weights, .*model\.safetensors and the TensorFlow "
                              r"checkpoint .*bert_model\.ckpt\.index"):
       load()
-  # Each still loads when named.
+  # Each still loads when named, also as a run_* script's --init_checkpoint (the remedy the
+  # message gives): the file's weights, not the TensorFlow checkpoint's.
   checkpoints.load_checkpoint(modeling.BertModel(_config()), str(run / "model.safetensors"))
   checkpoints.load_checkpoint(classifier, str(run / "bert_model.ckpt"))
+  warm = randomize(modeling.BertClassifier(_config(), num_labels=2), seed=2)
+  training_checkpoints.warm_start(warm, str(run / "model.safetensors"))
+  stray = weight_files.read_safetensors(str(run / "model.safetensors"))
+  np.testing.assert_array_equal(warm.bert.embeddings.word_embeddings.numpy(),
+                                stray["embeddings.word_embeddings.weight"])
 
 
 @pytest.mark.parametrize("key, value", [
