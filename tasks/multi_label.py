@@ -188,19 +188,20 @@ def check_record(record, path):
   number in [0, 1] per label, "label_separator" (when there) a string."""
   if not isinstance(record, dict) or "labels" not in record or "thresholds" not in record:
     raise ValueError(f"{path}: not a thresholds file (a JSON object with \"labels\" and "
-                     f"\"thresholds\"), got {_shown(record)}")
+                     f"\"thresholds\"), not {_shown(record)}")
   labels, thresholds = record["labels"], record["thresholds"]
   problem = model_files.names_problem(labels)
   if problem:
-    raise ValueError(f"{path}: \"labels\" {problem}, got {_shown(labels)}")
-  if not isinstance(thresholds, list) or len(thresholds) != len(labels):
-    problem = f"must be a list of {len(labels)} numbers in [0, 1], one a label"
-  else:
-    problem = model_files.thresholds_problem(thresholds, len(labels))
-  if problem:
-    raise ValueError(f"{path}: \"thresholds\" {problem}, got {_shown(thresholds)}")
+    raise ValueError(f"{path}: \"labels\" {problem}, not {_shown(labels)}")
+  bad = [thresholds]  # (the value shown)
+  if isinstance(thresholds, list) and len(thresholds) == len(labels):
+    bad = [t for t in thresholds if isinstance(t, bool) or not isinstance(t, (int, float))
+           or not 0 <= t <= 1][:1]  # (a NaN is not)
+  if bad:
+    raise ValueError(f"{path}: \"thresholds\" must be {len(labels)} numbers in [0, 1] (one a "
+                     f"label), not {_shown(bad[0])}")
   if not isinstance(record.get("label_separator", ""), str):
-    raise ValueError(f"{path}: \"label_separator\" must be a string, got "
+    raise ValueError(f"{path}: \"label_separator\" must be a string, not "
                      f"{_shown(record['label_separator'])}")
 
 
