@@ -188,7 +188,7 @@ def check_record(record, path):
   number in [0, 1] per label, "label_separator" (when there) a string."""
   if not isinstance(record, dict) or "labels" not in record or "thresholds" not in record:
     raise ValueError(f"{path}: not a thresholds file (a JSON object with \"labels\" and "
-                     f"\"thresholds\"), not {_shown(record)}")
+                     f"\"thresholds\"): {_shown(record)}")
   labels, thresholds = record["labels"], record["thresholds"]
   problem = model_files.names_problem(labels)
   if problem:

@@ -231,8 +231,8 @@ _RECORD = {"labels": CLASSES, "thresholds": [0.5, 0.25, 0.5], "label_separator":
     (dict(_RECORD, labels=[1, 2, 3]), r"\"labels\" must be names"),
     (dict(_RECORD, label_separator=3), r"\"label_separator\" must be a string, not 3"),
     (["a", "b", "c"], r"not a thresholds file \(a JSON object with \"labels\" and "
-                      r"\"thresholds\"\), not \[\"a\""),
-    (None, r"not a thresholds file .*, not null"),
+                      r"\"thresholds\"\): \[\"a\""),
+    (None, r"not a thresholds file .*: null$"),
     ("{", r"not a thresholds file \(not JSON")])
 def test_thresholds_json_is_checked_naming_the_file_and_field(base, tmp_path, content, message):
   from bert_keras.tasks import multi_label
