@@ -320,13 +320,22 @@ def _resolve_checkpoint(path):
         "%s: no checkpoint found (expected bert_model.ckpt.index, a `checkpoint` file, "
         "model.safetensors or pytorch_model.bin)%s" % (
             path, "; several *.index files, give the prefix" if indexes else ""))
-  if path.endswith((".safetensors", ".bin")) and gfile.exists(path):
+  if is_weight_file(path):
     return "huggingface", path
   if path.endswith(".index"):
     path = path[:-len(".index")]
   if not gfile.exists(path + ".index"):
     raise CheckpointError("%s: not a checkpoint (no %s.index)" % (path, path))
   return "tf", path
+
+
+def is_weight_file(path):
+  """Whether `path` is a HuggingFace weight file (model.safetensors, pytorch_model.bin, any
+  *.safetensors or *.bin file): accepted wherever a HuggingFace directory is, its directory
+  supplying config.json, vocab.txt and the other model files."""
+  path = os.fspath(path)
+  return (path.endswith((".safetensors", ".bin")) and file_io.gfile.exists(path)
+          and not file_io.gfile.isdir(path))
 
 
 def checkpoint_source(path):
@@ -457,13 +466,24 @@ def check_config_matches(config, checkpoint):
     raise CheckpointError("; ".join(wrong))
 
 
-def _shape_error(name, ckpt_shape, model_shape, config):
+def _shape_error(path, name, ckpt_shape, model_shape, config, labels_head=False):
+  """The CheckpointError of tensor `name` of the checkpoint `path`, of shape ckpt_shape, for
+  a variable of model_shape. labels_head: the variable is a classifier or tagger head's
+  (output_weights [num_labels, H], output_bias [num_labels]), whose first axis is its number
+  of labels."""
+  model_shape = tuple(model_shape)
+  if labels_head and ckpt_shape[1:] == model_shape[1:]:
+    return CheckpointError(
+        "%s: the checkpoint's head has %d labels (%s %s), the model %d: a label list or "
+        "num_labels of another size" % (path, ckpt_shape[0], name, list(ckpt_shape),
+                                         model_shape[0]))
   return CheckpointError(
-      "%s: checkpoint shape %s != model shape %s. The model was probably built from a "
+      "%s: %s: checkpoint shape %s != model shape %s. The model was probably built from a "
       "bert_config.json that does not match the checkpoint (vocab_size=%s, hidden_size=%s, "
       "intermediate_size=%s, max_position_embeddings=%s, type_vocab_size=%s)." % (
-          name, list(ckpt_shape), list(model_shape), config.vocab_size, config.hidden_size,
-          config.intermediate_size, config.max_position_embeddings, config.type_vocab_size))
+          path, name, list(ckpt_shape), list(model_shape), config.vocab_size,
+          config.hidden_size, config.intermediate_size, config.max_position_embeddings,
+          config.type_vocab_size))
 
 
 @dataclasses.dataclass
@@ -493,7 +513,8 @@ def _assign(model, source, checkpoint_name, new_heads):
     present.add(checkpoint_rules.part(tf1))
     shape = tuple(source.shapes[ckpt])
     if (shape[::-1] if transpose else shape) != tuple(variable.shape):
-      raise _shape_error(ckpt, shape, variable.shape, config)
+      raise _shape_error(source.path, ckpt, shape, variable.shape, config,
+                         not transpose and checkpoint_rules.part(tf1) == "classifier")
     if not checkpoint_rules.is_floating(source.dtypes.get(ckpt, "F32")):
       raise CheckpointError("%s: tensor %s is stored as %s, not floating point: refused (a "
                             "weight is a float)" % (source.path, ckpt, source.dtypes[ckpt]))

@@ -127,6 +127,8 @@ def run(options):
   if labels is not None and not task_registry.get(task).labels:
     raise ValueError(f"--labels is for a classifier or a tagger; --init_checkpoint holds a "
                      f"{task} model")
+  if labels is not None:
+    _check_label_count(options.init_checkpoint, labels)
   # One conversion at a time into --output_dir (a lock beside it), a killed one's temporary
   # (.<name>.tmp-<pid>) removed.
   with outputs.locked_output(options.output_dir, "--output_dir"):
@@ -160,6 +162,19 @@ def _labels(text):
   if problem:
     raise ValueError(f"--labels={text}: {problem} (distinct non-empty names, comma-separated)")
   return labels
+
+
+def _check_label_count(path, labels):
+  """--labels of another number than the rows of the checkpoint's head: a ValueError naming
+  both and the checkpoint's file (before a model is built)."""
+  try:
+    _, resolved = checkpoints.checkpoint_source(path)
+    _, rows = checkpoints.checkpoint_head(checkpoints.checkpoint_shapes(path))
+  except checkpoints.CheckpointError as e:
+    raise ValueError(f"--init_checkpoint {e}") from None
+  if rows is not None and rows != len(labels):
+    raise ValueError(f"--labels names {len(labels)} labels, the checkpoint's head has {rows} "
+                     f"({resolved})")
 
 
 def _check_head(options, task):

@@ -8,7 +8,8 @@ field "-X-" is a sentence boundary. Fields are split at each occurrence of --del
 literal text (default: one space, as conlleval's -d; "\t", a backslash and a t, is a tab);
 with --delimiter_is_regex at each match of it as a regular expression, as conlleval's -d is
 ("[ \t]+": any run of blanks; a pattern that backtracks can take minutes on one line, which
-is why that is not the default). Every non-empty line has as many fields as the first. It
+is why that is not the default, and why a line it splits for over 2 s is an error naming the
+line). Every non-empty line has as many fields as the first. It
 prints conlleval's report, figure for figure:
 
   processed 8 tokens with 3 phrases; found: 3 phrases; correct: 2.
@@ -30,8 +31,11 @@ except ImportError as e:
   raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
 
 import argparse
+import contextlib
 import re
+import signal
 import sys
+import threading
 
 from bert_keras.tasks import ner_scoring
 from bert_keras.utils import file_io
@@ -61,14 +65,73 @@ def literal_pattern(text):
   return _SPECIAL.sub(r"\\\1", text)
 
 
-def evaluate(path, delimiter=" ", delimiter_is_regex=False):
+# The longest a --delimiter_is_regex pattern may take to split one line (seconds): a
+# pattern that backtracks catastrophically ("(a+)+$") takes minutes or hours on a line of a few
+# dozen characters; a usable one microseconds.
+REGEX_LINE_SECONDS = 2
+
+
+class _LineTimeout(Exception):
+  pass
+
+
+def evaluate(path, delimiter=" ", delimiter_is_regex=False, line_seconds=REGEX_LINE_SECONDS):
   """Finished ner_scoring.ConllCounts of a file ("-": standard input), its fields split at
-  each occurrence of the text `delimiter` (delimiter_is_regex: at each match of it)."""
+  each occurrence of the text `delimiter` (delimiter_is_regex: at each match of it, each line
+  in at most `line_seconds`, else a ValueError naming the file and line; in the main thread,
+  where a signal can interrupt the regular expression)."""
   if not delimiter_is_regex:
     delimiter = literal_pattern(delimiter)
-  if path == "-":
-    return ner_scoring.score_lines(sys.stdin, delimiter, "<stdin>")
-  return ner_scoring.score_file(path, delimiter)
+    if path == "-":
+      return ner_scoring.score_lines(sys.stdin, delimiter, "<stdin>")
+    return ner_scoring.score_file(path, delimiter)
+  name = "<stdin>" if path == "-" else path
+  line = [0]  # the number of the line being scored
+  with _line_time_limit(line_seconds):
+    try:
+      if path == "-":
+        lines = sys.stdin
+      else:
+        with open(path, "rb") as f:
+          lines = ner_scoring.decoded_lines(f.read(), path)
+      return ner_scoring.score_lines(_timed(lines, line_seconds, line), delimiter, name)
+    except _LineTimeout:
+      raise ValueError(
+          "%s line %d: --delimiter %r took over %g s on this line (a regular expression that "
+          "backtracks; a simpler one, e.g. '[ \\t]+', or a literal --delimiter without "
+          "--delimiter_is_regex)" % (name, line[0], delimiter, line_seconds)) from None
+
+
+@contextlib.contextmanager
+def _line_time_limit(seconds):
+  """SIGALRM raises _LineTimeout while the block runs (the timer itself armed per line by
+  _timed); the previous handler restored after. Nothing without `seconds` or outside the main
+  thread (signals reach only the main thread)."""
+  if not seconds or threading.current_thread() is not threading.main_thread():
+    yield
+    return
+
+  def expired(signum, frame):
+    raise _LineTimeout()
+
+  previous = signal.signal(signal.SIGALRM, expired)
+  try:
+    yield
+  finally:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _timed(lines, seconds, number):
+  """The lines, the timer armed for `seconds` while the consumer scores each (not while the
+  next is read: standard input may wait), number[0] the line's number."""
+  armed = bool(seconds) and threading.current_thread() is threading.main_thread()
+  for number[0], text in enumerate(lines, 1):
+    if armed:
+      signal.setitimer(signal.ITIMER_REAL, seconds)
+    yield text
+    if armed:
+      signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def main(argv=None):

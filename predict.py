@@ -11,7 +11,8 @@ or model.onnx, or its directory: tokenized with its vocab.txt and model_config.j
 TFLite or ONNX Runtime, the same rows as its SavedModel's: tasks/quantized.py), a
 sentence-transformers directory (embeddings, pooled and normalized as its modules say unless
 --pooling / --normalize), or with --task=embeddings any checkpoint
-directory checkpoints.load_model reads (Google's, HuggingFace's).
+directory checkpoints.load_model reads (Google's, HuggingFace's, or a model.safetensors /
+pytorch_model.bin file, its directory supplying the other files).
 --input_file: TSV or CSV with a header (by extension), JSON Lines (.jsonl, .json, .ndjson),
 or "-" for standard input; --input_format overrides (for "-" without it, the first line
 decides: "{" JSON Lines, a tab TSV, else CSV). The texts are the fields named as in training
@@ -59,6 +60,7 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
+from bert_keras import checkpoints
 from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras.runtime import common_flags
@@ -136,6 +138,7 @@ DEFAULTS = common_flags.flag_defaults(define_flags)
 def check_options(options):
   """Flag problems as one-line ValueErrors, before the model is loaded."""
   if not options.model_dir or not (tf.io.gfile.isdir(options.model_dir)
+                                   or checkpoints.is_weight_file(options.model_dir)
                                    or quantized.is_token_id_model(options.model_dir)):
     raise ValueError(f"--model_dir {options.model_dir}: no such directory")
   if options.rerank_run:

@@ -46,6 +46,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from bert_keras import checkpoints
 from bert_keras import predict
 from bert_keras import task_registry
 from bert_keras.pretraining_data import tfrecord_encoding
@@ -297,7 +298,8 @@ def check_options(options):
                      "standard input)")
   if not options.output_file or options.output_file == "-":
     raise ValueError("--output_file is required: the prefix of the output shards")
-  if not options.model_dir or not tf.io.gfile.isdir(options.model_dir):
+  if not options.model_dir or not (tf.io.gfile.isdir(options.model_dir)
+                                   or checkpoints.is_weight_file(options.model_dir)):
     raise ValueError(f"--model_dir {options.model_dir}: no such directory")
   try:
     files = expand_inputs(options.input_file)

@@ -94,17 +94,26 @@ def warm_start(model, init_checkpoint):
   if not init_checkpoint:
     return
   path = init_checkpoint_prefix(init_checkpoint)
-  try:
-    restored = restore_model_variables(path, checkpoints.tf1_variable_map(model))
-  except tf.errors.OpError as e:  # e.g. a CRC mismatch: the file is damaged
-    raise checkpoints.CheckpointError(
-        "%s: unreadable checkpoint: %s" % (path, " ".join(str(e.message).split())[:300])) from None
+  if checkpoints.is_weight_file(path):  # model.safetensors, pytorch_model.bin: no TF reader
+    restored = None
+  else:
+    restored = _restore_ours(path, model)
   if restored:
     check_finite_weights(model, path)
     logging.info("init_checkpoint: restored %d variables from %s", restored, path)
   else:
     result = checkpoints.load_checkpoint(model, init_checkpoint)
     logging.info("init_checkpoint: %s", result)
+
+
+def _restore_ours(path, model):
+  """restore_model_variables of checkpoints.tf1_variable_map(model), a damaged file a
+  CheckpointError naming it."""
+  try:
+    return restore_model_variables(path, checkpoints.tf1_variable_map(model))
+  except tf.errors.OpError as e:  # e.g. a CRC mismatch: the file is damaged
+    raise checkpoints.CheckpointError(
+        "%s: unreadable checkpoint: %s" % (path, " ".join(str(e.message).split())[:300])) from None
 
 
 def init_checkpoint_prefix(init_checkpoint):

@@ -15,6 +15,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from bert_keras import model_files
 from bert_keras.utils import file_io
 
 THRESHOLDS_FILE = "thresholds.json"
@@ -174,12 +175,38 @@ def read_record(directory):
       with tf.io.gfile.GFile(path) as f:
         try:
           record = json.loads(f.read())
-          if len(record["labels"]) != len(record["thresholds"]):
-            raise ValueError("as many labels as thresholds")
-        except (ValueError, KeyError, TypeError) as e:
-          raise ValueError(f"{path}: not a thresholds file ({e})") from None
+        except ValueError as e:
+          raise ValueError(f"{path}: not a thresholds file (not JSON: {e})") from None
+      check_record(record, path)
       return record
   return None
+
+
+def check_record(record, path):
+  """A ValueError naming the file `path` and the field when `record` (thresholds.json's value)
+  is not what write_thresholds writes: "labels" distinct non-empty names, "thresholds" one
+  number in [0, 1] per label, "label_separator" (when there) a string."""
+  if not isinstance(record, dict) or "labels" not in record or "thresholds" not in record:
+    raise ValueError(f"{path}: not a thresholds file (a JSON object with \"labels\" and "
+                     f"\"thresholds\"): {_shown(record)}")
+  labels, thresholds = record["labels"], record["thresholds"]
+  problem = model_files.names_problem(labels)
+  if problem:
+    raise ValueError(f"{path}: \"labels\" {problem}, not {_shown(labels)}")
+  bad = [thresholds]  # (the value shown)
+  if isinstance(thresholds, list) and len(thresholds) == len(labels):
+    bad = [t for t in thresholds if isinstance(t, bool) or not isinstance(t, (int, float))
+           or not 0 <= t <= 1][:1]  # (a NaN is not)
+  if bad:
+    raise ValueError(f"{path}: \"thresholds\" must be {len(labels)} numbers in [0, 1] (one a "
+                     f"label), not {_shown(bad[0])}")
+  if not isinstance(record.get("label_separator", ""), str):
+    raise ValueError(f"{path}: \"label_separator\" must be a string, not "
+                     f"{_shown(record['label_separator'])}")
+
+
+def _shown(value):
+  return json.dumps(value)[:80]
 
 
 def read_thresholds(directory, label_list=None):

@@ -233,10 +233,12 @@ def score_file(path, delimiter=" "):
   names the file and line of a byte that is not UTF-8 and of a malformed line."""
   with open(path, "rb") as f:
     data = f.read()
-  return score_lines(_decoded_lines(data, path), delimiter, path)
+  return score_lines(decoded_lines(data, path), delimiter, path)
 
 
-def _decoded_lines(data, path):
+def decoded_lines(data, path):
+  """The lines (str, without their newline) of a file's bytes `data`, decoded as UTF-8 one at
+  a time; a ValueError names `path` and the line of a byte that is not UTF-8."""
   lines = data.split(b"\n")
   if lines[-1] == b"":
     lines.pop()

@@ -6,6 +6,7 @@ model's within 1e-5."""
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -181,6 +182,15 @@ def test_bad_input_is_a_one_line_error(tmp_path):
                                                       output_dir=str(busy)))
   assert sorted(os.listdir(busy)) == ["notes.txt"]
   assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n]
+
+
+def test_labels_of_another_number_than_the_head_name_both_and_the_file(tmp_path):
+  source = _google_dir(tmp_path, _model("classifier", _config()))
+  with pytest.raises(ValueError, match=r"^--labels names 2 labels, the checkpoint's head has 3 "
+                     r"\(%s\)$" % re.escape(os.path.join(source, "bert_model.ckpt"))):
+    convert_checkpoint.run(convert_checkpoint.options(init_checkpoint=source, labels="a,b",
+                                                      output_dir=str(tmp_path / "o")))
+  assert not os.path.exists(tmp_path / "o")
 
 
 def test_a_run_ner_tagger_becomes_bert_for_token_classification(tmp_path):

@@ -7,6 +7,7 @@ export_saved_model's resolve_options, convert_checkpoint."""
 
 import contextlib
 import json
+import re
 import shutil
 import signal
 import types
@@ -214,6 +215,39 @@ def test_thresholds_are_fractions(base, tmp_path, thresholds):
   with pytest.raises(ValueError, match=r"task\.json: \"thresholds\" must be (numbers between "
                      r"0 and 1|one threshold or one per label \(3\))"):
     predictors.load(str(directory))
+
+
+_RECORD = {"labels": CLASSES, "thresholds": [0.5, 0.25, 0.5], "label_separator": ",",
+           "tuned": True}
+
+
+@pytest.mark.parametrize("content, message", [
+    (dict(_RECORD, thresholds=["a", "b", "c"]), r"\"thresholds\" must be 3 numbers in \[0, 1\] "
+                                                r"\(one a label\), not \"a\"$"),
+    (dict(_RECORD, thresholds=None), r"\"thresholds\" must be 3 numbers .*, not null$"),
+    (dict(_RECORD, thresholds=[0.5]), r"\"thresholds\" must be 3 numbers .*, not \[0\.5\]$"),
+    (dict(_RECORD, thresholds=[0.5, 1.5, 0.5]), r"\"thresholds\" must be 3 numbers .*, not 1\.5$"),
+    (dict(_RECORD, thresholds=[0.5, float("nan"), 0.5]), r"\"thresholds\" .*, not NaN$"),
+    (dict(_RECORD, labels=None), r"\"labels\" must be a non-empty list of names, not null"),
+    (dict(_RECORD, labels=[1, 2, 3]), r"\"labels\" must be names"),
+    (dict(_RECORD, label_separator=3), r"\"label_separator\" must be a string, not 3"),
+    (["a", "b", "c"], r"not a thresholds file \(a JSON object with \"labels\" and "
+                      r"\"thresholds\"\): \[\"a\""),
+    (None, r"not a thresholds file .*: null$"),
+    ("{", r"not a thresholds file \(not JSON")])
+def test_thresholds_json_is_checked_naming_the_file_and_field(base, tmp_path, content, message):
+  from bert_keras.tasks import multi_label
+  directory = _copy(base, "classifier", tmp_path, multi_label=True)
+  (directory / "run_options.json").write_text(json.dumps({"_task_kind": "multi_label"}))
+  path = directory / "thresholds.json"
+  path.write_text(content if isinstance(content, str) else json.dumps(content))
+  with pytest.raises(ValueError, match=r"^%s: %s" % (re.escape(str(path)), message)):
+    multi_label.read_record(str(directory))
+  if content is None:  # what predict.py reads
+    with pytest.raises(ValueError, match=r"^%s: not a thresholds file" % re.escape(str(path))):
+      predictors.load(str(directory))
+  path.write_text(json.dumps(_RECORD))
+  assert multi_label.read_thresholds(str(directory), CLASSES).tolist() == [0.5, 0.25, 0.5]
 
 
 def test_types_of_the_other_fields(base, tmp_path):

@@ -4,6 +4,7 @@ on cases worked out by hand from its documented rules, and against seqeval's def
 
 import json
 import random
+import re
 import subprocess
 import sys
 import time
@@ -191,6 +192,27 @@ def test_delimiter_is_literal_unless_asked(tmp_path):
   run = subprocess.run([sys.executable, str(REPO / "evaluate_ner.py"), str(path), "-d", "(",
                         "--delimiter_is_regex"], capture_output=True, text=True, cwd=tmp_path)
   assert run.returncode == 1 and "is not a regular expression" in run.stderr
+
+
+def test_a_backtracking_regex_delimiter_is_stopped_naming_the_line(tmp_path):
+  """--delimiter_is_regex: a pattern that backtracks catastrophically (hours on this line) is
+  stopped after line_seconds on a line, the error naming the file, the line and the pattern;
+  SIGALRM's handler is the caller's again after, and a usable pattern is not stopped."""
+  import signal
+  evil = tmp_path / "evil.txt"
+  evil.write_text("\n" + "a" * 40 + "b O O\n", encoding="utf-8")
+  before = signal.getsignal(signal.SIGALRM)
+  start = time.perf_counter()
+  with pytest.raises(ValueError, match=r"^%s line 2: --delimiter '\(a\+\)\+\$' took over 0\.2 s "
+                     r"on this line \(a regular expression that backtracks" % re.escape(str(evil))):
+    evaluate_ner.evaluate(str(evil), "(a+)+$", delimiter_is_regex=True, line_seconds=0.2)
+  assert time.perf_counter() - start < 10
+  assert signal.getsignal(signal.SIGALRM) is before
+  assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+  blanks = tmp_path / "blanks.txt"
+  blanks.write_text(EXAMPLE.replace(" ", " \t "), encoding="utf-8")
+  assert ner_scoring.report(evaluate_ner.evaluate(str(blanks), "[ \t]+", True, 0.2)) == \
+      EXAMPLE_REPORT
 
 
 def random_sentences(rng, count, types=("PER", "LOC", "ORG")):

@@ -264,6 +264,24 @@ def test_embeddings_of_a_checkpoint_directory(dirs, tmp_path, monkeypatch, capsy
   np.testing.assert_allclose([r["embedding"] for r in rows], cls, atol=2e-5)
 
 
+def test_embeddings_of_a_huggingface_weight_file(dirs, tmp_path):
+  """--model_dir a model.safetensors file, as --init_checkpoint takes it: its directory gives
+  config.json and vocab.txt; the same vectors as the checkpoint directory's."""
+  hf = tmp_path / "hf"
+  checkpoints.save_huggingface(dirs["models"]["embeddings"], str(hf),
+                               vocab_file=str(dirs["root"] / "vocab.txt"), do_lower_case=True)
+  path = tmp_path / "in.jsonl"
+  texts = [a for a, _ in PAIRS]
+  path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+  out = tmp_path / "out.jsonl"
+  predict.run(predict.options(model_dir=str(hf / "model.safetensors"), task="embeddings",
+                              input_file=str(path), output_file=str(out)))
+  got = [json.loads(line)["embedding"] for line in out.read_text().splitlines()]
+  want = _run(tmp_path, dirs, "embeddings", _csv(["text"], [[t] for t in texts]), "e.csv",
+              model_options=dict(task="embeddings"))
+  np.testing.assert_allclose(got, [r["embedding"] for r in want], atol=2e-5)
+
+
 def test_bad_rows_stop_or_are_skipped(dirs, tmp_path, caplog):
   good = json.dumps({"sentence": "the dog"}) + "\n"
   bad = [(b'{"sentence": "the dog"\n', 2, "not valid JSON"),

@@ -63,6 +63,23 @@ def test_other_errors_keep_their_traceback(error):
   assert file_io.file_error_text(error) is None
 
 
+def test_an_output_that_cannot_be_written_is_named_as_given(tmp_path):
+  """file_io's atomic writers write a temporary beside the output: an error names the output
+  the user gave, not the temporary."""
+  (tmp_path / "plain").write_text("a file, not a directory")
+  out = str(tmp_path / "plain" / "out.jsonl")
+
+  def run(options):
+    with file_io.atomic_output(out) as tmp:
+      with open(tmp, "w") as f:
+        f.write("x")
+  for main in (errors.script_main(run),
+               errors.script_main(lambda options: file_io.write_text_atomic(out, "x"))):
+    with pytest.raises(SystemExit) as info:
+      main(None)
+    assert str(info.value.code) == f"error: {out}: Not a directory"
+
+
 def test_damaged_record_mid_run_is_one_line(tmp_path):
   from test_run_pretraining import _write_records
   path = tmp_path / "damaged.tfrecord"

@@ -5,6 +5,7 @@ model.safetensors costs no more memory than the tensors the model takes."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -154,9 +155,33 @@ def test_a_stray_safetensors_beside_a_run_checkpoint_is_refused_naming_both(tmp_
                        match=r"two sources of weights, .*model\.safetensors and the TensorFlow "
                              r"checkpoint .*bert_model\.ckpt\.index"):
       load()
-  # Each still loads when named.
+  # Each still loads when named, also as a run_* script's --init_checkpoint (the remedy the
+  # message gives): the file's weights, not the TensorFlow checkpoint's.
   checkpoints.load_checkpoint(modeling.BertModel(_config()), str(run / "model.safetensors"))
   checkpoints.load_checkpoint(classifier, str(run / "bert_model.ckpt"))
+  warm = randomize(modeling.BertClassifier(_config(), num_labels=2), seed=2)
+  training_checkpoints.warm_start(warm, str(run / "model.safetensors"))
+  stray = weight_files.read_safetensors(str(run / "model.safetensors"))
+  np.testing.assert_array_equal(warm.bert.embeddings.word_embeddings.numpy(),
+                                stray["embeddings.word_embeddings.weight"])
+
+
+def test_a_shape_mismatch_names_the_file_and_a_head_its_labels(tmp_path):
+  """A head of another number of labels is said so (not "a bert_config.json that does not
+  match"); every shape mismatch names the checkpoint's file."""
+  hf = _hf_dir(tmp_path / "hf", checkpoints.hf_state_dict(
+      randomize(modeling.BertClassifier(_config(), num_labels=2))))
+  weights = re.escape(os.path.join(hf, "model.safetensors"))
+  with pytest.raises(checkpoints.CheckpointError,
+                     match=r"^%s: the checkpoint's head has 2 labels \(classifier\.weight "
+                           r"\[2, 8\]\), the model 3: a label list or num_labels of another size$"
+                           % weights):
+    checkpoints.load_checkpoint(modeling.BertClassifier(_config(), num_labels=3), hf)
+  with pytest.raises(checkpoints.CheckpointError,
+                     match=r"^%s: bert\.embeddings\.position_embeddings\.weight: checkpoint "
+                           r"shape \[10, 8\] != model shape \[12, 8\]" % weights):
+    checkpoints.load_checkpoint(
+        modeling.BertClassifier(_config(max_position_embeddings=12), num_labels=2), hf)
 
 
 @pytest.mark.parametrize("key, value", [

@@ -296,9 +296,9 @@ def atomic_output(path):
   try:
     yield tmp
     rename(tmp, path)
-  except BaseException:
+  except BaseException as e:
     remove_quietly(tmp)
-    raise
+    _raise_naming(e, tmp, path)
 
 
 def write_text_atomic(path, text):
@@ -317,9 +317,27 @@ def write_text_atomic(path, text):
       with open(tmp, "w", encoding="utf-8", newline="") as f:
         f.write(text)
       os.replace(tmp, path)
-  except BaseException:
+  except BaseException as e:
     remove_quietly(tmp)
-    raise
+    _raise_naming(e, tmp, path)
+
+
+def _raise_naming(error, tmp, path):
+  """Raises `error`, a file error about the temporary `tmp` reading as one about `path`, the
+  file the user named (an OSError's filename; a TensorFlow error's message)."""
+  if isinstance(error, OSError):
+    if error.filename == tmp:
+      error.filename = path
+    raise error
+  tf = sys.modules.get("tensorflow")
+  errors = getattr(tf, "errors", None)
+  if errors is not None and isinstance(error, errors.OpError) and tmp in (error.message or ""):
+    try:
+      renamed = type(error)(error.node_def, error.op, error.message.replace(tmp, path))
+    except TypeError:  # (a class of another signature: as it is)
+      raise error from None
+    raise renamed from None
+  raise error
 
 
 def allow_long_csv_fields():
