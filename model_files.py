@@ -33,6 +33,8 @@ import json
 import math
 import os
 
+from absl import logging
+
 from bert_keras import modeling
 from bert_keras import task_registry
 from bert_keras.utils import file_io
@@ -320,6 +322,12 @@ def check_vocab_fits(config, vocab, vocab_name, config_name):
     raise ValueError(f"{vocab_name} has ids up to {largest}, beyond the vocab_size "
                      f"{config.vocab_size} of {config_name} (does the vocab belong to this "
                      "model?)")
+  # Fewer ids than rows is legal (a table padded to a round size), but far fewer means most
+  # words read as [UNK]: said, not refused.
+  if largest + 1 < 0.9 * config.vocab_size:
+    logging.warning("%s has %d ids where the vocab_size of %s is %d: most of the embedding "
+                    "table is never read (does the vocab belong to this model?)", vocab_name,
+                    largest + 1, config_name, config.vocab_size)
 
 
 def check_model_files(directory, bert_config_file, config, vocab_file, do_lower_case,

@@ -384,10 +384,7 @@ def validate_flags_or_throw(options, bert_config):
     raise ValueError("If `do_train` is True, then `train_file` must be specified.")
   if options.do_predict and not options.predict_file and not options.tfds_name:
     raise ValueError("If `do_predict` is True, then `predict_file` must be specified.")
-  if options.max_seq_length > bert_config.max_position_embeddings:
-    raise ValueError(
-        "Cannot use sequence length %d because the BERT model was only trained up to "
-        "sequence length %d" % (options.max_seq_length, bert_config.max_position_embeddings))
+  run_checks.check_max_seq_length(bert_config, options)
   if options.max_seq_length <= options.max_query_length + 3:
     raise ValueError("The max_seq_length (%d) must be greater than max_query_length (%d) + 3 "
                      "(--max_seq_length, --max_query_length)"

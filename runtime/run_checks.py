@@ -107,11 +107,14 @@ def check_segments(config, options, pairs):
 
 
 def check_max_seq_length(config, options):
-  """The original's check: --max_seq_length at most the config's max_position_embeddings."""
+  """The original's check: --max_seq_length at most the config's max_position_embeddings (its
+  message, then the flag and the config file named)."""
   if options.max_seq_length > config.max_position_embeddings:
     raise ValueError(
         "Cannot use sequence length %d because the BERT model was only trained up to "
-        "sequence length %d" % (options.max_seq_length, config.max_position_embeddings))
+        "sequence length %d (--max_seq_length=%d; max_position_embeddings of %s)"
+        % (options.max_seq_length, config.max_position_embeddings, options.max_seq_length,
+           getattr(options, "bert_config_file", None) or "the model's config"))
 
 
 def config_and_tokenizer(options):

@@ -5,8 +5,10 @@ sizes, a truncated init checkpoint, a vocab longer than the config, --warmup_pro
 The run_pretraining runs reuse test_run_pretraining's tiny setup (2 layers, hidden 32)."""
 
 import json
+import logging
 import os
 import time
+import types
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from test_checkpoint_files import _Storage, _Tensor, write_bin  # noqa: F401  (a
 from test_run_pretraining import _options
 from test_run_pretraining import data  # noqa: F401  (a fixture)
 from bert_keras import checkpoints
+from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import task_registry
 from bert_keras import run_classifier
@@ -295,3 +298,29 @@ def test_warmup_proportion_outside_zero_one(value):
     with pytest.raises(ValueError, match=f"^--warmup_proportion={value}: must be in \\[0, 1\\]"):
       training.check_training_numbers(script.options(warmup_proportion=value))
   training.check_training_numbers(run_classifier.options(warmup_proportion=1.0))
+
+
+def test_a_vocab_far_shorter_than_the_table_is_said(caplog):
+  """A vocabulary with far fewer ids than the embedding table (most words would read as [UNK])
+  is warned about, naming both files; a table padded by a few rows is not."""
+  config = modeling.BertConfig(vocab_size=1000, hidden_size=32, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=64)
+  with caplog.at_level(logging.WARNING):
+    model_files.check_vocab_fits(config, 998, "x/vocab.txt", "x/config.json")
+  assert not [r for r in caplog.records if "never read" in r.getMessage()]
+  with caplog.at_level(logging.WARNING):
+    model_files.check_vocab_fits(config, {"[UNK]": 0, "a": 4}, "x/vocab.txt", "x/config.json")
+  said = [r.getMessage() for r in caplog.records if "never read" in r.getMessage()]
+  assert said and "x/vocab.txt has 5 ids" in said[0] and "x/config.json is 1000" in said[0]
+
+
+def test_max_seq_length_beyond_the_positions_names_the_flag_and_config():
+  """The original's message, then --max_seq_length and the config file named."""
+  config = modeling.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=64,
+                               max_position_embeddings=16)
+  options = types.SimpleNamespace(max_seq_length=32, bert_config_file="cfg/bert_config.json")
+  with pytest.raises(ValueError, match=r"^Cannot use sequence length 32 because the BERT model "
+                     r"was only trained up to sequence length 16 \(--max_seq_length=32; "
+                     r"max_position_embeddings of cfg/bert_config\.json\)$"):
+    run_checks.check_max_seq_length(config, options)
