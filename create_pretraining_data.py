@@ -914,4 +914,4 @@ def main(_):
 if __name__ == "__main__":
   from absl import app
   define_flags()
-  app.run(main)
+  app.run(main, flags_parser=errors.parse_flags)

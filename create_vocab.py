@@ -159,4 +159,4 @@ def run(FLAGS):
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  app.run(main, flags_parser=errors.parse_flags)

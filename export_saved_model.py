@@ -472,4 +472,4 @@ main = errors.script_main(run)
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  app.run(main, flags_parser=errors.parse_flags)

@@ -219,3 +219,25 @@ def test_a_run_s_stderr_has_no_tensorflow_iterator_noise(tmp_path):
   assert "***** Eval results *****" in proc.stderr
   for noise in ("GeneratorDataset", "rendezvous"):
     assert noise not in proc.stderr
+
+
+@pytest.mark.parametrize("script", [s for s in _scripts() if "app.run(" in (REPO / s).read_text(
+    encoding="utf-8")])  # (evaluate_squad.py and evaluate_ner.py take argparse's arguments)
+def test_every_script_parses_its_flags_with_the_one_line_parser(script):
+  """absl's own parser prints "FATAL Flags parsing error" and a second line; every script's
+  app.run takes a flags_parser that says a wrong flag in one `error:` line."""
+  runs = re.findall(r"app\.run\(main(.*)\)", (REPO / script).read_text(encoding="utf-8"))
+  assert runs and all("flags_parser=" in run for run in runs), (script, runs)
+
+
+@pytest.mark.parametrize("argument, expected", [
+    ("--no_such_flag=1", "error: Unknown command line flag 'no_such_flag' (--helpfull lists "
+                         "the flags)"),
+    ("--vocab_size=abc", "error: flag --vocab_size=abc: invalid literal for int() with base 10: "
+                         "'abc' (--helpfull lists the flags)")])
+def test_a_wrong_flag_is_one_line(argument, expected):
+  proc = subprocess.run([sys.executable, str(REPO / "create_vocab.py"), argument],
+                        env=ENV, capture_output=True, text=True, timeout=300)
+  lines = proc.stderr.strip().splitlines()
+  assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+  assert lines[0] == expected

@@ -74,6 +74,17 @@ def one_line_errors():
     raise SystemExit("error: " + text) from None
 
 
+def parse_flags(argv):
+  """The scripts' absl flag parser (app.run(main, flags_parser=parse_flags)): absl's, with a
+  wrong flag (unknown, or a value its type refuses) as one line `error: ...` and exit status 1
+  instead of absl's "FATAL Flags parsing error" and its second line."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    sys.stderr.write(f"error: {error_line(e)} (--helpfull lists the flags)\n")
+    sys.exit(1)
+
+
 def _without_node_names(message):
   """A TensorFlow error message without its {{function_node ...}} and [Op:...] parts."""
   return re.sub(r"\{\{[^}]*\}\}|\[Op:[^\]]*\]( name: \S*)?", "", str(message)).strip()
