@@ -30,13 +30,19 @@ def make_options(defaults, overrides):
   the overrides' names recorded as the flags given (option_checks.GIVEN: an override equal
   to its default is given, as a flag on the command line is).
 
+  Overrides copied from another namespace (`options(**{**vars(o), "x": 1})`) bring its GIVEN:
+  then the names given are its GIVEN and the overrides whose values differ from the defaults.
   An override that is not an option raises TypeError (a misspelt name would else be ignored).
   """
+  overrides = dict(overrides)
+  copied = overrides.pop(option_checks.GIVEN, None)
   unknown = set(overrides) - set(defaults)
   if unknown:
     raise TypeError(f"unknown options {sorted(unknown)}")
+  given = set(overrides) if copied is None else set(copied) | {
+      name for name, value in overrides.items() if value != defaults[name]}
   return types.SimpleNamespace(**{**defaults, **overrides,
-                                  option_checks.GIVEN: frozenset(overrides)})
+                                  option_checks.GIVEN: frozenset(given)})
 
 
 def define_tpu_flags(fv=flags.FLAGS):

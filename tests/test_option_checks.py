@@ -90,6 +90,13 @@ def test_a_flag_given_at_its_default_is_judged_as_given():
   assert checks.given_flags(given) == {"threshold"}
   assert list(checks.problems(given, table)) == ["--threshold=0.5 needs --multi_label (why)"]
   assert list(checks.problems(common_flags.make_options(defaults, {}), table)) == []
+  # Options copied from another namespace (options(**vars(o), ...)) keep what it was given,
+  # plus the values changed: copied defaults are not given.
+  copied = common_flags.make_options(defaults, {**vars(common_flags.make_options(
+      defaults, {"label_separator": ","})), "multi_label": True})
+  assert checks.given_flags(copied) == {"label_separator", "multi_label"}
+  assert list(checks.problems(common_flags.make_options(
+      defaults, dict(vars(common_flags.make_options(defaults, {})))), table)) == []
   # A namespace that does not say what was given: only a value off its default counts.
   assert list(checks.problems(types.SimpleNamespace(**defaults), table)) == []
   assert checks.given_flags(types.SimpleNamespace(**defaults)) is None
