@@ -203,8 +203,11 @@ def main():
     sys.exit(f"error: --negatives_run={args.negatives_run}: no such file")
   if args.negatives < 1:
     sys.exit(f"error: --negatives={args.negatives}: must be at least 1")
-  data = build(args.squad_dir, args.seed, args.max_train, args.answerable_only,
-               args.max_rerank_train, args.negatives_run, args.negatives)
+  try:  # (a malformed --negatives_run line: its reader's one-line ValueError)
+    data = build(args.squad_dir, args.seed, args.max_train, args.answerable_only,
+                 args.max_rerank_train, args.negatives_run, args.negatives)
+  except ValueError as e:
+    sys.exit(f"error: {e}")
   write(data, args.out)
   a = data["articles"]
   print(f"corpus: {len(data['corpus'])} paragraphs; train.tsv: {len(data['train'])} pairs "
