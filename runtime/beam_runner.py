@@ -9,7 +9,6 @@ apache_beam is imported only by import_beam and inside the functions: the module
 without it.
 """
 
-import sys
 
 DIRECT_RUNNERS = ("DirectRunner", "direct", "FnApiRunner")
 RUNNING_MODES = ("in_memory", "multi_threading", "multi_processing")
@@ -74,16 +73,10 @@ def unknown_beam_args(beam_args):
 
 
 def parse_flags(argv):
-  """absl's flags; the arguments it does not know are returned for Beam."""
-  from absl import app, flags
-  try:
-    return flags.FLAGS(argv, known_only=True)
-  except flags.Error as e:
-    sys.stderr.write("error: %s\n" % e)
-    sys.exit(1)
-  except app.UsageError as e:  # pragma: no cover
-    sys.stderr.write("error: %s\n" % e)
-    sys.exit(1)
+  """absl's flags (utils/errors.parse_flags: a wrong one is one `error:` line); the arguments
+  it does not know are returned for Beam."""
+  from bert_keras.utils import errors
+  return errors.parse_flags(argv, known_only=True)
 
 
 def metrics(result, namespace):

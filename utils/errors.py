@@ -74,12 +74,13 @@ def one_line_errors():
     raise SystemExit("error: " + text) from None
 
 
-def parse_flags(argv):
+def parse_flags(argv, known_only=False):
   """The scripts' absl flag parser (app.run(main, flags_parser=parse_flags)): absl's, with a
   wrong flag (unknown, or a value its type refuses) as one line `error: ...` and exit status 1
-  instead of absl's "FATAL Flags parsing error" and its second line."""
+  instead of absl's "FATAL Flags parsing error" and its second line. known_only: the
+  arguments absl does not know are returned (a Beam pipeline's options), not refused."""
   try:
-    return flags.FLAGS(argv)
+    return flags.FLAGS(argv, known_only=known_only)
   except flags.Error as e:
     sys.stderr.write(f"error: {error_line(e)} (--helpfull lists the flags)\n")
     sys.exit(1)
