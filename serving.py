@@ -273,10 +273,10 @@ def onnx_model(module, max_seq_length, opset=17):
   segment_ids int32 [B, S] (both axes dynamic: S up to max_seq_length, the position table's
   length; a batch padded only to its longest row runs on that), the task's outputs by name.
   Converted by tf2onnx (the [onnx] extra, with onnxruntime), imported here on first use (a
-  ValueError when it is not installed); then its LayerNorms and GELUs are one node each and its
-  shape arithmetic constants (utils/onnx_graph.py), and ONNX Runtime's transformer optimizer
-  fuses the residual adds into SkipLayerNormalization and the biases into BiasGelu (the
-  model runs in ONNX Runtime: com.microsoft ops)."""
+  ValueError when it is not installed); then its LayerNorms, GELUs and self-attention blocks
+  are one node each and its shape arithmetic constants (utils/onnx_graph.py), and ONNX
+  Runtime's transformer optimizer fuses the biases into BiasGelu (the model runs in ONNX
+  Runtime: com.microsoft ops)."""
   try:
     import onnxruntime  # noqa: F401  (optional: pip install 'bert-keras[onnx]')
     import sympy  # noqa: F401  (onnxruntime's symbolic shape inference)
@@ -302,20 +302,27 @@ def onnx_model(module, max_seq_length, opset=17):
   _erfc_as_erf(proto.graph)
   onnx_graph.fuse(proto)
   onnx_graph.simplify_shapes(proto)
+  onnx_graph.fuse_attention(proto)
   return _ort_fusions(proto).SerializeToString()
 
 
 def _ort_fusions(proto):
   """ONNX Runtime's transformer optimizer (model type bert, its own fusions only: opt_level 0)
-  on the ModelProto: Add + LayerNormalization -> SkipLayerNormalization, bias + Gelu ->
-  BiasGelu. (It finds no Attention in tf2onnx's graph.)"""
+  on the ModelProto: bias + Gelu -> BiasGelu. Not its SkipLayerNormalization (residual add +
+  LayerNormalization in one node): ONNX Runtime 1.32's CPU kernel of it took 3 to 5 times as
+  long as the Add and LayerNormalization it replaces (52 against 18 us on [1, 24, 384], 2.5
+  against 0.5 ms on [32, 40, 384]; bench/bench_cpu_inference.py's model has 13 of them)."""
   import logging as py_logging
+  from onnxruntime.transformers import fusion_options
   from onnxruntime.transformers import optimizer
   log = py_logging.getLogger("onnxruntime.transformers")
   level = log.level
   log.setLevel(py_logging.ERROR)  # (its "producer not matched: tf2onnx" warning)
+  options = fusion_options.FusionOptions("bert")
+  options.enable_skip_layer_norm = False
   try:
-    return optimizer.optimize_model(proto, model_type="bert", opt_level=0).model
+    return optimizer.optimize_model(proto, model_type="bert", opt_level=0,
+                                    optimization_options=options).model
   finally:
     log.setLevel(level)
 

@@ -69,6 +69,32 @@ def exports(source):
   return out
 
 
+@pytest.mark.parametrize("max_seq_length", [5, 16, 64])
+def test_token_ids_equal_the_graph_preprocessor(tmp_path, max_seq_length):
+  """TokenIds (numpy, outside the model) packs texts and pairs as BertPreprocessor (in the
+  graph, tested against the original) does: cut pairs, empty second texts, accents, CJK,
+  control characters, unknown words, texts longer than the window."""
+  import tensorflow as tf
+  from bert_keras import preprocessing
+  words = ["the", "cat", "sat", "on", "mat", "naive", "cafe", "##s", "##ing", "!", ",", "\u65e5",
+           "\u672c", "run"]
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("".join(t + "\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+                           + words), encoding="utf-8")
+  texts_a = ["The cats sat!", "", "Na\u00efve caf\u00e9s, running", "\u65e5\u672c\u8a9e the",
+             "cat " * 40, "\x00odd\u200b\tmat\r\n", "unknownword mat"]
+  texts_b = ["mat", "the cat", "", "sat " * 30, "on", "", "cat\u65e5"]
+  tokens = quantized.TokenIds(str(vocab), True, max_seq_length)
+  graph = preprocessing.BertPreprocessor(str(vocab), True, max_seq_length)
+  for b in (None, texts_b):
+    got = tokens(texts_a, b)
+    want = graph({"text_a": tf.constant(texts_a),
+                  "text_b": tf.constant(b if b is not None else [""] * len(texts_a))})
+    for name in ("input_ids", "input_mask", "segment_ids"):
+      assert got[name].dtype == np.int32
+      np.testing.assert_array_equal(got[name], want[name].numpy(), err_msg=name)
+
+
 def _rows(model_dir, input_file, tmp_path, name):
   output = str(tmp_path / f"{name}.jsonl")
   predict.run(predict.options(model_dir=model_dir, input_file=input_file, output_file=output))
@@ -97,13 +123,14 @@ def test_float_tflite_and_onnx_rows_equal_the_saved_model_rows(exports, source, 
 def test_one_onnx_model_runs_batches_of_different_lengths(exports, source):
   """model.onnx takes [B, S] of any S: two batches of different lengths through one session,
   each equal to the same rows padded to max_seq_length; the runner trims each batch to its
-  longest row. Its LayerNorms and GELUs are one node each, fused with the residual add and
-  the bias by ONNX Runtime's optimizer."""
+  longest row. Its LayerNorms, GELUs (fused with the bias) and self-attention blocks are one
+  node each; the residual adds stay apart from the LayerNorms (serving._ort_fusions)."""
   onnx = pytest.importorskip("onnx")
   path = os.path.join(exports["onnx"], "model.onnx")
-  ops = {node.op_type for node in onnx.load(path).graph.node}
-  assert {"SkipLayerNormalization", "BiasGelu"} <= ops, ops
-  assert not ops & {"GlobalAveragePool", "Erf", "Gelu"}, ops
+  ops = [node.op_type for node in onnx.load(path).graph.node]
+  assert {"LayerNormalization", "BiasGelu"} <= set(ops), ops
+  assert ops.count("Attention") == 2 and ops.count("Softmax") == 1, ops  # (the head's)
+  assert not set(ops) & {"GlobalAveragePool", "Erf", "Gelu", "SkipLayerNormalization"}, ops
   runner = quantized.runner(path)
   assert runner.dynamic_length
   config = quantized.read_config(exports["onnx"])

@@ -10,9 +10,11 @@ fusions do not recognise:
   * each exact GELU (TensorFlow's 0.5 x erfc(-x / sqrt 2), whose Erfc serving already wrote
     as 1 - Erf): Mul 0.5, Neg, Mul, Erf, Sub, Mul: six nodes, rewritten as ONNX Runtime's
     com.microsoft Gelu (the same erf GELU), which it fuses with the dense layer's bias add.
-With them in place ONNX Runtime's graph optimizer fuses Add + LayerNormalization into
-SkipLayerNormalization and bias + Gelu into BiasGelu at session start. Nothing else changes:
-the outputs are the same within float32 round-off.
+With them in place ONNX Runtime's graph optimizer fuses bias + Gelu into BiasGelu at session
+start. simplify_shapes then makes tf2onnx's shape arithmetic constant, and fuse_attention
+writes each self-attention block (Q, K, V, heads, softmax, merge: 19 nodes) as ONNX Runtime's
+com.microsoft Attention. Nothing else changes: the outputs are the same within float32
+round-off.
 
 fuse(model) rewrites a ModelProto in place and returns {"LayerNormalization": n, "Gelu": n}.
 """
@@ -22,6 +24,8 @@ import math
 import numpy as np
 
 MICROSOFT = "com.microsoft"
+# one-input elementwise ops a dense layer may end with (its activation)
+_ACTIVATIONS = ("Gelu", "Relu", "Tanh", "Sigmoid")
 
 
 class _Graph(object):
@@ -37,6 +41,7 @@ class _Graph(object):
     self.constants = {i.name: i for i in graph.initializer}
 
   def node(self, name, op_type):
+    """The node of this type that writes `name`, else None."""
     node = self.producer.get(name)
     return node if node is not None and node.op_type == op_type else None
 
@@ -155,6 +160,125 @@ def fuse(model):
   return counts
 
 
+def fuse_attention(model):
+  """Each self-attention block of tf2onnx's graph (after simplify_shapes: constant head
+  shapes) in `model` (a ModelProto, rewritten in place) as one com.microsoft Attention node:
+      Q, K, V = x W_q + b_q, x W_k + b_k, x W_v + b_v       (each [B, S, H])
+      heads: Reshape [0, 0, N, D], Transpose (K to [B, N, D, S], Q and V to [B, N, S, D])
+      P = Softmax(Q K * scale + (1 - mask[B, 1, 1, S]) * c)   (mask: a [B, S] graph input)
+      out = Reshape(Transpose(P V), [0, 0, H])                -> [B, S, H]
+  becomes Attention(x, [W_q W_k W_v], [b_q b_k b_v], mask; num_heads N, scale, mask_filter_value
+  c): the same function, which ONNX Runtime runs as one kernel (QAttention once quantized: one
+  int8 product for Q, K and V) instead of 19 nodes. Returns the number of blocks fused."""
+  from onnx import helper
+  from onnx import numpy_helper
+  g = _Graph(model.graph)
+  placed = {}
+  for node in model.graph.node:
+    found = _attention(g, node) if node.op_type == "Reshape" else None
+    if found is None:
+      continue
+    x, weights, biases, mask, heads, scale, fill = found
+    name = node.name + "_attention"
+    model.graph.initializer.extend([
+        numpy_helper.from_array(np.concatenate(weights, 1), name + "_qkv_weight"),
+        numpy_helper.from_array(np.concatenate(biases, 0), name + "_qkv_bias")])
+    placed[id(node)] = helper.make_node(
+        "Attention", [x, name + "_qkv_weight", name + "_qkv_bias", mask], [node.output[0]],
+        name=name, domain=MICROSOFT, num_heads=heads, scale=scale, mask_filter_value=fill)
+  if placed:
+    nodes = [placed.get(id(n), n) for n in model.graph.node]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    if not any(o.domain == MICROSOFT for o in model.opset_import):
+      model.opset_import.append(helper.make_opsetid(MICROSOFT, 1))
+    _drop_dead_nodes(model.graph)
+    _drop_unused_initializers(model.graph)
+  return len(placed)
+
+
+def _attention(g, merge):
+  """(x, [W_q, W_k, W_v], [b_q, b_k, b_v], mask input, heads, scale, mask fill) when `merge`
+  (a Reshape) ends fuse_attention's pattern, else None."""
+  from onnx import numpy_helper
+  back = g.node(merge.input[0], "Transpose")
+  if back is None or _perm(back) != [0, 2, 1, 3] or _constant_array(g, merge.input[1]) is None:
+    return None
+  product = g.node(back.input[0], "MatMul")  # P V
+  probs = product and g.node(product.input[0], "Softmax")
+  logits = probs and g.node(probs.input[0], "Add")
+  if logits is None:
+    return None
+  for k in (0, 1):
+    scaled, mask = g.node(logits.input[k], "Mul"), _mask_bias(g, logits.input[1 - k])
+    if scaled is None or mask is None:
+      continue
+    for j in (0, 1):
+      scores, scale = g.node(scaled.input[j], "MatMul"), g.scalar(scaled.input[1 - j])
+      if scores is None or scale is None:
+        continue
+      q = _heads(g, scores.input[0], [0, 2, 1, 3])
+      key = _heads(g, scores.input[1], [0, 2, 3, 1])
+      v = _heads(g, product.input[1], [0, 2, 1, 3])
+      if None in (q, key, v) or len({q[0], key[0], v[0]}) != 1 or not (
+          q[3] == key[3] == v[3]) or q[3][:2] != [0, 0]:
+        return None
+      heads, size = q[3][2:]
+      weights = [numpy_helper.to_array(g.constants[part[1]]) for part in (q, key, v)]
+      if weights[0].ndim != 2 or heads * size != weights[0].shape[1] or (
+          _constant_array(g, merge.input[1]).tolist() != [0, 0, heads * size]):
+        return None
+      biases = [numpy_helper.to_array(g.constants[part[2]]) for part in (q, key, v)]
+      return q[0], weights, biases, mask[0], heads, scale, mask[1]
+  return None
+
+
+def _heads(g, name, perm):
+  """(x, W, b, [0, 0, N, D]) when `name` is Transpose(Reshape(x W + b, [0, 0, N, D]), perm)
+  with W and b constants, else None."""
+  split = g.node(name, "Transpose")
+  if split is None or _perm(split) != perm:
+    return None
+  reshape = g.node(split.input[0], "Reshape")
+  if reshape is None:
+    return None
+  shape, add = _constant_array(g, reshape.input[1]), g.node(reshape.input[0], "Add")
+  if shape is None or add is None or shape.size != 4:
+    return None
+  for k in (0, 1):
+    matmul = g.node(add.input[k], "MatMul")
+    if (matmul is not None and add.input[1 - k] in g.constants
+        and matmul.input[1] in g.constants):
+      return matmul.input[0], matmul.input[1], add.input[1 - k], shape.tolist()
+  return None
+
+
+def _mask_bias(g, name):
+  """(mask, c) when `name` is (1 - mask) * c, the mask a graph input reached through Cast,
+  Unsqueeze, Slice and Reshape only (BERT's additive attention mask), else None."""
+  mul = g.node(name, "Mul")
+  for k in (0, 1) if mul is not None else ():
+    fill, sub = g.scalar(mul.input[1 - k]), g.node(mul.input[k], "Sub")
+    if fill is None or sub is None or g.scalar(sub.input[0]) != 1.0:
+      continue
+    source = sub.input[1]
+    while source in g.producer and g.producer[source].op_type in (
+        "Cast", "Unsqueeze", "Slice", "Reshape"):
+      source = g.producer[source].input[0]
+    if any(i.name == source for i in g.graph.input):
+      return source, fill
+  return None
+
+
+def _perm(node):
+  return next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+
+
+def _constant_array(g, name):
+  from onnx import numpy_helper
+  return numpy_helper.to_array(g.constants[name]) if name in g.constants else None
+
+
 def simplify_shapes(model):
   """tf2onnx's shape arithmetic of a model with inputs [B, S] replaced by constants where ONNX
   Runtime's symbolic shape inference proves them (a ModelProto, rewritten in place):
@@ -193,8 +317,8 @@ def simplify_shapes(model):
 
 
 def _flat_dense(g, matmul, shapes):
-  """Rewires MatMul(Reshape(x, [-1, H]), W) + b -> Reshape(., [B, S, U]) as MatMul(x, W) + b
-  when the shapes prove it; True when it did."""
+  """Rewires MatMul(Reshape(x, [-1, H]), W) + b [-> an elementwise activation] -> Reshape(.,
+  [B, S, U]) as MatMul(x, W) + b [-> activation] when the shapes prove it; True when it did."""
   flat = g.node(matmul.input[0], "Reshape")
   readers = g.consumers.get(matmul.output[0], [])
   if flat is None or matmul.input[1] not in g.constants or len(readers) != 1 or (
@@ -203,7 +327,11 @@ def _flat_dense(g, matmul, shapes):
   add = readers[0]
   if g.other(add, matmul.output[0]) not in g.constants:
     return False
-  unflat = g.consumers.get(add.output[0], [])
+  last = add
+  unflat = g.consumers.get(last.output[0], [])
+  if len(unflat) == 1 and unflat[0].op_type in _ACTIVATIONS and len(unflat[0].input) == 1:
+    last = unflat[0]
+    unflat = g.consumers.get(last.output[0], [])
   if len(unflat) != 1 or unflat[0].op_type != "Reshape":
     return False
   x, out = shapes.get(flat.input[0]), shapes.get(unflat[0].output[0])
@@ -211,7 +339,7 @@ def _flat_dense(g, matmul, shapes):
   if not x or not out or len(x) < 3 or out != x[:-1] + [units]:
     return False
   matmul.input[0] = flat.input[0]
-  add.output[0] = unflat[0].output[0]
+  last.output[0] = unflat[0].output[0]
   unflat[0].output[0] = unflat[0].output[0] + "_unused"
   return True
 
