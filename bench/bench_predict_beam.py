@@ -9,8 +9,10 @@ model loads, worker start-up, reading, predicting, writing):
   beam 1            predict_beam.py, DirectRunner in-process (in_memory)
   beam N            predict_beam.py, --direct_num_workers=N --direct_running_mode=multi_processing
 Each peer runs --repeats times, rounds interleaved, and keeps its best wall time. The table
-gives wall time, rows/s and the ratio to predict.py; the outputs are checked to hold the same
-labels for every row (the probabilities within 1e-5).
+gives wall time, rows/s and the ratio to predict.py, and each peer's CPU time (user + system of
+its processes) over its wall time: the cores it kept busy; predict.py's bounds what any runner
+can gain on the same cores. The outputs are checked to hold the same labels for every row (the
+probabilities within 1e-5).
 
   python bench/bench_predict_beam.py                    # tiny model, 30000 rows, 1 and 2 workers
   python bench/bench_predict_beam.py --model=small --rows=20000 --workers=1,2
@@ -23,6 +25,7 @@ import json
 import os
 import pathlib
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -81,12 +84,15 @@ def make_inputs(directory, args):
 
 
 def run_peer(command, env):
+  """(wall seconds, CPU seconds: user + system of the process and all it started)."""
+  before = resource.getrusage(resource.RUSAGE_CHILDREN)
   start = time.perf_counter()
   done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=str(REPO))
   seconds = time.perf_counter() - start
+  after = resource.getrusage(resource.RUSAGE_CHILDREN)
   if done.returncode != 0:
     raise SystemExit("failed: %s\n%s" % (" ".join(command), done.stderr[-3000:]))
-  return seconds
+  return seconds, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 def read_rows(paths):
@@ -127,12 +133,13 @@ def main():
       peers[f"beam {n}"] = ([sys.executable, "predict_beam.py", f"--output_file={tmp}/beam{n}",
                              f"--direct_num_workers={n}", f"--direct_running_mode={mode}"]
                             + common, f"{tmp}/beam{n}-*-of-*.jsonl")
-    best = {}
+    best, cpu = {}, {}
     for _ in range(args.repeats):
       for name, (command, _) in peers.items():
-        seconds = run_peer(command, env)
-        best[name] = min(best.get(name, seconds), seconds)
-        print(f"  {name}: {seconds:.1f} s", file=sys.stderr)
+        seconds, cpu_seconds = run_peer(command, env)
+        if seconds < best.get(name, float("inf")):
+          best[name], cpu[name] = seconds, cpu_seconds
+        print(f"  {name}: {seconds:.1f} s, CPU {cpu_seconds:.1f} s", file=sys.stderr)
     reference = read_rows(peers["predict.py"][1])
     differences = {name: check_same(reference, read_rows(sorted(glob.glob(pattern))), name)
                    for name, (_, pattern) in peers.items() if name != "predict.py"}
@@ -142,19 +149,28 @@ def main():
         f"{args.max_seq_length}, {os.cpu_count()} CPUs, load average {load[0]:.1f} "
         f"(after the runs), best of {args.repeats}, end to end (processes started, models "
         "loaded)")
-  print(f"| {'peer':<12} | {'wall (s)':>8} | {'rows/s':>8} | {'vs predict.py':>13} |")
-  print(f"|{'-' * 14}|{'-' * 9}:|{'-' * 9}:|{'-' * 14}:|")
+  print(f"| {'peer':<12} | {'wall (s)':>8} | {'rows/s':>8} | {'vs predict.py':>13} | "
+        f"{'CPU (s)':>7} | {'cores busy':>10} |")
+  print(f"|{'-' * 14}|{'-' * 9}:|{'-' * 9}:|{'-' * 14}:|{'-' * 8}:|{'-' * 11}:|")
   figures = {}
   for name in peers:
     rate = args.rows / best[name]
     figures[name] = {"seconds": round(best[name], 2), "rows_per_s": round(rate, 1),
-                     "ratio": round(rate / base, 3)}
-    print(f"| {name:<12} | {best[name]:8.1f} | {rate:8.1f} | {rate / base:12.2f}x |")
+                     "ratio": round(rate / base, 3), "cpu_seconds": round(cpu[name], 2),
+                     "cores_busy": round(cpu[name] / best[name], 2)}
+    print(f"| {name:<12} | {best[name]:8.1f} | {rate:8.1f} | {rate / base:12.2f}x | "
+          f"{cpu[name]:7.1f} | {cpu[name] / best[name]:10.2f} |")
+  # Work conserved, no runner on this machine's cores can beat predict.py by more than the
+  # cores it leaves idle: cpus / (predict.py's CPU seconds / its wall seconds).
+  ceiling = os.cpu_count() * best["predict.py"] / cpu["predict.py"]
+  print(f"\npredict.py kept {cpu['predict.py'] / best['predict.py']:.2f} of {os.cpu_count()} "
+        f"cores busy: with the same CPU work, any runner on these cores is at most "
+        f"{ceiling:.2f}x predict.py")
   print(json.dumps({"rows": args.rows, "model": args.model, "batch_size": args.batch_size,
                     "max_seq_length": args.max_seq_length, "cpus": os.cpu_count(),
                     "load_average_1m": round(load[0], 2), "python": platform.python_version(),
                     "max_probability_difference": max(differences.values(), default=0.0),
-                    "peers": figures}))
+                    "ceiling_on_these_cores": round(ceiling, 3), "peers": figures}))
 
 
 if __name__ == "__main__":
