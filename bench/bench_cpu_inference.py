@@ -258,10 +258,10 @@ def main():
     row["cosine_to_st_torch"] = (_cosine(vectors[name], vectors["sentence-transformers torch"]))
     row["peak_fraction"] = flops / len(sentences) * row["per_s"] / (
         int8_peak if row["int8"] else float_peak)
-  _report(rows, args, seq, info, float_peak, int8_peak, len(sentences))
+  _report(rows, args, seq, info, float_peak, int8_peak, len(sentences), rounds)
 
 
-def _report(rows, args, seq, info, float_peak, int8_peak, count):
+def _report(rows, args, seq, info, float_peak, int8_peak, count, rounds):
   print(f"all-MiniLM-L6-v2, {count} MRPC dev sentences; batch {args.batch_size} (length-sorted)"
         f" and batch 1 (median of {args.latency_requests}); medians of {args.rounds} "
         f"interleaved rounds; TFLite padded to {seq} tokens (the "
@@ -292,7 +292,7 @@ def _report(rows, args, seq, info, float_peak, int8_peak, count):
   print(json.dumps(dict(sentences=count, batch_size=args.batch_size, max_seq_length=seq,
                         float_peak_flops=float_peak, int8_peak_ops=int8_peak, rows=rows,
                         speedup_batch=speedup_batch, speedup_batch1=speedup_1,
-                        cpus=os.cpu_count())))
+                        cpus=os.cpu_count(), rounds=rounds)))
 
 
 if __name__ == "__main__":
