@@ -26,6 +26,7 @@ import numpy as np
 MICROSOFT = "com.microsoft"
 # one-input elementwise ops a dense layer may end with (its activation)
 _ACTIVATIONS = ("Gelu", "Relu", "Tanh", "Sigmoid")
+_INT32 = 6  # onnx.TensorProto.INT32
 
 
 class _Graph(object):
@@ -254,20 +255,36 @@ def _heads(g, name, perm):
 
 
 def _mask_bias(g, name):
-  """(mask, c) when `name` is (1 - mask) * c, the mask a graph input reached through Cast,
-  Unsqueeze, Slice and Reshape only (BERT's additive attention mask), else None."""
+  """(mask, c) when `name` is (1 - mask[B, 1, 1, S]) * c, the mask an int32 graph input [B, S]
+  (_mask_step: BERT's additive attention mask), else None."""
   mul = g.node(name, "Mul")
   for k in (0, 1) if mul is not None else ():
     fill, sub = g.scalar(mul.input[1 - k]), g.node(mul.input[k], "Sub")
     if fill is None or sub is None or g.scalar(sub.input[0]) != 1.0:
       continue
-    source = sub.input[1]
-    while source in g.producer and g.producer[source].op_type in (
-        "Cast", "Unsqueeze", "Slice", "Reshape"):
+    source, unsqueezed = sub.input[1], False
+    while source in g.producer and _mask_step(g, g.producer[source]):
+      unsqueezed |= g.producer[source].op_type == "Unsqueeze"
       source = g.producer[source].input[0]
-    if any(i.name == source for i in g.graph.input):
-      return source, fill
+    if unsqueezed and any(i.name == source and i.type.tensor_type.elem_type == _INT32
+                          for i in g.graph.input):
+      return source, fill  # (Attention takes an int32 mask)
   return None
+
+
+def _mask_step(g, node):
+  """Whether `node` is a step of the mask's [B, S] -> [B, 1, 1, S]: a Cast, the Unsqueeze of
+  axes 1 and 2, or a Slice that keeps everything (starts 0, steps 1, ends past any length)."""
+  if node.op_type == "Cast":
+    return True
+  inputs = [_constant_array(g, name) for name in node.input[1:]]
+  if node.op_type == "Unsqueeze":
+    return bool(inputs) and inputs[0] is not None and inputs[0].tolist() == [1, 2]
+  if node.op_type != "Slice" or any(x is None for x in inputs):
+    return False
+  starts, ends = inputs[0], inputs[1]
+  steps = inputs[3] if len(inputs) > 3 else np.ones_like(starts)
+  return bool((starts == 0).all() and (ends >= 2 ** 24).all() and (steps == 1).all())
 
 
 def _perm(node):
