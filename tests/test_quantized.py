@@ -272,3 +272,20 @@ def test_a_classifier_directory_is_measured_on_its_dev_examples(tmp_path):
     rows = [line.rstrip("\n").split("\t") for line in f][1:11]
   assert texts_a == [r[0] for r in rows] and texts_b == [r[1] for r in rows]
   assert where == f"custom dev examples in {pairs}"
+
+
+def test_only_tf2onnx_erfc_lines_are_dropped():
+  """serving rewrites Erfc itself, so tf2onnx's ERROR lines about it are noise; another
+  unsupported op's lines still reach the user."""
+  import logging
+  from bert_keras import serving
+
+  def record(text):
+    return logging.LogRecord("tf2onnx.tfonnx", logging.ERROR, __file__, 1, text, None, None)
+
+  for text in ("Tensorflow op [bert/layer_0/ffn/Gelu/Erfc: Erfc] is not supported",
+               "Unsupported ops: Counter({'Erfc': 6})"):
+    assert not serving._erfc_noise(record(text)), text
+  for text in ("Tensorflow op [bert/x/Foo: Foo] is not supported",
+               "Unsupported ops: Counter({'Erfc': 6, 'Foo': 1})", "Failed to convert node"):
+    assert serving._erfc_noise(record(text)), text
