@@ -309,14 +309,18 @@ class Dropout(keras.layers.Dropout):
 
   Keras keeps the dropout seed state in a variable that tf.distribute mirrors, so every
   replica would draw the same mask; here the replica id is added to the seed. On one
-  replica the masks are Keras's own (same seed, same stateless op). On JAX and PyTorch this
-  is Keras's Dropout.
+  replica the masks are Keras's own (same seed, same stateless op). On PyTorch this is
+  Keras's Dropout; on JAX too, except that it also runs under the faster random generators
+  that `jax_default_prng_impl` can name ("rbg", "unsafe_rbg"; see _jax_key).
   """
 
   def call(self, inputs, training=False):
     if not training or self.rate <= 0:
       return inputs
     if tf is None:
+      if backend.name() == "jax":
+        return keras.random.dropout(inputs, self.rate, noise_shape=self.noise_shape,
+                                    seed=_jax_key(self.seed_generator.next()))
       return super().call(inputs, training=training)
     seed = self.seed_generator.next()
     context = tf.distribute.get_replica_context()
@@ -327,6 +331,24 @@ class Dropout(keras.layers.Dropout):
       seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
     return tf.nn.experimental.stateless_dropout(inputs, rate=self.rate, seed=seed,
                                                 noise_shape=self.noise_shape)
+
+
+def _jax_key(seed):
+  """Keras's seed (uint32 [2]) as the raw key of JAX's configured random generator.
+
+  Under JAX's default generator (threefry, a [2] key) it is the seed itself, so the masks are
+  Keras's own. Keras hands its [2] seed to every generator, so its layers and initializers
+  fail under "rbg" and "unsafe_rbg" (a [4] key; XLA's RngBitGenerator, Philox on a GPU, a
+  fraction of threefry's integer work per random bit). Here the seed is widened for them: the
+  seed, then the seed xor a constant. So a model built under threefry can train under rbg:
+  `jax.config.update("jax_default_prng_impl", "rbg")` after building, before the step is
+  traced (bench/gpu's --prng)."""
+  import jax  # the backend's own module: this runs on JAX only
+  words = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))).shape[-1]
+  if words == 2:
+    return seed
+  seed = jax.numpy.asarray(seed, "uint32")
+  return jax.numpy.concatenate([seed, seed ^ jax.numpy.uint32(0x9E3779B9)])[:words]
 
 
 def _bias_add(y, bias):
@@ -502,11 +524,21 @@ class SelfAttention(ConfigLayer):
     return ops.transpose(ops.reshape(x, (b, s, self.num_heads, self.head_size)), (0, 2, 1, 3))
 
   def _fused_attention(self, training):
-    """Whether PyTorch's fused scaled_dot_product_attention computes the attention: on the
-    PyTorch backend, in float32 (the scores of the path below are float32 in any policy), at
-    inference (its dropout would not be Keras's, and its gradients, summed in another order,
-    move an Adam-type update of a near-zero gradient by more than 1e-5)."""
-    return torch is not None and self.compute_dtype == "float32" and not training
+    """Which fused kernel computes the attention, at inference only (a fused kernel's dropout
+    would not be Keras's, and its gradients, summed in another order, move an Adam-type update
+    of a near-zero gradient by more than 1e-5); None for the path written out below.
+      "torch": PyTorch's scaled_dot_product_attention, in float32 (the scores of the path
+               below are float32 in any policy);
+      "cudnn": on JAX on a GPU in bfloat16 or float16, cuDNN's flash attention (elsewhere
+               XLA's own jax.nn.dot_product_attention ran slower than the path below)."""
+    if training:
+      return None
+    if torch is not None:
+      return "torch" if self.compute_dtype == "float32" else None
+    if (backend.name() == "jax" and self.compute_dtype in ("bfloat16", "float16")
+        and _jax_platform() == "gpu"):
+      return "cudnn"
+    return None
 
   def call(self, x, input_mask, training=None, token_index=None):
     # [B, 1, 1, S]: broadcast over heads and queries.
@@ -514,21 +546,49 @@ class SelfAttention(ConfigLayer):
     q, k, v = self.query(x), self.key(x), self.value(x)
     if token_index is not None:  # x is [T, H], the real tokens only: back to [B, S, H]
       q, k, v = (scatter_tokens(t, token_index, input_mask) for t in (q, k, v))
-    q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
-    if self._fused_attention(training):
-      context = torch.nn.functional.scaled_dot_product_attention(q, k, v, attention_bias)
-    else:
-      scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))              # [B, A, S, S]
-      scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.head_size)) + attention_bias
-      probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
-      probs = self.dropout(probs, training=training)
-      context = ops.matmul(probs, v)                                      # [B, A, S, d]
-    context = ops.transpose(context, (0, 2, 1, 3))                        # [B, S, A, d]
+    fused = self._fused_attention(training)
+    context = None
+    if fused == "cudnn":  # [B, S, A, d] in and out: the heads need no transposes
+      b, s = ops.shape(q)[0], ops.shape(q)[1]
+      context = _cudnn_attention(
+          *(ops.reshape(t, (b, s, self.num_heads, self.head_size)) for t in (q, k, v)),
+          attention_bias)                                                 # [B, S, A, d] or None
+    if context is None:
+      q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
+      if fused == "torch":
+        context = torch.nn.functional.scaled_dot_product_attention(q, k, v, attention_bias)
+      else:
+        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))            # [B, A, S, S]
+        scores = ops.cast(scores, "float32") * (1.0 / math.sqrt(self.head_size)) + attention_bias
+        probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+        probs = self.dropout(probs, training=training)
+        context = ops.matmul(probs, v)                                    # [B, A, S, d]
+      context = ops.transpose(context, (0, 2, 1, 3))                      # [B, S, A, d]
     b, s = ops.shape(input_mask)[0], ops.shape(input_mask)[1]
     context = ops.reshape(context, (b, s, self.config.hidden_size))
     if token_index is not None:
       context = gather_tokens(context, token_index)                       # [T, H]
     return self.output_dense(context)
+
+
+def _jax_platform():
+  import jax  # the backend's own module: this runs on JAX only
+  return jax.default_backend()
+
+
+def _cudnn_attention(q, k, v, attention_bias):
+  """softmax(q k^T / sqrt(d) + bias) v by cuDNN's flash attention (jax.nn.dot_product_attention;
+  its softmax is float32 too), or None where cuDNN refuses these shapes.
+
+  q, k, v [B, S, A, d] bfloat16 or float16; attention_bias float32 [B, 1, 1, S], which cuDNN
+  wants as [B, 1, S, S] -> [B, S, A, d]."""
+  import jax
+  s = q.shape[1]
+  bias = jax.numpy.broadcast_to(attention_bias, (q.shape[0], 1, s, s)).astype(q.dtype)
+  try:
+    return jax.nn.dot_product_attention(q, k, v, bias=bias, implementation="cudnn")
+  except (ValueError, NotImplementedError, RuntimeError, TypeError):
+    return None  # not these shapes or this cuDNN: the path written out
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)

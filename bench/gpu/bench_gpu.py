@@ -29,6 +29,9 @@ does not fit is reported as skipped. A run that runs out of memory is retried at
 
   bash bench/gpu/run.sh                                  # on the GPU host, < 8 minutes
   python bench/gpu/bench_gpu.py --tiny                   # anywhere: tiny config, CPU
+Where the time goes (a few minutes more; see kernel_profile.py):
+  bash bench/gpu/run.sh --runs=train:large:128:256,train:large:512:32 --profile_steps=3
+  bash bench/gpu/run.sh --runs=train:large:128:256 --peers=jax --prng=rbg
 Prints a table; the last line is a JSON object with every figure.
 """
 
@@ -43,6 +46,8 @@ import tempfile
 import time
 import traceback
 import types
+
+import kernel_profile  # beside this file
 
 REPO = pathlib.Path(__file__).resolve().parent.parent.parent
 
@@ -144,6 +149,7 @@ def jax_worker(runs, args):
         break
       finally:
         keras.backend.clear_session()
+        jax.config.update("jax_default_prng_impl", "threefry2x32")
 
 
 def _jax_matmul_peak(jax, tiny):
@@ -183,6 +189,8 @@ def _jax_train(jax, keras, modeling, optimization, config, features, args):
   optimizer = optimization.create_optimizer(1e-4, 10000, 100, optimizer_type=args.optimizer)
   optimizer.build(model.trainable_variables)
   build_s = time.perf_counter() - start
+  # After building (Keras's initializers take threefry's keys only), before the step is traced.
+  jax.config.update("jax_default_prng_impl", args.prng)
   batch = {k: jax.device_put(v) for k, v in features.items()}
 
   def loss_fn(trainable, non_trainable, batch):
@@ -214,34 +222,69 @@ def _jax_train(jax, keras, modeling, optimization, config, features, args):
   first_loss = float(holder["loss"])
   step()
   jax.block_until_ready(holder["loss"])
-  steps, seconds = _timed(step, lambda: jax.block_until_ready(holder["state"]), args)
-  return {"build_s": round(build_s, 1), "compile_s": round(compile_s, 2), "steps": steps,
-          "seconds": seconds, "seq_per_s": steps * len(features["input_ids"]) / seconds,
-          "first_loss": first_loss, "last_loss": float(holder["loss"])}
+  sync = lambda: jax.block_until_ready(holder["state"])
+  steps, seconds = _timed(step, sync, args)
+  record = {"build_s": round(build_s, 1), "compile_s": round(compile_s, 2), "steps": steps,
+            "seconds": seconds, "seq_per_s": steps * len(features["input_ids"]) / seconds,
+            "first_loss": first_loss, "last_loss": float(holder["loss"]), "prng": args.prng}
+  if args.profile_steps:
+    record["profile"] = kernel_profile.jax_profile(jax, step, sync, args.profile_steps)
+  return record
 
 
 def _jax_infer(jax, keras, modeling, optimization, config, features, args):
+  """The encoder's forward pass; where its attention runs fused (cuDNN's flash attention on a
+  GPU in bfloat16), the same pass with the attention written out is timed too, and the two
+  outputs compared."""
   model = modeling.BertModel(config)
   batch = {k: jax.device_put(features[k]) for k in ("input_ids", "input_mask", "segment_ids")}
   trainable = [v.value for v in model.trainable_variables]
   non_trainable = [v.value for v in model.non_trainable_variables]
 
-  @jax.jit
   def forward(trainable, non_trainable, batch):
     outputs, _ = model.stateless_call(trainable, non_trainable, batch, training=False)
     return outputs["sequence_output"], outputs["pooled_output"]
 
+  import numpy as np
+  record = {"attention": modeling.SelfAttention._fused_attention(
+      model.encoder_layers[0].attention, False) or "written out"}
+  if record["attention"] == "cudnn":  # does cuDNN take these shapes? (else the path written out)
+    b, s, a = len(features["input_ids"]), len(features["input_ids"][0]), config.num_attention_heads
+    q = jax.numpy.zeros((b, s, a, config.hidden_size // a), model.compute_dtype)
+    if modeling._cudnn_attention(q, q, q, jax.numpy.zeros((b, 1, 1, s))) is None:
+      record["attention"] = "written out (cuDNN refused)"
+  fused = _jax_time_forward(jax, jax.jit(forward), (trainable, non_trainable, batch), args)
+  record.update({k: fused[k] for k in ("compile_s", "steps", "seconds", "seq_per_s")})
+  if record["attention"] == "cudnn":
+    fused_attention = modeling.SelfAttention._fused_attention
+    modeling.SelfAttention._fused_attention = lambda self, training: None
+    try:
+      plain = _jax_time_forward(jax, jax.jit(forward), (trainable, non_trainable, batch), args)
+    finally:
+      modeling.SelfAttention._fused_attention = fused_attention
+    record["written_out_seq_per_s"] = plain["seq_per_s"]
+    a, b = (np.asarray(r["out"][0], "float32") for r in (fused, plain))
+    record["max_abs_diff_vs_written_out"] = float(np.abs(a - b).max())
+  if args.profile_steps:
+    record["profile"] = kernel_profile.jax_profile(jax, fused["step"], fused["sync"],
+                                                   args.profile_steps)
+  return record
+
+
+def _jax_time_forward(jax, forward, arguments, args):
   start = time.perf_counter()
-  jax.block_until_ready(forward(trainable, non_trainable, batch))
+  out = jax.block_until_ready(forward(*arguments))
   compile_s = time.perf_counter() - start
   holder = {}
 
   def step():
-    holder["out"] = forward(trainable, non_trainable, batch)
+    holder["out"] = forward(*arguments)
 
-  steps, seconds = _timed(step, lambda: jax.block_until_ready(holder["out"]), args)
+  sync = lambda: jax.block_until_ready(holder["out"])
+  steps, seconds = _timed(step, sync, args)
   return {"compile_s": round(compile_s, 2), "steps": steps, "seconds": seconds,
-          "seq_per_s": steps * len(features["input_ids"]) / seconds}
+          "seq_per_s": steps * len(arguments[2]["input_ids"]) / seconds, "out": out,
+          "step": step, "sync": sync}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -320,9 +363,10 @@ def _torch_train(torch, transformers, config, features, device, args):
   step()
   _sync(torch, device)
   steps, seconds = _timed(step, lambda: _sync(torch, device), args)
-  return {"compile_s": round(warm_s, 2), "steps": steps, "seconds": seconds,
-          "seq_per_s": steps * len(features["input_ids"]) / seconds,
-          "first_loss": first_loss, "last_loss": float(holder["loss"])}
+  record = {"compile_s": round(warm_s, 2), "steps": steps, "seconds": seconds,
+            "seq_per_s": steps * len(features["input_ids"]) / seconds,
+            "first_loss": first_loss, "last_loss": float(holder["loss"])}
+  return _torch_profiled(torch, step, device, args, record)
 
 
 def _torch_infer(torch, transformers, config, features, device, args):
@@ -343,8 +387,17 @@ def _torch_infer(torch, transformers, config, features, device, args):
   step()
   _sync(torch, device)
   steps, seconds = _timed(step, lambda: _sync(torch, device), args)
-  return {"compile_s": round(warm_s, 2), "steps": steps, "seconds": seconds,
-          "seq_per_s": steps * len(features["input_ids"]) / seconds}
+  record = {"compile_s": round(warm_s, 2), "steps": steps, "seconds": seconds,
+            "seq_per_s": steps * len(features["input_ids"]) / seconds}
+  return _torch_profiled(torch, step, device, args, record)
+
+
+def _torch_profiled(torch, step, device, args, record):
+  """record, with the kernels' times of --profile_steps more steps where asked."""
+  if args.profile_steps:
+    record["profile"] = kernel_profile.torch_profile(
+        torch, step, lambda: _sync(torch, device), args.profile_steps, device)
+  return record
 
 
 # ----------------------------------------------------------------------------------------------
@@ -390,6 +443,14 @@ def chip_peak(device_name):
   return None
 
 
+def _attention_note(r):
+  if "written_out_seq_per_s" not in r:
+    return " attention: %s" % r["attention"] if "attention" in r else ""
+  return " attention: %s, %.2fx the written-out path's speed, max |diff| %.3g" % (
+      r["attention"], r["seq_per_s"] / r["written_out_seq_per_s"],
+      r["max_abs_diff_vs_written_out"])
+
+
 def report(records, tiny):
   info = {r["worker"]: r for r in records if "worker" in r}
   device = info.get("jax", {}).get("device") or info.get("torch", {}).get("device")
@@ -420,7 +481,9 @@ def report(records, tiny):
       print("%-5s %-5s %-5s %4d %5d %10.1f %8.1f %7s %8.1fs %s" % (
           r["peer"], r["job"], r["model"], r["seq"], r["batch"], r["seq_per_s"], r["tflops"],
           "%.1f%%" % (100 * r["mfu"]) if r["mfu"] is not None else "-", r["compile_s"],
-          "loss %.2f -> %.2f" % (r["first_loss"], r["last_loss"]) if "first_loss" in r else ""))
+          ("loss %.2f -> %.2f" % (r["first_loss"], r["last_loss"]) if "first_loss" in r
+           else "") + (" prng %s" % r["prng"] if r.get("prng", "threefry2x32") != "threefry2x32"
+                       else "") + _attention_note(r)))
     else:
       print("%-5s %-5s %-5s %4d %5d %s" % (r["peer"], r["job"], r["model"], r["seq"],
                                            r["batch"], r["error"]))
@@ -432,6 +495,12 @@ def report(records, tiny):
         ratios[key[len("ours_"):]] = value["seq_per_s"] / peer["seq_per_s"]
   for key, ratio in ratios.items():
     print("ours / hf  %-18s %.2fx" % (key, ratio))
+  for r in rows:
+    if "profile" in r:
+      label = "profile %s %s %s %d" % (r["peer"], r["job"], r["model"], r["seq"])
+      for line in kernel_profile.format_summary(label, r["profile"],
+                                                1e3 * r["seconds"] / r["steps"]):
+        print(line)
   print(json.dumps({"device": device, "datasheet_peak": peak, "measured_matmul_peak": measured,
                     "versions": {w: {k: v for k, v in i.items() if k != "worker"}
                                  for w, i in info.items()},
@@ -451,6 +520,13 @@ def main():
   parser.add_argument("--min_time", type=float, default=3.0)
   parser.add_argument("--min_steps", type=int, default=5)
   parser.add_argument("--max_steps", type=int, default=50)
+  parser.add_argument("--prng", default="threefry2x32",
+                      choices=("threefry2x32", "rbg", "unsafe_rbg"),
+                      help="JAX's random generator for our training steps' dropout "
+                      "(jax_default_prng_impl, set after the model is built)")
+  parser.add_argument("--profile_steps", type=int, default=0,
+                      help="after timing each run, this many more steps under the framework's "
+                      "profiler: kernel time by kind and the top kernels (kernel_profile.py)")
   parser.add_argument("--runs", help="JOB:MODEL:SEQ:BATCH,... instead of the default list "
                       "(e.g. train:large:128:256,infer:base:128:256)")
   parser.add_argument("--worker", help=argparse.SUPPRESS)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU host: installs bench/gpu/wheels/*.whl into a folder of their own (no network, no
 # change to the host's Python) and runs bench_gpu.py; its table and JSON line go to stdout and,
-# with OUT set, to $OUT/bench_gpu.txt.  bash bench/gpu/run.sh [bench_gpu.py flags]
+# with OUT set, to $OUT/bench_gpu.txt (appended: several runs in one call keep every table).
+#   bash bench/gpu/run.sh [bench_gpu.py flags]
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -14,7 +15,7 @@ fi
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>/dev/null || true
 if [ -n "${OUT:-}" ]; then
-  "$PY" bench_gpu.py "$@" 2>"$OUT/bench_gpu.log" | tee "$OUT/bench_gpu.txt"
+  "$PY" bench_gpu.py "$@" 2>>"$OUT/bench_gpu.log" | tee -a "$OUT/bench_gpu.txt"
 else
   "$PY" bench_gpu.py "$@"
 fi
