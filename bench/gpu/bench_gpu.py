@@ -236,6 +236,7 @@ def _jax_infer(jax, keras, modeling, optimization, config, features, args):
   """The encoder's forward pass; where its attention runs fused (cuDNN's flash attention on a
   GPU in bfloat16), the same pass with the attention written out is timed too, and the two
   outputs compared."""
+  import numpy as np
   model = modeling.BertModel(config)
   batch = {k: jax.device_put(features[k]) for k in ("input_ids", "input_mask", "segment_ids")}
   trainable = [v.value for v in model.trainable_variables]
@@ -245,7 +246,6 @@ def _jax_infer(jax, keras, modeling, optimization, config, features, args):
     outputs, _ = model.stateless_call(trainable, non_trainable, batch, training=False)
     return outputs["sequence_output"], outputs["pooled_output"]
 
-  import numpy as np
   record = {"attention": modeling.SelfAttention._fused_attention(
       model.encoder_layers[0].attention, False) or "written out"}
   if record["attention"] == "cudnn":  # does cuDNN take these shapes? (else the path written out)
