@@ -264,3 +264,21 @@ def test_the_checker_accepts_a_clean_tree(tmp_path):
       "run_a.py": ("from bert_keras import modeling\nfrom bert_keras.utils import x\n"
                    "if __name__ == '__main__':\n  pass\n")})
   assert violations(tmp_path) == []
+
+
+# The original's longest file: run_squad.py, 1,283 lines.
+LONGEST_ORIGINAL_FILE = 1283
+
+
+def test_no_file_is_longer_than_the_originals_longest():
+  """CONTRIBUTING's size rule: no Python file of the repository (tests and benches too) is
+  longer than the original's longest file."""
+  too_long = {}
+  for path in ROOT.rglob("*.py"):
+    relative = path.relative_to(ROOT)
+    if relative.parts[0].startswith(".") or relative.parts[0] in ("build", "dist"):
+      continue
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    if lines > LONGEST_ORIGINAL_FILE:
+      too_long[str(relative)] = lines
+  assert not too_long, too_long
