@@ -43,6 +43,7 @@ import keras
 from keras import ops
 
 from bert_keras.utils import file_io
+from bert_keras.utils import jax_ops
 from bert_keras.utils import memory
 
 # TensorFlow where it is the backend (a few TensorFlow-only steps below), else None: on JAX and
@@ -310,8 +311,8 @@ class Dropout(keras.layers.Dropout):
   Keras keeps the dropout seed state in a variable that tf.distribute mirrors, so every
   replica would draw the same mask; here the replica id is added to the seed. On one
   replica the masks are Keras's own (same seed, same stateless op). On PyTorch this is
-  Keras's Dropout; on JAX too, except that it also runs under the faster random generators
-  that `jax_default_prng_impl` can name ("rbg", "unsafe_rbg"; see _jax_key).
+  Keras's Dropout; on JAX too, except that it also runs under the generators with 4-word keys
+  that `jax_default_prng_impl` can name ("rbg", "unsafe_rbg"; see utils/jax_ops.py).
   """
 
   def call(self, inputs, training=False):
@@ -320,7 +321,7 @@ class Dropout(keras.layers.Dropout):
     if tf is None:
       if backend.name() == "jax":
         return keras.random.dropout(inputs, self.rate, noise_shape=self.noise_shape,
-                                    seed=_jax_key(self.seed_generator.next()))
+                                    seed=jax_ops.dropout_key(self.seed_generator.next()))
       return super().call(inputs, training=training)
     seed = self.seed_generator.next()
     context = tf.distribute.get_replica_context()
@@ -331,24 +332,6 @@ class Dropout(keras.layers.Dropout):
       seed = tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
     return tf.nn.experimental.stateless_dropout(inputs, rate=self.rate, seed=seed,
                                                 noise_shape=self.noise_shape)
-
-
-def _jax_key(seed):
-  """Keras's seed (uint32 [2]) as the raw key of JAX's configured random generator.
-
-  Under JAX's default generator (threefry, a [2] key) it is the seed itself, so the masks are
-  Keras's own. Keras hands its [2] seed to every generator, so its layers and initializers
-  fail under "rbg" and "unsafe_rbg" (a [4] key; XLA's RngBitGenerator, Philox on a GPU, a
-  fraction of threefry's integer work per random bit). Here the seed is widened for them: the
-  seed, then the seed xor a constant. So a model built under threefry can train under rbg:
-  `jax.config.update("jax_default_prng_impl", "rbg")` after building, before the step is
-  traced (bench/gpu's --prng)."""
-  import jax  # the backend's own module: this runs on JAX only
-  words = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))).shape[-1]
-  if words == 2:
-    return seed
-  seed = jax.numpy.asarray(seed, "uint32")
-  return jax.numpy.concatenate([seed, seed ^ jax.numpy.uint32(0x9E3779B9)])[:words]
 
 
 def _bias_add(y, bias):
@@ -529,14 +512,15 @@ class SelfAttention(ConfigLayer):
     of a near-zero gradient by more than 1e-5); None for the path written out below.
       "torch": PyTorch's scaled_dot_product_attention, in float32 (the scores of the path
                below are float32 in any policy);
-      "cudnn": on JAX on a GPU in bfloat16 or float16, cuDNN's flash attention (elsewhere
-               XLA's own jax.nn.dot_product_attention ran slower than the path below)."""
+      "cudnn": on JAX on a GPU in bfloat16 or float16, cuDNN's flash attention, where it
+               takes the shapes (on a CPU, XLA's own jax.nn.dot_product_attention ran 9%
+               slower than the path below)."""
     if training:
       return None
     if torch is not None:
       return "torch" if self.compute_dtype == "float32" else None
     if (backend.name() == "jax" and self.compute_dtype in ("bfloat16", "float16")
-        and _jax_platform() == "gpu"):
+        and jax_ops.platform() == "gpu"):
       return "cudnn"
     return None
 
@@ -550,7 +534,7 @@ class SelfAttention(ConfigLayer):
     context = None
     if fused == "cudnn":  # [B, S, A, d] in and out: the heads need no transposes
       b, s = ops.shape(q)[0], ops.shape(q)[1]
-      context = _cudnn_attention(
+      context = jax_ops.cudnn_attention(
           *(ops.reshape(t, (b, s, self.num_heads, self.head_size)) for t in (q, k, v)),
           attention_bias)                                                 # [B, S, A, d] or None
     if context is None:
@@ -569,26 +553,6 @@ class SelfAttention(ConfigLayer):
     if token_index is not None:
       context = gather_tokens(context, token_index)                       # [T, H]
     return self.output_dense(context)
-
-
-def _jax_platform():
-  import jax  # the backend's own module: this runs on JAX only
-  return jax.default_backend()
-
-
-def _cudnn_attention(q, k, v, attention_bias):
-  """softmax(q k^T / sqrt(d) + bias) v by cuDNN's flash attention (jax.nn.dot_product_attention;
-  its softmax is float32 too), or None where cuDNN refuses these shapes.
-
-  q, k, v [B, S, A, d] bfloat16 or float16; attention_bias float32 [B, 1, 1, S], which cuDNN
-  wants as [B, 1, S, S] -> [B, S, A, d]."""
-  import jax
-  s = q.shape[1]
-  bias = jax.numpy.broadcast_to(attention_bias, (q.shape[0], 1, s, s)).astype(q.dtype)
-  try:
-    return jax.nn.dot_product_attention(q, k, v, bias=bias, implementation="cudnn")
-  except (ValueError, NotImplementedError, RuntimeError, TypeError):
-    return None  # not these shapes or this cuDNN: the path written out
 
 
 @keras.saving.register_keras_serializable(package=_PACKAGE)

@@ -29,7 +29,7 @@ does not fit is reported as skipped. A run that runs out of memory is retried at
 
   bash bench/gpu/run.sh                                  # on the GPU host, < 8 minutes
   python bench/gpu/bench_gpu.py --tiny                   # anywhere: tiny config, CPU
-Where the time goes (a few minutes more; see kernel_profile.py):
+Where the time goes (a few minutes more; kernel_profile.py; docs/BENCHMARKS.md has the plan):
   bash bench/gpu/run.sh --runs=train:large:128:256,train:large:512:32 --profile_steps=3
   bash bench/gpu/run.sh --runs=train:large:128:256 --peers=jax --prng=rbg
 Prints a table; the last line is a JSON object with every figure.
@@ -228,7 +228,8 @@ def _jax_train(jax, keras, modeling, optimization, config, features, args):
             "seconds": seconds, "seq_per_s": steps * len(features["input_ids"]) / seconds,
             "first_loss": first_loss, "last_loss": float(holder["loss"]), "prng": args.prng}
   if args.profile_steps:
-    record["profile"] = kernel_profile.jax_profile(jax, step, sync, args.profile_steps)
+    record["profile"] = _profile(kernel_profile.jax_profile, jax, step, sync,
+                                 args.profile_steps, jax.devices()[0].platform)
   return record
 
 
@@ -237,38 +238,51 @@ def _jax_infer(jax, keras, modeling, optimization, config, features, args):
   GPU in bfloat16), the same pass with the attention written out is timed too, and the two
   outputs compared."""
   import numpy as np
+  from bert_keras.utils import jax_ops
   model = modeling.BertModel(config)
   batch = {k: jax.device_put(features[k]) for k in ("input_ids", "input_mask", "segment_ids")}
-  trainable = [v.value for v in model.trainable_variables]
-  non_trainable = [v.value for v in model.non_trainable_variables]
+  arguments = ([v.value for v in model.trainable_variables],
+               [v.value for v in model.non_trainable_variables], batch)
 
-  def forward(trainable, non_trainable, batch):
-    outputs, _ = model.stateless_call(trainable, non_trainable, batch, training=False)
-    return outputs["sequence_output"], outputs["pooled_output"]
+  def forward():  # a new function each call: jax.jit caches its trace by the function
+    def encoder(trainable, non_trainable, batch):
+      outputs, _ = model.stateless_call(trainable, non_trainable, batch, training=False)
+      return outputs["sequence_output"], outputs["pooled_output"]
+    return jax.jit(encoder)
 
   record = {"attention": modeling.SelfAttention._fused_attention(
       model.encoder_layers[0].attention, False) or "written out"}
-  if record["attention"] == "cudnn":  # does cuDNN take these shapes? (else the path written out)
-    b, s, a = len(features["input_ids"]), len(features["input_ids"][0]), config.num_attention_heads
-    q = jax.numpy.zeros((b, s, a, config.hidden_size // a), model.compute_dtype)
-    if modeling._cudnn_attention(q, q, q, jax.numpy.zeros((b, 1, 1, s))) is None:
-      record["attention"] = "written out (cuDNN refused)"
-  fused = _jax_time_forward(jax, jax.jit(forward), (trainable, non_trainable, batch), args)
+  batch_size, seq = features["input_ids"].shape
+  heads = config.num_attention_heads
+  if record["attention"] == "cudnn" and not jax_ops.cudnn_takes(
+      (batch_size, seq, heads, config.hidden_size // heads), model.compute_dtype):
+    record["attention"] = "written out (cuDNN refused)"
+  fused = _jax_time_forward(jax, forward(), arguments, args)
   record.update({k: fused[k] for k in ("compile_s", "steps", "seconds", "seq_per_s")})
   if record["attention"] == "cudnn":
     fused_attention = modeling.SelfAttention._fused_attention
     modeling.SelfAttention._fused_attention = lambda self, training: None
     try:
-      plain = _jax_time_forward(jax, jax.jit(forward), (trainable, non_trainable, batch), args)
+      plain = _jax_time_forward(jax, forward(), arguments, args)
     finally:
       modeling.SelfAttention._fused_attention = fused_attention
     record["written_out_seq_per_s"] = plain["seq_per_s"]
-    a, b = (np.asarray(r["out"][0], "float32") for r in (fused, plain))
-    record["max_abs_diff_vs_written_out"] = float(np.abs(a - b).max())
+    fused_out, plain_out = (np.asarray(r["out"][0], "float32") for r in (fused, plain))
+    record["max_abs_diff_vs_written_out"] = float(np.abs(fused_out - plain_out).max())
   if args.profile_steps:
-    record["profile"] = kernel_profile.jax_profile(jax, fused["step"], fused["sync"],
-                                                   args.profile_steps)
+    record["profile"] = _profile(kernel_profile.jax_profile, jax, fused["step"], fused["sync"],
+                                 args.profile_steps, jax.devices()[0].platform)
   return record
+
+
+def _profile(profiler, *arguments):
+  """profiler(*arguments), or {"error": ...}: a failing profiler costs the profile, not the
+  run's figures."""
+  try:
+    return profiler(*arguments)
+  except Exception as e:  # noqa: BLE001
+    traceback.print_exc()
+    return {"error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")}
 
 
 def _jax_time_forward(jax, forward, arguments, args):
@@ -395,8 +409,8 @@ def _torch_infer(torch, transformers, config, features, device, args):
 def _torch_profiled(torch, step, device, args, record):
   """record, with the kernels' times of --profile_steps more steps where asked."""
   if args.profile_steps:
-    record["profile"] = kernel_profile.torch_profile(
-        torch, step, lambda: _sync(torch, device), args.profile_steps, device)
+    record["profile"] = _profile(kernel_profile.torch_profile, torch, step,
+                                 lambda: _sync(torch, device), args.profile_steps, device)
   return record
 
 

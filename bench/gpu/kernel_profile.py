@@ -1,5 +1,5 @@
-"""Where a step's device time goes, for bench_gpu.py's --profile: the time of each kernel over a
-few steps, from JAX's profiler (its Perfetto trace) or PyTorch's, summed by name and grouped
+"""Where a step's device time goes, for bench_gpu.py's --profile_steps: the time of each kernel
+over a few steps, from JAX's profiler (its Perfetto trace) or PyTorch's, summed by name and grouped
 into kinds (matmul, fused attention, random bits, copies, reductions, other element-wise).
 
 Read the kinds as leads, not as a ledger: XLA names its fusions after their root op, so the
@@ -48,10 +48,12 @@ def summarize(totals, steps, top=15):
                   for name, (m, n) in ranked]}
 
 
-def perfetto_totals(path):
+def perfetto_totals(path, platform):
   """{name: [microseconds, calls]} of the complete events of a Perfetto trace (.json.gz) on
-  the device's kernel streams: a GPU's "Stream" threads where the trace has a device, else the
-  host's XLA threads (a CPU run: its ops run there)."""
+  the device's kernel streams: on a GPU its "Stream #N..." threads (not its derived lines,
+  such as "XLA Ops", which repeat the same time); on a CPU the host's XLA threads, whose
+  events nest (a loop holds its body), so that the sum counts some time twice. A GPU trace
+  without a device (the profiler could not load CUPTI) is a ValueError."""
   with gzip.open(path, "rt") as f:
     data = json.load(f)
   events = data["traceEvents"] if isinstance(data, dict) else data
@@ -61,13 +63,14 @@ def perfetto_totals(path):
       processes[e["pid"]] = e["args"].get("name", "")
     elif e.get("ph") == "M" and e.get("name") == "thread_name":
       threads[(e["pid"], e["tid"])] = e["args"].get("name", "")
-  devices = {pid for pid, name in processes.items() if "/device:" in name}
-  if devices:
-    streams = {key for key, name in threads.items()
-               if key[0] in devices and name.lower().startswith("stream")}
-    wanted = streams or {key for key in threads if key[0] in devices}
-  else:  # a CPU: its events nest (a loop holds its body), so the sum counts some time twice
+  if platform == "cpu":
     wanted = {key for key, name in threads.items() if "xla" in name.lower()}
+  else:
+    devices = {pid for pid, name in processes.items() if "/device:" in name}
+    wanted = {key for key, name in threads.items()
+              if key[0] in devices and name.lower().startswith("stream")}
+    if not wanted:
+      raise ValueError("the trace has no kernel stream of a device (was CUPTI loaded?)")
   totals = collections.defaultdict(lambda: [0.0, 0])
   for e in events:
     if (e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in wanted
@@ -78,7 +81,7 @@ def perfetto_totals(path):
   return dict(totals)
 
 
-def jax_profile(jax, step, sync, steps):
+def jax_profile(jax, step, sync, steps, platform):
   """Calls step() `steps` times, then sync(), under JAX's profiler: summarize()'s dict."""
   folder = tempfile.mkdtemp(prefix="bench_gpu_trace_")
   try:
@@ -89,7 +92,7 @@ def jax_profile(jax, step, sync, steps):
     paths = glob.glob(os.path.join(folder, "**", "perfetto_trace.json.gz"), recursive=True)
     if not paths:
       return {"error": "the profiler wrote no Perfetto trace"}
-    return summarize(perfetto_totals(paths[0]), steps)
+    return summarize(perfetto_totals(paths[0], platform), steps)
   finally:
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -107,6 +110,11 @@ def torch_profile(torch, step, sync, steps, device):
   totals = {}
   for event in profiler.key_averages():
     if device == "cuda":
+      # the kernels themselves: an operator's row also carries its kernels' time, and a
+      # user annotation (Optimizer.step#...) spans others
+      if (event.device_type != torch.autograd.DeviceType.CUDA
+          or getattr(event, "is_user_annotation", False)):
+        continue
       micros = getattr(event, "self_device_time_total", None)
       if micros is None:
         micros = getattr(event, "self_cuda_time_total", 0)
