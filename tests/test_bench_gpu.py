@@ -133,7 +133,7 @@ modeling.SelfAttention._fused_attention = original
 assert np.abs(fused - plain).max() < 0.05, np.abs(fused - plain).max()
 jax_ops.cudnn_attention = lambda *a: stand_in(*a, scale=1.01)
 del calls[:]
-class Args: min_time, min_steps, max_steps, profile_steps = 0.0, 2, 2, 0
+class Args: min_time, min_steps, max_steps, profile_steps, compare_attention = 0.0, 2, 2, 0, True
 record = bench_gpu._jax_infer(jax, keras, modeling, None, config,
                               bench_gpu._random_batch(rng, 512, 32, 4, "infer"), Args)
 assert record["attention"] == "cudnn", record

@@ -234,9 +234,9 @@ def _jax_train(jax, keras, modeling, optimization, config, features, args):
 
 
 def _jax_infer(jax, keras, modeling, optimization, config, features, args):
-  """The encoder's forward pass; where its attention runs fused (cuDNN's flash attention on a
-  GPU in bfloat16), the same pass with the attention written out is timed too, and the two
-  outputs compared."""
+  """The encoder's forward pass; with --compare_attention, where its attention runs fused
+  (cuDNN's flash attention on a GPU in bfloat16), the same pass with the attention written out
+  is timed too, and the two outputs compared."""
   import numpy as np
   from bert_keras.utils import jax_ops
   model = modeling.BertModel(config)
@@ -259,7 +259,7 @@ def _jax_infer(jax, keras, modeling, optimization, config, features, args):
     record["attention"] = "written out (cuDNN refused)"
   fused = _jax_time_forward(jax, forward(), arguments, args)
   record.update({k: fused[k] for k in ("compile_s", "steps", "seconds", "seq_per_s")})
-  if record["attention"] == "cudnn":
+  if record["attention"] == "cudnn" and args.compare_attention:
     fused_attention = modeling.SelfAttention._fused_attention
     modeling.SelfAttention._fused_attention = lambda self, training: None
     try:
@@ -538,6 +538,9 @@ def main():
                       choices=("threefry2x32", "rbg", "unsafe_rbg"),
                       help="JAX's random generator for our training steps' dropout "
                       "(jax_default_prng_impl, set after the model is built)")
+  parser.add_argument("--compare_attention", action="store_true",
+                      help="infer runs whose attention is cuDNN's also time the path written "
+                      "out (a second compile) and compare the outputs")
   parser.add_argument("--profile_steps", type=int, default=0,
                       help="after timing each run, this many more steps under the framework's "
                       "profiler: kernel time by kind and the top kernels (kernel_profile.py)")
