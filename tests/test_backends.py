@@ -258,6 +258,7 @@ print(keras.backend.backend(), "ok")
   assert proc.stdout.split()[-2:] == [backend, "ok"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="jax is not installed")
 def test_dropout_under_each_jax_generator():
   """modeling's Dropout on JAX under each generator `jax_default_prng_impl` can name (Keras's
