@@ -513,8 +513,8 @@ class SelfAttention(ConfigLayer):
       "torch": PyTorch's scaled_dot_product_attention, in float32 (the scores of the path
                below are float32 in any policy);
       "cudnn": on JAX on a GPU in bfloat16 or float16, cuDNN's flash attention, where it
-               takes the shapes (on a CPU, XLA's own jax.nn.dot_product_attention ran 9%
-               slower than the path below)."""
+               takes the shapes (on a CPU, XLA's own jax.nn.dot_product_attention is slower
+               than the path below: bench/bench_jax_variants.py)."""
     if training:
       return None
     if torch is not None:

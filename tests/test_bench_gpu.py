@@ -91,6 +91,26 @@ def test_kernel_profile_reads_the_device_streams(tmp_path, monkeypatch):
   with pytest.raises(ValueError, match="no kernel stream"):
     kernel_profile.perfetto_totals(host_only, "gpu")
   assert kernel_profile.perfetto_totals(host_only, "cpu") == {"fusion.3": [9000.0, 1]}
+  idle = _trace(tmp_path / "idle.json.gz", events[:7])  # the streams, none of their kernels
+  with pytest.raises(ValueError, match="no kernels"):
+    kernel_profile.summarize(kernel_profile.perfetto_totals(idle, "gpu"), steps=2)
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--runs=train:large", "error: --runs: 'train:large' is not JOB:MODEL:SEQ:BATCH"),
+    ("--runs=train:huge:128:8", "error: --runs: 'train:huge:128:8' is not JOB:MODEL:SEQ:BATCH"),
+    ("--runs=infer:tiny:32:0", "error: --runs: 'infer:tiny:32:0' is not JOB:MODEL:SEQ:BATCH"),
+    ("--runs=train:base:1024:8", "error: --runs: 'train:base:1024:8': SEQ is over 512"),
+    ("--profile_steps=-1", "error: --profile_steps=-1: must be >= 0"),
+    ("--peers=jax,tf", "error: --peers=jax,tf: tf is none of jax, torch")])
+def test_a_wrong_flag_is_one_error_line(flag, message, tmp_path):
+  """Before any worker starts: one `error:` line naming the flag, exit 1, no traceback."""
+  proc = subprocess.run([sys.executable, str(SCRIPT), flag], capture_output=True, text=True,
+                        timeout=60, cwd=tmp_path)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+  assert proc.stderr.startswith(message), proc.stderr
+  assert proc.stdout == "" and not list(tmp_path.iterdir())
 
 
 @pytest.mark.slow

@@ -521,6 +521,23 @@ def report(records, tiny):
                     "figures": figures, "ours_over_hf": ratios, "tiny": tiny}))
 
 
+def parse_runs(text):
+  """--runs's JOB:MODEL:SEQ:BATCH,... -> [(job, model, seq, batch)]; a wrong item exits with
+  one error line naming it."""
+  runs = []
+  for item in text.split(","):
+    fields = item.split(":")
+    if (len(fields) != 4 or fields[0] not in ("train", "infer") or fields[1] not in CONFIGS
+        or not all(f.isdigit() and int(f) > 0 for f in fields[2:])):
+      sys.exit("error: --runs: %r is not JOB:MODEL:SEQ:BATCH (JOB train or infer, MODEL one of "
+               "%s, SEQ and BATCH positive integers)" % (item, ", ".join(CONFIGS)))
+    if int(fields[2]) > COMMON["max_position_embeddings"]:
+      sys.exit("error: --runs: %r: SEQ is over %d positions" % (
+          item, COMMON["max_position_embeddings"]))
+    runs.append((fields[0], fields[1], int(fields[2]), int(fields[3])))
+  return runs
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--tiny", action="store_true", help="a tiny config, for any CPU")
@@ -549,6 +566,11 @@ def main():
   parser.add_argument("--worker", help=argparse.SUPPRESS)
   parser.add_argument("--worker_runs", help=argparse.SUPPRESS)
   args = parser.parse_args()
+  if args.profile_steps < 0:
+    sys.exit("error: --profile_steps=%d: must be >= 0" % args.profile_steps)
+  unknown = set(args.peers.split(",")) - {"jax", "torch"}
+  if unknown:
+    sys.exit("error: --peers=%s: %s is none of jax, torch" % (args.peers, ", ".join(unknown)))
   if args.tiny:
     args.min_time, args.min_steps, args.max_steps = 0.0, 2, 2
   if args.worker:
@@ -557,10 +579,7 @@ def main():
     for record in worker(runs, args):
       print("RECORD " + json.dumps(record), flush=True)
     return
-  runs = TINY_RUNS if args.tiny else RUNS
-  if args.runs:
-    runs = [(job, model, int(seq), int(batch)) for job, model, seq, batch in
-            (item.split(":") for item in args.runs.split(","))]
+  runs = parse_runs(args.runs) if args.runs else TINY_RUNS if args.tiny else RUNS
   start, records = time.time(), []
   peers = args.peers.split(",")
   for name in peers:

@@ -35,8 +35,10 @@ def kind(name):
 
 def summarize(totals, steps, top=15):
   """totals {kernel name: [microseconds, calls]} over `steps` steps -> a per-step summary:
-  busy_ms (the kernels' time summed), kinds_ms {kind: ms}, top [[name, ms, calls], ...]."""
-  steps = max(steps, 1)
+  busy_ms (the kernels' time summed), kinds_ms {kind: ms}, top [[name, ms, calls], ...].
+  No kernels at all is a ValueError (a profile of nothing is no figure)."""
+  if not totals or steps < 1:
+    raise ValueError("the profiler recorded no kernels over %d steps" % steps)
   kinds = collections.Counter()
   for name, (micros, _) in totals.items():
     kinds[kind(name)] += micros
