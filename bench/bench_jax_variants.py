@@ -79,24 +79,12 @@ def dropout_pair(jax, modeling, optimization, config, batch, seq):
                                      "train")
   model(features)
 
-  def loss_fn(trainable, non_trainable, batch):
-    outputs, non_trainable = model.stateless_call(trainable, non_trainable, batch, training=True)
-    return modeling.pretraining_loss(outputs, batch), non_trainable
-
-  def train_step(state, batch):
-    trainable, non_trainable, optimizer_vars = state
-    (loss, non_trainable), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-        trainable, non_trainable, batch)
-    trainable, optimizer_vars = optimizer.stateless_apply(optimizer_vars, grads, trainable)
-    return (trainable, non_trainable, optimizer_vars), loss
-
   steps = {}
   for name, impl in (("threefry", "threefry2x32"), ("rbg", "rbg")):
     jax.config.update("jax_default_prng_impl", impl)
-    step = jax.jit(lambda state, batch: train_step(state, batch))  # a new trace per generator
-    holder = {"state": ([v.value for v in model.trainable_variables],
-                        [v.value for v in model.non_trainable_variables],
-                        [v.value for v in optimizer.variables])}
+    # a new function, so a new trace, per generator
+    step = jax.jit(bench_gpu.jax_train_step(jax, modeling, model, optimizer))
+    holder = {"state": bench_gpu.jax_train_state(model, optimizer)}
 
     def run(step=step, holder=holder):
       holder["state"], loss = step(holder["state"], features)

@@ -24,7 +24,7 @@ def dropout_key(seed):
   `jax.config.update("jax_default_prng_impl", "rbg")` before the training step is first
   traced (the setting is not part of jit's cache key: a step traced before keeps threefry)."""
   import jax
-  words = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0))).shape[-1]
+  words = _key_words(jax.config.jax_default_prng_impl)
   if words == 2:
     return seed
   if words != 4:
@@ -32,6 +32,13 @@ def dropout_key(seed):
                      "(jax_default_prng_impl=%s)" % (words, jax.config.jax_default_prng_impl))
   seed = jax.numpy.asarray(seed, "uint32")
   return jax.numpy.concatenate([seed, seed ^ jax.numpy.uint32(0x9E3779B9)])
+
+
+@functools.lru_cache(maxsize=None)
+def _key_words(impl):
+  """How many uint32 words a raw key of JAX's generator `impl` (its name) has."""
+  import jax
+  return jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0, impl=impl))).shape[-1]
 
 
 def cudnn_attention(q, k, v, attention_bias):

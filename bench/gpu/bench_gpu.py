@@ -183,16 +183,10 @@ def _random_batch(rng, vocab, seq, batch, job):
   return features
 
 
-def _jax_train(jax, keras, modeling, optimization, config, features, args):
-  start = time.perf_counter()
-  model = modeling.BertPretrainer(config)
-  optimizer = optimization.create_optimizer(1e-4, 10000, 100, optimizer_type=args.optimizer)
-  optimizer.build(model.trainable_variables)
-  build_s = time.perf_counter() - start
-  # After building (Keras's initializers take threefry's keys only), before the step is traced.
-  jax.config.update("jax_default_prng_impl", args.prng)
-  batch = {k: jax.device_put(v) for k, v in features.items()}
-
+def jax_train_step(jax, modeling, model, optimizer):
+  """train_step(state, batch) -> (state, loss): the pretraining loss's gradients and the
+  optimizer's update, as Keras's JAX trainer does it (stateless_call, value_and_grad,
+  stateless_apply); state as jax_train_state makes it. Not jitted."""
   def loss_fn(trainable, non_trainable, batch):
     outputs, non_trainable = model.stateless_call(trainable, non_trainable, batch, training=True)
     return modeling.pretraining_loss(outputs, batch), non_trainable
@@ -205,11 +199,28 @@ def _jax_train(jax, keras, modeling, optimization, config, features, args):
     trainable, optimizer_vars = optimizer.stateless_apply(optimizer_vars, grads, trainable)
     return (trainable, non_trainable, optimizer_vars), loss
 
-  step_fn = jax.jit(train_step, donate_argnums=0)
-  # A tuple of lists, as train_step returns it: another pytree structure would compile again.
-  state = ([v.value for v in model.trainable_variables],
-           [v.value for v in model.non_trainable_variables],
-           [v.value for v in optimizer.variables])
+  return train_step
+
+
+def jax_train_state(model, optimizer):
+  """The variables' values as a tuple of lists, as train_step returns them: another pytree
+  structure would compile the step again."""
+  return ([v.value for v in model.trainable_variables],
+          [v.value for v in model.non_trainable_variables],
+          [v.value for v in optimizer.variables])
+
+
+def _jax_train(jax, keras, modeling, optimization, config, features, args):
+  start = time.perf_counter()
+  model = modeling.BertPretrainer(config)
+  optimizer = optimization.create_optimizer(1e-4, 10000, 100, optimizer_type=args.optimizer)
+  optimizer.build(model.trainable_variables)
+  build_s = time.perf_counter() - start
+  # After building (Keras's initializers take threefry's keys only), before the step is traced.
+  jax.config.update("jax_default_prng_impl", args.prng)
+  batch = {k: jax.device_put(v) for k, v in features.items()}
+  step_fn = jax.jit(jax_train_step(jax, modeling, model, optimizer), donate_argnums=0)
+  state = jax_train_state(model, optimizer)
   holder = {"state": state}
 
   def step():
