@@ -11,6 +11,11 @@ if ! ls wheels/*.whl >/dev/null 2>&1; then
   echo "error: bench/gpu/wheels/ holds no wheels: run bench/gpu/fetch_wheels.sh on a machine with a network" >&2
   exit 2
 fi
+version=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if [ "$version" != "3.12" ]; then
+  echo "error: the wheels in bench/gpu/wheels/ are for Python 3.12, and $PY is $version (set PYTHON)" >&2
+  exit 2
+fi
 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" wheels/*.whl
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>/dev/null || true
