@@ -17,7 +17,7 @@ prints conlleval's report, figure for figure:
                 LOC: precision: 100.00%; recall: 100.00%; FB1: 100.00  1
                 PER: precision:  50.00%; recall:  50.00%; FB1:  50.00  2
 
-Chunks follow conlleval's rules (tasks/ner_scoring.py): IOB2 (BIO), IOB1 (an I- after O or
+Chunks follow conlleval's rules (utils/conlleval.py): IOB2 (BIO), IOB1 (an I- after O or
 after another type starts a chunk) and IOE; a type change ends a chunk. --output_json writes
 the same figures as JSON (percentages; per type also the counts). run_ner.py scores its
 dev_predictions.txt with the same code. Differences from conlleval.pl: a file argument as
@@ -37,7 +37,7 @@ import signal
 import sys
 import threading
 
-from bert_keras.tasks import ner_scoring
+from bert_keras.utils import conlleval
 from bert_keras.utils import file_io
 
 
@@ -76,15 +76,15 @@ class _LineTimeout(Exception):
 
 
 def evaluate(path, delimiter=" ", delimiter_is_regex=False, line_seconds=REGEX_LINE_SECONDS):
-  """Finished ner_scoring.ConllCounts of a file ("-": standard input), its fields split at
+  """Finished conlleval.ConllCounts of a file ("-": standard input), its fields split at
   each occurrence of the text `delimiter` (delimiter_is_regex: at each match of it, each line
   in at most `line_seconds`, else a ValueError naming the file and line; in the main thread,
   where a signal can interrupt the regular expression)."""
   if not delimiter_is_regex:
     delimiter = literal_pattern(delimiter)
     if path == "-":
-      return ner_scoring.score_lines(sys.stdin, delimiter, "<stdin>")
-    return ner_scoring.score_file(path, delimiter)
+      return conlleval.score_lines(sys.stdin, delimiter, "<stdin>")
+    return conlleval.score_file(path, delimiter)
   name = "<stdin>" if path == "-" else path
   line = [0]  # the number of the line being scored
   with _line_time_limit(line_seconds):
@@ -93,8 +93,8 @@ def evaluate(path, delimiter=" ", delimiter_is_regex=False, line_seconds=REGEX_L
         lines = sys.stdin
       else:
         with open(path, "rb") as f:
-          lines = ner_scoring.decoded_lines(f.read(), path)
-      return ner_scoring.score_lines(_timed(lines, line_seconds, line), delimiter, name)
+          lines = conlleval.decoded_lines(f.read(), path)
+      return conlleval.score_lines(_timed(lines, line_seconds, line), delimiter, name)
     except _LineTimeout:
       raise ValueError(
           "%s line %d: --delimiter %r took over %g s on this line (a regular expression that "
@@ -148,9 +148,9 @@ def main(argv=None):
     else:
       delimiter = delimiter.replace("\\t", "\t")
     counts = evaluate(args.file, delimiter, args.delimiter_is_regex)
-    sys.stdout.write(ner_scoring.report(counts))
+    sys.stdout.write(conlleval.report(counts))
     if args.output_json:
-      file_io.write_text_atomic(args.output_json, ner_scoring.metrics_json(counts))
+      file_io.write_text_atomic(args.output_json, conlleval.metrics_json(counts))
   return counts
 
 

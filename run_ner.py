@@ -46,7 +46,6 @@ import tensorflow as tf
 
 from bert_keras import checkpoints
 from bert_keras import modeling
-from bert_keras import tokenization
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import distribution
 from bert_keras.runtime import model_dir
@@ -56,7 +55,8 @@ from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
 from bert_keras.runtime import training_checkpoints
 from bert_keras.tasks import ner
-from bert_keras.tasks import ner_scoring
+from bert_keras import tokenization
+from bert_keras.utils import conlleval
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
 
@@ -307,8 +307,8 @@ def _write_eval(options, sentences, predicted, results, chief):
   logging.info("***** Eval results *****")
   for key in sorted(results):
     logging.info("  %s = %s", key, str(results[key]))
-  counts = ner_scoring.score_sentences([s.tags for s in sentences], predicted)
-  for line in ner_scoring.report(counts).splitlines():
+  counts = conlleval.score_sentences([s.tags for s in sentences], predicted)
+  for line in conlleval.report(counts).splitlines():
     logging.info("%s", line)
   if chief:
     file_io.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
@@ -321,8 +321,8 @@ def _write_predictions(options, sentences, predicted, chief):
   """Writes test_predictions.txt (chief); logs conlleval's report when test.txt is tagged."""
   logging.info("***** Predict results *****")
   if sentences[0].tags is not None:
-    counts = ner_scoring.score_sentences([s.tags for s in sentences], predicted)
-    for line in ner_scoring.report(counts).splitlines():
+    counts = conlleval.score_sentences([s.tags for s in sentences], predicted)
+    for line in conlleval.report(counts).splitlines():
       logging.info("test: %s", line)
   if chief:
     file_io.write_text_atomic(os.path.join(options.output_dir, "test_predictions.txt"),

@@ -255,7 +255,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids,
 RawResult = squad_predictions.RawResult
 write_predictions = squad_predictions.write_predictions
 PredictionWriter = squad_predictions.PredictionWriter
-get_final_text = squad_predictions.get_final_text
+get_final_text = tokenization.get_final_text
 
 # Prediction batches are cut to their longest window rounded up to a multiple of this: the
 # forward pass is traced (and, with XLA, compiled) for at most max_seq_length / 64 shapes.

@@ -41,13 +41,13 @@ import keras
 import tensorflow as tf
 
 from bert_keras import modeling
+from bert_keras import output_families
 from bert_keras import task_registry
 from bert_keras.utils import file_io
 from bert_keras.utils import onnx_graph
 
-# The kinds' outputs ServingModule serves (task_registry.OUTPUTS); the tagger's is
-# tasks/ner_serving.TaggerModule.
-OUTPUTS = ("classes", "multi_label", "score", "vectors", "spans")
+# The outputs families ServingModule serves (the tagger's is tasks/ner_serving.TaggerModule).
+OUTPUTS = output_families.names(served_by="serving")
 # export_saved_model's --task values served by ServingModule (a multi-label or regression
 # classifier is --task=classifier with its flags).
 TASKS = tuple(kind.name for kind in task_registry.kinds(servable=True, variant_of=None)
@@ -56,41 +56,8 @@ SIGNATURES = ("serving_default", "preprocess")
 PER_POSITION = ("sequence_output", "start_logits", "end_logits")
 
 
-def _logits(outputs):
-  """A classifier's output (the logits tensor [B, N], or a dict holding "logits") -> logits."""
-  return outputs["logits"] if isinstance(outputs, dict) else outputs
-
-
-def best_spans(start_logits, end_logits, input_mask, segment_ids, max_answer_length):
-  """The original write_predictions' choice without its n-best cut: the start <= end pair,
-  both in the context (segment 1, the final [SEP] excluded), end - start + 1 <=
-  max_answer_length, with the largest start_logit + end_logit (ties: the smallest start,
-  then the smallest end). logits float [B, S], mask and segments int [B, S] ->
-  (start int32 [B], end int32 [B]); both -1 where the row has no context."""
-  seq_length = tf.shape(start_logits)[1]
-  positions = tf.range(seq_length)
-  length = tf.reduce_sum(tf.cast(input_mask, tf.int32), axis=1)
-  context = tf.equal(segment_ids, 1) & (positions[None] < length[:, None] - 1)
-  offset = positions[None, :] - positions[:, None]  # [S, S]: end - start
-  valid = ((offset >= 0) & (offset < max_answer_length))[None] & (
-      context[:, :, None] & context[:, None, :])
-  scores = (tf.cast(start_logits, tf.float32)[:, :, None]
-            + tf.cast(end_logits, tf.float32)[:, None, :])
-  scores = tf.where(valid, scores, float("-inf"))
-  best = tf.argmax(tf.reshape(scores, [tf.shape(scores)[0], -1]), axis=1, output_type=tf.int32)
-  found = tf.reduce_any(context, axis=1)
-  return (tf.where(found, best // seq_length, -1), tf.where(found, best % seq_length, -1))
-
-
-def span_text(input_ids, start, end, vocabulary):
-  """The word pieces input_ids[start..end] joined as the original's write_predictions joins
-  them (" ".join, then " ##" and "##" removed). input_ids int [B, S], start/end int32 [B]
-  (-1: none, the empty string); vocabulary: string [V] -> string [B]."""
-  pieces = tf.gather(vocabulary, input_ids)
-  positions = tf.range(tf.shape(input_ids)[1])[None]
-  inside = (positions >= start[:, None]) & (positions <= end[:, None])
-  text = tf.strings.reduce_join(tf.ragged.boolean_mask(pieces, inside), axis=1, separator=" ")
-  return tf.strings.regex_replace(tf.strings.regex_replace(text, " ##", ""), "##", "")
+best_spans = output_families.best_spans
+span_text = output_families.span_text
 
 
 # The signatures' text inputs: tf.string [B], or a scalar (one text: a batch of one, B = 1).
@@ -120,11 +87,11 @@ class ServingModule(tf.Module):
     or (label names [N], thresholds [N], separator) of a multi-label classifier. labels: a
     (single-label) classifier's label names [N], or None."""
     super().__init__(name="bert_serving")
-    self._multi_label = None
+    self.thresholds = self.label_names = self.separator = None
     if multi_label is not None:
-      names, thresholds, self._separator = multi_label
-      self._label_names = tf.constant([str(n) for n in names], tf.string)
-      self._multi_label = tf.constant(thresholds, tf.float32)
+      names, thresholds, self.separator = multi_label
+      self.label_names = tf.constant([str(n) for n in names], tf.string)
+      self.thresholds = tf.constant(thresholds, tf.float32)
     kind = task_registry.get(task) if task in task_registry.names() else None
     if kind is not None and kind.name == "classifier" and (regression or multi_label):
       kind = task_registry.get("regression" if regression else "multi_label")
@@ -133,13 +100,13 @@ class ServingModule(tf.Module):
       raise ValueError(f"task {task!r} is not one of {', '.join(TASKS)}")
     if pooling not in modeling.POOLINGS:
       raise ValueError(f"pooling {pooling!r} is not one of {', '.join(modeling.POOLINGS)}")
-    self._pooling, self._normalize = pooling, bool(normalize)
+    self.pooling, self.normalize = pooling, bool(normalize)
     self.model = model
     self.preprocessor = preprocessor
-    self._outputs = kind.outputs
-    self._max_answer_length = int(max_answer_length)
+    self.family = kind.family
+    self.max_answer_length = int(max_answer_length)
     self._trim_padding = bool(trim_padding)
-    self._labels = None if labels is None else [str(label) for label in labels]
+    self.labels = None if labels is None else [str(label) for label in labels]
     spec = TEXT_SPEC
     self.preprocess = tf.function(self._preprocess, input_signature=[spec, spec])
     self.serve = tf.function(self._serve, input_signature=[spec, spec])
@@ -162,50 +129,8 @@ class ServingModule(tf.Module):
 
   def _task_outputs(self, features, outputs, spans=True):
     """serving_default's outputs of the task from the model's `outputs` on `features`
-    (spans False: the numeric outputs only, as TFLite and ONNX give them)."""
-    if self._outputs in ("classes", "multi_label", "score"):
-      logits = tf.cast(_logits(outputs), tf.float32)
-      if self._outputs == "score":
-        return {"predictions": logits[:, 0], "logits": logits}
-      if self._outputs == "multi_label":
-        return self._multi_label_outputs(logits, spans)
-      probabilities = tf.nn.softmax(logits, axis=-1)
-      if not spans:
-        return {"probabilities": probabilities, "logits": logits}
-      names = self._labels or [str(i) for i in range(logits.shape[-1])]
-      names = tf.constant(names, tf.string)
-      return {"probabilities": probabilities, "logits": logits,
-              "label": tf.gather(names, tf.argmax(probabilities, axis=-1)),
-              "label_names": tf.tile(names[None], [tf.shape(logits)[0], 1])}
-    if self._outputs == "vectors":
-      return {"pooled_output": tf.cast(outputs["pooled_output"], tf.float32),
-              "sequence_output": tf.cast(outputs["sequence_output"], tf.float32),
-              "embeddings": modeling.pool_embeddings(outputs["sequence_output"],
-                                                     features["input_mask"], self._pooling,
-                                                     self._normalize)}
-    start_logits = tf.cast(outputs["start_logits"], tf.float32)
-    end_logits = tf.cast(outputs["end_logits"], tf.float32)
-    if not spans:
-      return {"start_logits": start_logits, "end_logits": end_logits}
-    start, end = best_spans(start_logits, end_logits, features["input_mask"],
-                            features["segment_ids"], self._max_answer_length)
-    vocabulary = tf.constant([t or "" for t in self.preprocessor.vocabulary], tf.string)
-    return {"start_logits": start_logits, "end_logits": end_logits, "start_index": start,
-            "end_index": end,
-            "answer": span_text(features["input_ids"], start, end, vocabulary)}
-
-  def _multi_label_outputs(self, logits, names=True):
-    """A multi-label classifier's outputs from its logits [B, N] (names: with the labels
-    string [B]; TFLite has numbers only)."""
-    probabilities = tf.sigmoid(logits)
-    predicted = probabilities >= self._multi_label
-    result = {"probabilities": probabilities, "logits": logits,
-              "predicted": tf.cast(predicted, tf.int32)}
-    if names:
-      all_names = tf.broadcast_to(self._label_names, tf.shape(predicted))
-      result["labels"] = tf.strings.reduce_join(tf.ragged.boolean_mask(all_names, predicted),
-                                                axis=1, separator=self._separator)
-    return result
+    (spans False: the numeric outputs only, as TFLite and ONNX give them): its family's."""
+    return self.family.serving_outputs(self, features, outputs, numeric=not spans)
 
   def _model_outputs(self, features, trim):
     """The model on features (int32 [B, S] each). With trim_padding, on their first L

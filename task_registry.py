@@ -4,12 +4,12 @@ A task kind is a model of modeling.py (BertModel, BertClassifier, ...) and every
 rest of the package needs to know about it: its name (load_model's task=, task.json's
 "task", the scripts' --task), whether its outputs are named labels (labels.txt), how many
 outputs it has when that is fixed, the HuggingFace architecture it is written as, what its
-outputs are (`outputs`: what serving, export and predict read), how its logits become
-probabilities, the loss and metrics Keras compiles it with, whether a second text goes in,
-and what it is served as. checkpoints, preprocessing, serving, export_saved_model,
-convert_checkpoint, runtime/model_dir and tasks/predictors look kinds up here instead of
-comparing task names; tests/test_task_registry.py walks every registered kind through
-every surface, so a kind that misses one fails a test.
+outputs are (`outputs`: its family in output_families, which carries what serving, export,
+predict and the int8 measure do with them), the loss and metrics Keras compiles it with,
+whether a second text goes in, and what it is served as. checkpoints, preprocessing,
+serving, export_saved_model, convert_checkpoint, runtime/model_dir and tasks/predictors look
+kinds up here instead of comparing task names; tests/test_task_registry.py walks every
+registered kind through every surface, so a kind that misses one fails a test.
 
 Adding a kind: its head (a keras.Model in modeling.py or a module of its own), one
 `register(TaskKind(...))`, its data reader, its tests.
@@ -26,19 +26,11 @@ from typing import Callable, Optional
 import keras
 
 from bert_keras import modeling
+from bert_keras import output_families
 from bert_keras import retrieval
 
-# What a kind's outputs are; each surface reads a kind through this, never through its name.
-#   sequence     BertModel's {"sequence_output" [B, S, H], "pooled_output" [B, H]}
-#   vectors      one embedding per text, float32 [B, H]
-#   classes      logits [B, N] of N exclusive labels (softmax)
-#   multi_label  logits [B, N] of N independent labels (sigmoid each)
-#   score        one number per text or pair, logits [B, 1] (regression, relevance)
-#   tags         logits [B, S, N]: a label per word piece
-#   spans        {"start_logits", "end_logits"}: float32 [B, S]
-#   pretraining  the masked-LM and next-sentence outputs
-OUTPUTS = ("sequence", "vectors", "classes", "multi_label", "score", "tags", "spans",
-           "pretraining")
+# What a kind's outputs are: the outputs families (output_families), each with its behaviour.
+OUTPUTS = output_families.names()
 # How a second text goes in: never, when given, always.
 PAIRS = ("no", "optional", "required")
 
@@ -54,13 +46,12 @@ class TaskKind:
   name: the kind's name everywhere (load_model's task=, task.json's "task", --task).
   model: the keras.Model class built for it, model(config_or_encoder, [num_labels,]
     **model_options).
-  outputs: one of OUTPUTS.
+  outputs: the name of its outputs family (output_families: what serving, export, predict and
+    the int8 measure do with them); `family` is that family.
   hf_architecture: the transformers class it is written as (config.json's architectures).
   labels: True when the model is built with num_labels named outputs (labels.txt beside it).
   num_labels: the fixed number of outputs (a regression's 1), or None.
   model_options: constructor keywords that make the kind (multi_label=True).
-  probabilities: "softmax", "sigmoid" or None: the logits -> probabilities of TextModel,
-    serving and predict.
   compile_options: () -> keras.Model.compile's loss, loss_weights and metrics ({} for none).
   pair: one of PAIRS: whether its inputs take a second text.
   served_as: the kind a SavedModel or predict.py serves in its place (a pretrained encoder
@@ -83,7 +74,6 @@ class TaskKind:
   num_labels: Optional[int] = None
   model_options: types.MappingProxyType = dataclasses.field(
       default_factory=lambda: types.MappingProxyType({}))
-  probabilities: Optional[str] = None
   compile_options: Callable[[], dict] = _no_compile_options
   pair: str = "optional"
   served_as: Optional[str] = None
@@ -95,15 +85,25 @@ class TaskKind:
   description: str = ""
 
   def __post_init__(self):
-    if self.outputs not in OUTPUTS:
-      raise ValueError(f"task kind {self.name}: outputs {self.outputs!r} is not one of "
-                       f"{', '.join(OUTPUTS)}")
+    try:
+      output_families.get(self.outputs)
+    except ValueError as e:
+      raise ValueError(f"task kind {self.name}: {e}") from None
     if self.pair not in PAIRS:
       raise ValueError(f"task kind {self.name}: pair {self.pair!r} is not one of "
                        f"{', '.join(PAIRS)}")
-    if self.probabilities not in (None, "softmax", "sigmoid"):
-      raise ValueError(f"task kind {self.name}: probabilities {self.probabilities!r}")
     object.__setattr__(self, "model_options", types.MappingProxyType(dict(self.model_options)))
+
+  @property
+  def family(self):
+    """Its outputs family (output_families.OutputsFamily)."""
+    return output_families.get(self.outputs)
+
+  @property
+  def probabilities(self):
+    """"softmax", "sigmoid" or None: its family's logits -> probabilities (TextModel, serving,
+    predict)."""
+    return self.family.probabilities
 
   @property
   def takes_num_labels(self):
@@ -265,11 +265,11 @@ register(TaskKind(
     description="one vector per text (pooling mean, cls or max; normalize)"))
 register(TaskKind(
     "classifier", modeling.BertClassifier, "classes", "BertForSequenceClassification",
-    labels=True, probabilities="softmax", compile_options=_classifier_compile,
+    labels=True, compile_options=_classifier_compile,
     task_json="classifier", description="one label of N per text or pair (run_classifier)"))
 register(TaskKind(
     "multi_label", modeling.BertClassifier, "multi_label", "BertForSequenceClassification",
-    labels=True, model_options={"multi_label": True}, probabilities="sigmoid",
+    labels=True, model_options={"multi_label": True},
     compile_options=_multi_label_compile, task_json="classifier", variant_of="classifier",
     description="any number of N labels per text or pair (run_classifier --multi_label)"))
 register(TaskKind(
@@ -283,7 +283,7 @@ register(TaskKind(
     description="the relevance of a (query, passage) pair: a cross-encoder (run_reranker)"))
 register(TaskKind(
     "tagger", modeling.BertTokenClassifier, "tags", "BertForTokenClassification",
-    labels=True, probabilities="softmax", compile_options=_tagger_compile, pair="no",
+    labels=True, compile_options=_tagger_compile, pair="no",
     task_json="tagger",
     description="a tag per word (run_ner)"))
 register(TaskKind(

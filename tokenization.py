@@ -879,3 +879,57 @@ class _NativeWordCache(object):
   def map_ids(self, cleaned):
     ids, lengths = self._table.map_ids(cleaned, self._compute)
     return np.frombuffer(ids, np.int32), np.frombuffer(lengths, np.int64)
+
+
+# The original run_squad's projection of an answer back onto its text (SQuAD's
+# post-processing and a SavedModel's answers share it).
+
+@functools.lru_cache(maxsize=2)
+def _squad_basic_tokenizer(do_lower_case):
+  return BasicTokenizer(do_lower_case=do_lower_case)
+
+
+def _strip_spaces(text):
+  """-> (text without " ", for each of its characters the index in `text`)."""
+  positions = [i for i, c in enumerate(text) if c != " "]
+  return "".join(text[i] for i in positions), positions
+
+
+def get_final_text(pred_text, orig_text, do_lower_case, verbose_logging=False):
+  """The original run_squad's get_final_text: projects the normalised prediction pred_text
+  (e.g. "steve smith") onto the original span orig_text ("Steve Smith's") -> "Steve Smith".
+  Characters are aligned one to one between orig_text and its BasicTokenizer tokens, spaces
+  aside; when that fails (the prediction is not found, or normalisation changed the character
+  count, e.g. "İ" or ligatures) the whole orig_text is returned, as the original."""
+  tok_text = " ".join(_squad_basic_tokenizer(bool(do_lower_case)).tokenize(orig_text))
+  start = tok_text.find(pred_text)
+  if start == -1:
+    if verbose_logging:
+      logging.info("Unable to find text: '%s' in '%s'", pred_text, orig_text)
+    return orig_text
+  end = start + len(pred_text) - 1
+
+  orig_ns_text, orig_ns_to_s = _strip_spaces(orig_text)
+  tok_ns_text, tok_ns_to_s = _strip_spaces(tok_text)
+  if len(orig_ns_text) != len(tok_ns_text):
+    if verbose_logging:
+      logging.info("Length not equal after stripping spaces: '%s' vs '%s'", orig_ns_text,
+                   tok_ns_text)
+    return orig_text
+  tok_s_to_ns = {s: ns for ns, s in enumerate(tok_ns_to_s)}
+
+  def to_orig(position):
+    ns = tok_s_to_ns.get(position)
+    return None if ns is None or ns >= len(orig_ns_to_s) else orig_ns_to_s[ns]
+
+  orig_start = to_orig(start)
+  if orig_start is None:
+    if verbose_logging:
+      logging.info("Couldn't map start position")
+    return orig_text
+  orig_end = to_orig(end)
+  if orig_end is None:
+    if verbose_logging:
+      logging.info("Couldn't map end position")
+    return orig_text
+  return orig_text[orig_start:orig_end + 1]

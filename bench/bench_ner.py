@@ -109,8 +109,8 @@ print(json.dumps({"train_s": train_s, "torch": torch.__version__,
 
 def _score(path):
   """evaluate_ner's overall precision, recall, F1 (fractions) of a prediction file."""
-  from bert_keras.tasks import ner_scoring
-  m = ner_scoring.metrics(ner_scoring.score_file(path))
+  from bert_keras.utils import conlleval
+  m = conlleval.metrics(conlleval.score_file(path))
   return [m["precision"] / 100, m["recall"] / 100, m["FB1"] / 100]
 
 

@@ -31,8 +31,8 @@ from bert_keras import modeling
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import training
-from bert_keras.tasks import ner_scoring
 from bert_keras.tasks import windows as windows_lib
+from bert_keras.utils import conlleval
 from bert_keras.utils import file_io
 
 DOCSTART = "-DOCSTART-"
@@ -334,8 +334,8 @@ def eval_results(sentences, predicted, loss_sum, tagged, global_step):
   eval_recall, eval_f1 (conlleval's entity figures as fractions), eval_accuracy
   (conlleval's token accuracy, a fraction), eval_f1_<TYPE> per entity type, eval_loss and
   loss (the mean loss over the tagged pieces), global_step."""
-  counts = ner_scoring.score_sentences([s.tags for s in sentences], predicted)
-  m = ner_scoring.metrics(counts)
+  counts = conlleval.score_sentences([s.tags for s in sentences], predicted)
+  m = conlleval.metrics(counts)
   loss = loss_sum / max(tagged, 1)
   results = {"eval_precision": m["precision"] / 100, "eval_recall": m["recall"] / 100,
              "eval_f1": m["FB1"] / 100, "eval_accuracy": (m["accuracy"] or 0.0) / 100,

@@ -13,7 +13,7 @@ TaggerModule(model, preprocessor, labels).serve(text_a) takes tf.string [B] and 
   label_names tf.string [B, N]  the N tags in the order of the model's outputs (the same row
                               for every text, tiled to the batch as serving.py's classifier)
   entity_types, entity_starts, entity_ends, entity_scores  [B, E]: the chunks of the tags
-                              (conlleval's rules, tasks/ner_scoring.py): type, first byte,
+                              (conlleval's rules, utils/conlleval.py): type, first byte,
                               byte after the last, the mean score of their words ("", -1, 0
                               padding)
 Words: the text's characters (invalid UTF-8 bytes skipped) split as the original BasicTokenizer
@@ -33,7 +33,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras.tasks import ner_scoring
+from bert_keras.utils import conlleval
 
 SPACE, WORD, SINGLE, CONTROL = 0, 1, 2, 3
 OUTSIDE = "O"
@@ -111,10 +111,10 @@ def chunk_tables(labels):
   each tag's chunk type, and bool [T, T] tables of conlleval's rules: starts[p, t] = a chunk
   starts at tag t after tag p; ends[p, t] = the chunk of p ends before t."""
   tags = list(labels) + ([] if OUTSIDE in labels else [OUTSIDE])
-  split = [ner_scoring.split_tag(tag) for tag in tags]
-  starts = np.array([[ner_scoring.chunk_starts(p[0], t[0], p[1], t[1]) for t in split]
+  split = [conlleval.split_tag(tag) for tag in tags]
+  starts = np.array([[conlleval.chunk_starts(p[0], t[0], p[1], t[1]) for t in split]
                      for p in split])
-  ends = np.array([[ner_scoring.chunk_ends(p[0], t[0], p[1], t[1]) for t in split]
+  ends = np.array([[conlleval.chunk_ends(p[0], t[0], p[1], t[1]) for t in split]
                    for p in split])
   return tags, [kind for _, kind in split], starts, ends
 

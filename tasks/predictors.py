@@ -30,20 +30,21 @@ import tensorflow as tf
 
 from bert_keras import checkpoints
 from bert_keras import model_files
+from bert_keras import modeling
+from bert_keras import output_families
 from bert_keras import preprocessing
-from bert_keras import serving
-from bert_keras import task_registry
-from bert_keras import tokenization
 from bert_keras.runtime import inference
 from bert_keras.runtime import model_dir
 from bert_keras.runtime import option_checks as checks
+from bert_keras import serving
+from bert_keras import task_registry
 from bert_keras.tasks import doc_windows
 from bert_keras.tasks import multi_label
-from bert_keras.tasks import ner_scoring
 from bert_keras.tasks import ner_serving
 from bert_keras.tasks import squad_data
-from bert_keras.tasks import squad_predictions
 from bert_keras.tasks import windows as windows_lib
+from bert_keras import tokenization
+from bert_keras.utils import conlleval
 
 # The kinds predict.py serves (task_registry: a pretrained encoder is served as embeddings).
 TASKS = task_registry.names(servable=True)
@@ -51,14 +52,6 @@ TASKS = task_registry.names(servable=True)
 TEXT_A_FIELDS = ("text_a", "sentence1", "sentence", "text", "question")
 TEXT_B_FIELDS = ("text_b", "sentence2", "context")
 SQUAD_FIELDS = ("question", "context")
-
-
-def _decode(values):
-  return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in values]
-
-
-def sigmoid(x):
-  return 1.0 / (1.0 + np.exp(-np.asarray(x, np.float64)))
 
 
 class Predictor(object):
@@ -89,54 +82,11 @@ class Predictor(object):
                      f"but the input has no second text (looked for the field "
                      f"{' or '.join(map(repr, looked))}): name it with --text_b_column")
 
-  def _label_names(self, count):
+  def label_names(self, count):
+    """The names of `count` outputs: the predictor's labels, else "0", "1", ..."""
     if self.labels is None or len(self.labels) != count:
       self.labels = [str(i) for i in range(count)]
     return self.labels
-
-  def classifier_fields(self, probabilities, logits):
-    """probabilities float [B, N] (softmax), logits float [B, N] -> the rows' fields."""
-    names = self._label_names(np.shape(probabilities)[1])
-    if self.multi_label:
-      probabilities = sigmoid(logits)
-      thresholds = np.broadcast_to(np.asarray(self.thresholds if self.thresholds is not None
-                                              else 0.5, np.float64), (len(names),))
-      return [{"labels": [n for n, p, t in zip(names, row, thresholds) if p >= t],
-               "probabilities": dict(zip(names, map(float, row)))} for row in probabilities]
-    best = np.argmax(probabilities, axis=1)
-    return [{"label": names[b], "probabilities": dict(zip(names, map(float, row)))}
-            for b, row in zip(best, probabilities)]
-
-  def multi_label_fields(self, probabilities, predicted):
-    """A multi-label SavedModel's probabilities float [B, N] (sigmoid) and predicted int
-    [B, N] (1: reaches its threshold) -> the rows' fields; with --threshold (thresholds
-    given) the probabilities are compared with it instead."""
-    names = self._label_names(np.shape(probabilities)[1])
-    if self.thresholds is not None:
-      predicted = np.asarray(probabilities) >= np.asarray(self.thresholds, np.float32)
-    return [{"labels": [n for n, chosen in zip(names, row) if chosen],
-             "probabilities": dict(zip(names, map(float, p)))}
-            for row, p in zip(np.asarray(predicted), probabilities)]
-
-  @staticmethod
-  def entity_fields(texts, outputs):
-    """The tagger's entity_* outputs ([B, E]; byte offsets into the UTF-8 texts, -1
-    padding) -> [{"entities": [...]}] with character offsets."""
-    rows = []
-    for i, text in enumerate(texts):
-      encoded = None if text.isascii() else text.encode("utf-8")
-      char = (lambda b: int(b)) if encoded is None else (
-          lambda b: len(encoded[:b].decode("utf-8", "ignore")))
-      entities = []
-      for kind, start, end, score in zip(outputs["entity_types"][i], outputs["entity_starts"][i],
-                                         outputs["entity_ends"][i], outputs["entity_scores"][i]):
-        if start < 0:
-          continue
-        s, e = char(start), char(end)
-        entities.append({"type": _decode([kind])[0], "text": text[s:e], "start": s, "end": e,
-                         "score": float(score)})
-      rows.append({"entities": entities})
-    return rows
 
 
 class GraphPredictor(Predictor):
@@ -153,65 +103,25 @@ class GraphPredictor(Predictor):
     a = tf.constant(texts_a, tf.string)
     b = tf.constant(texts_b if texts_b is not None else [""] * len(texts_a), tf.string)
     outputs = {k: v.numpy() for k, v in self._fn(a, b).items()}
-    if self.kind.outputs == "tags":
-      return self.entity_fields(texts_a, outputs)
-    if self.kind.outputs == "score":
-      return [{"score": float(x)} for x in np.reshape(outputs["predictions"], [-1])]
-    if self.kind.outputs in ("classes", "multi_label"):
-      if "label_names" in outputs:  # a SavedModel's own names come first
-        names = np.asarray(outputs["label_names"])
-        self.labels = _decode(names[0] if names.ndim == 2 else names)
-      if "predicted" in outputs:  # a multi-label SavedModel: sigmoid outputs, its thresholds
-        return self.multi_label_fields(outputs["probabilities"], outputs["predicted"])
-      return self.classifier_fields(outputs["probabilities"], outputs["logits"])
-    if self.kind.outputs == "vectors":
-      vectors = outputs["embeddings"]
-      if self._preprocess is not None:  # a SavedModel, pooled here as --pooling says
-        mask = self._preprocess(a, b)["input_mask"].numpy()
-        vectors = np_pool(outputs["sequence_output"], mask, self._pooling, self._normalize)
-      return [{"embedding": [float(x) for x in row]} for row in vectors]
-    return self._squad_fields(texts_b, outputs)
+    return self.kind.family.rows(outputs, texts_a, texts_b, self)
 
-  @staticmethod
-  def _squad_fields(contexts, outputs):
-    """A SavedModel's answer (its word pieces joined, normalised) placed in the context: its
-    first occurrence (squad_predictions.get_final_text over the whole context)."""
-    rows = []
-    for context, answer, start in zip(contexts, _decode(outputs["answer"]),
-                                      outputs["start_index"]):
-      found = None
-      if start >= 0 and answer:
-        for lower in (False, True):
-          text = squad_predictions.get_final_text(answer, context, lower)
-          if text != context or " ".join(context.split()).lower() == answer:
-            found = text
-            break
-      offset = context.find(found) if found else -1
-      rows.append({"answer": {"text": found or "", "start": offset if offset >= 0 else None,
-                              "end": offset + len(found) if offset >= 0 else None}})
-    return rows
-
-
-def np_pool(sequence_output, input_mask, pooling="mean", normalize=False):
-  """modeling.pool_embeddings in NumPy: [B, S, H], [B, S] -> float [B, H]."""
-  x = np.asarray(sequence_output, np.float32)
-  mask = np.asarray(input_mask, np.float32)[:, :, None]
-  if pooling == "cls":
-    pooled = x[:, 0]
-  elif pooling == "max":
-    pooled = np.where(mask > 0, x, -1e9).max(axis=1)
-  else:
-    pooled = (x * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
-  if normalize:
-    pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
-  return pooled
+  def pooled(self, outputs, texts_a, texts_b):
+    """A SavedModel's embeddings pooled here as --pooling says (with a preprocess
+    signature), else its own."""
+    if self._preprocess is None:
+      return outputs["embeddings"]
+    a = tf.constant(texts_a, tf.string)
+    b = tf.constant(texts_b if texts_b is not None else [""] * len(texts_a), tf.string)
+    mask = self._preprocess(a, b)["input_mask"].numpy()
+    return np.asarray(modeling.pool_embeddings(outputs["sequence_output"], mask, self._pooling,
+                                               self._normalize))
 
 
 class SquadPredictor(Predictor):
   """run_squad's windows (max_query_length, doc_stride) and its span rule (both ends in the
   context, start <= end, at most max_answer_length pieces, the start piece in the window
   where it has the most context), the best start + end logit over all windows; the answer
-  projected back onto the context's characters (squad_predictions.get_final_text)."""
+  projected back onto the context's characters (tokenization.get_final_text)."""
 
   def __init__(self, model, tokenizer, max_seq_length, doc_stride=128, max_query_length=64,
                max_answer_length=30, batch_size=32, **kwargs):
@@ -325,7 +235,7 @@ class SquadPredictor(Predictor):
     _, _, char_end = words[piece_word[last]]
     orig_text = context[char_start:char_end]
     lower = self._tokenizer.basic_tokenizer.do_lower_case
-    text = squad_predictions.get_final_text(tok_text, orig_text, lower)
+    text = tokenization.get_final_text(tok_text, orig_text, lower)
     start = char_start + orig_text.find(text)
     return {"answer": {"text": text, "start": start, "end": start + len(text)}}
 
@@ -389,15 +299,7 @@ class WindowPredictor(Predictor):
           {"input_ids": ids[rows, :length], "input_mask": mask[rows, :length],
            "segment_ids": segments[rows, :length]}, training=False), np.float32))
     pooled = doc_windows.pool(np.concatenate(logits), documents, len(texts_a), self._how)
-    shifted = np.exp(pooled - pooled.max(axis=1, keepdims=True))
-    return self.classifier_fields(shifted / shifted.sum(axis=1, keepdims=True), pooled)
-
-
-# The serving_default output that tells each kind of outputs (task_registry.OUTPUTS) apart,
-# the first found deciding: what serving.ServingModule and ner_serving.TaggerModule return.
-_SAVED_MODEL_OUTPUTS = (("entity_types", "tags"), ("embeddings", "vectors"), ("answer", "spans"),
-                        ("predictions", "score"), ("predicted", "multi_label"),
-                        ("probabilities", "classes"))
+    return self.kind.family.rows_of_logits(pooled, self)
 
 
 def load_saved_model(path, pooling=None, normalize=False, thresholds=None):
@@ -410,8 +312,8 @@ def load_saved_model(path, pooling=None, normalize=False, thresholds=None):
   signature = loaded.signatures["serving_default"]
   names = set(signature.structured_outputs)
   inputs = set(signature.structured_input_signature[1])
-  family = next((family for output, family in _SAVED_MODEL_OUTPUTS if output in names), None)
-  kind = task_registry.kinds(outputs=family, servable=True)[0] if family else None
+  family = output_families.of_outputs(names)
+  kind = task_registry.kinds(outputs=family.name, servable=True)[0] if family else None
   if kind is None:
     raise ValueError(f"--model_dir {path}: a SavedModel whose outputs ({', '.join(sorted(names))})"
                      " are not export_saved_model.py's")
@@ -581,9 +483,9 @@ def check_window_flags(**values):
 
 def check_tags(labels, description):
   """A tagger's labels should name an entity type (conlleval's tags, e.g. B-PER:
-  ner_scoring): tags that name none can never make an entity (every row "entities": []): a
+  conlleval): tags that name none can never make an entity (every row "entities": []): a
   warning naming task.json."""
-  if any(ner_scoring.split_tag(tag)[1] or tag in ("[", "]") for tag in labels or ()):
+  if any(conlleval.split_tag(tag)[1] or tag in ("[", "]") for tag in labels or ()):
     return
   logging.warning("%s: \"task\" tagger, but its labels (%s) name no entity type (tags such "
                   "as B-PER): no entity can be found", os.path.join(

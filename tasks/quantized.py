@@ -29,25 +29,21 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import model_files
+from bert_keras import output_families
 from bert_keras import preprocessing
+from bert_keras.runtime import model_dir
 from bert_keras import serving
 from bert_keras import task_registry
-from bert_keras import tokenization
-from bert_keras.runtime import model_dir
 from bert_keras.tasks import classifier_data
-from bert_keras.tasks import ner_scoring
 from bert_keras.tasks import predict_io
 from bert_keras.tasks import predictors
+from bert_keras import tokenization
 
 MODEL_FILES = ("model.tflite", "model.onnx")
 CONFIG_FILE = "model_config.json"
 QUANTIZATION_FILE = "quantization.json"
 # The most rows of a sample a quantized export is measured on.
 SAMPLE_ROWS = 256
-# The output that tells a token-id model's kind of outputs, the first found deciding.
-_OUTPUT_KINDS = (("embeddings", "vectors"), ("start_logits", "spans"),
-                 ("predictions", "score"), ("predicted", "multi_label"),
-                 ("probabilities", "classes"))
 
 
 def model_file(path):
@@ -144,8 +140,8 @@ def read_config(directory):
 
 def kind_of(output_names):
   """The task_registry kind a token-id model's outputs serve (None: not export's)."""
-  family = next((f for name, f in _OUTPUT_KINDS if name in output_names), None)
-  return task_registry.kinds(outputs=family, servable=True)[0] if family else None
+  family = output_families.of_outputs(output_names, numeric=True)
+  return task_registry.kinds(outputs=family.name, servable=True)[0] if family else None
 
 
 class TokenIds(object):
@@ -214,71 +210,11 @@ def _strings(tensor):
 # ----------------------------------------------------------------------------------------------
 # The measure of a quantized model against its float model.
 
-def _cosine(a, b):
-  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  norms = np.maximum(np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-12)
-  return (a * b).sum(-1) / norms
-
-
-def _ranks(x):
-  order = np.argsort(x, kind="stable")
-  ranks = np.empty(len(x), np.float64)
-  ranks[order] = np.arange(len(x))
-  for value in np.unique(x):  # ties share their mean rank
-    tied = x == value
-    if tied.sum() > 1:
-      ranks[tied] = ranks[tied].mean()
-  return ranks
-
-
-def _pearson(a, b):
-  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  if a.std() == 0 or b.std() == 0:
-    return 1.0 if np.allclose(a, b) else 0.0
-  return float(np.corrcoef(a, b)[0, 1])
-
-
-def entity_f1(float_tags, quantized_tags):
-  """conlleval's entity F1 (a fraction) of the quantized model's tags against the float
-  model's, each a list of sentences of tags."""
-  counts = ner_scoring.score_sentences(float_tags, quantized_tags)
-  if counts.gold_chunks == 0 and counts.found_chunks == 0:
-    return 1.0
-  return ner_scoring.metrics(counts)["FB1"] / 100.0
-
-
-def _span_argmax(logits, mask):
-  return np.where(np.asarray(mask) > 0, logits, -np.inf).argmax(axis=1)
-
-
 def measure(outputs, want, got, input_mask=None):
   """How far the quantized outputs `got` stay from the float `want` (dicts of arrays of the
-  kind whose task_registry outputs are `outputs`): {"measure": name, "agreement": value,
+  outputs family `outputs`): its family's measure, {"measure": name, "agreement": value,
   ...more figures}."""
-  if outputs == "classes":
-    same = np.argmax(want["probabilities"], 1) == np.argmax(got["probabilities"], 1)
-    return {"measure": "label_agreement", "agreement": float(same.mean())}
-  if outputs == "multi_label":
-    same = (np.asarray(want["predicted"]) == np.asarray(got["predicted"])).all(axis=1)
-    return {"measure": "label_set_agreement", "agreement": float(same.mean())}
-  if outputs == "vectors":
-    cosine = _cosine(want["embeddings"], got["embeddings"])
-    return {"measure": "mean_cosine", "agreement": float(cosine.mean()),
-            "min_cosine": float(cosine.min())}
-  if outputs == "score":
-    a, b = np.reshape(want["predictions"], [-1]), np.reshape(got["predictions"], [-1])
-    pearson, spearman = _pearson(a, b), _pearson(_ranks(a), _ranks(b))
-    return {"measure": "min_pearson_spearman", "agreement": min(pearson, spearman),
-            "pearson": pearson, "spearman": spearman}
-  if outputs == "spans":
-    same = ((_span_argmax(want["start_logits"], input_mask)
-             == _span_argmax(got["start_logits"], input_mask))
-            & (_span_argmax(want["end_logits"], input_mask)
-               == _span_argmax(got["end_logits"], input_mask)))
-    return {"measure": "span_agreement", "agreement": float(same.mean())}
-  if outputs == "tags":
-    return {"measure": "entity_f1", "agreement": entity_f1(want["tags"], got["tags"])}
-  raise ValueError(f"no measure for outputs {outputs!r}")
+  return output_families.get(outputs).measure(want, got, input_mask)
 
 
 def sample_texts(init_checkpoint, calibration_file=None, limit=SAMPLE_ROWS):

@@ -1,14 +1,13 @@
 # coding=utf-8
 """SQuAD post-processing, as the original run_squad's: the windows' start/end logits -> the
 answers, n-best lists and null odds (write_predictions, or PredictionWriter one question at a
-time), and get_final_text's projection of a WordPiece span onto the original text.
+time); each span projected onto the original text by tokenization.get_final_text.
 
-run_squad.py re-exports RawResult, write_predictions, PredictionWriter and get_final_text (the
-original's names).
+run_squad.py re-exports RawResult, write_predictions and PredictionWriter (the original's names),
+and tokenization.get_final_text.
 """
 
 import collections
-import functools
 import json
 import math
 
@@ -103,7 +102,7 @@ def _nbest_of(example, features, prelims, n_best_size, do_lower_case, version_2_
     if p.start_index > 0:
       tok_text, orig_text = _span_texts(example, features[p.feature_index], p.start_index,
                                         p.end_index)
-      text = get_final_text(tok_text, orig_text, do_lower_case, verbose_logging)
+      text = tokenization.get_final_text(tok_text, orig_text, do_lower_case, verbose_logging)
       if text in seen:
         continue
     else:  # the null prediction
@@ -241,54 +240,3 @@ class PredictionWriter(object):
     self._nbest_out.close()
     if tf.io.gfile.exists(self._nbest_tmp):
       tf.io.gfile.remove(self._nbest_tmp)
-
-
-@functools.lru_cache(maxsize=2)
-def _basic_tokenizer(do_lower_case):
-  return tokenization.BasicTokenizer(do_lower_case=do_lower_case)
-
-
-def _strip_spaces(text):
-  """-> (text without " ", for each of its characters the index in `text`)."""
-  positions = [i for i, c in enumerate(text) if c != " "]
-  return "".join(text[i] for i in positions), positions
-
-
-def get_final_text(pred_text, orig_text, do_lower_case, verbose_logging=False):
-  """Projects the normalised prediction pred_text (e.g. "steve smith") onto the original
-  span orig_text ("Steve Smith's") -> "Steve Smith". Characters are aligned one to one
-  between orig_text and its BasicTokenizer tokens, spaces aside; when that fails (the
-  prediction is not found, or normalisation changed the character count, e.g. "İ" or
-  ligatures) the whole orig_text is returned, as the original."""
-  tok_text = " ".join(_basic_tokenizer(bool(do_lower_case)).tokenize(orig_text))
-  start = tok_text.find(pred_text)
-  if start == -1:
-    if verbose_logging:
-      logging.info("Unable to find text: '%s' in '%s'", pred_text, orig_text)
-    return orig_text
-  end = start + len(pred_text) - 1
-
-  orig_ns_text, orig_ns_to_s = _strip_spaces(orig_text)
-  tok_ns_text, tok_ns_to_s = _strip_spaces(tok_text)
-  if len(orig_ns_text) != len(tok_ns_text):
-    if verbose_logging:
-      logging.info("Length not equal after stripping spaces: '%s' vs '%s'", orig_ns_text,
-                   tok_ns_text)
-    return orig_text
-  tok_s_to_ns = {s: ns for ns, s in enumerate(tok_ns_to_s)}
-
-  def to_orig(position):
-    ns = tok_s_to_ns.get(position)
-    return None if ns is None or ns >= len(orig_ns_to_s) else orig_ns_to_s[ns]
-
-  orig_start = to_orig(start)
-  if orig_start is None:
-    if verbose_logging:
-      logging.info("Couldn't map start position")
-    return orig_text
-  orig_end = to_orig(end)
-  if orig_end is None:
-    if verbose_logging:
-      logging.info("Couldn't map end position")
-    return orig_text
-  return orig_text[orig_start:orig_end + 1]

@@ -19,6 +19,7 @@ from test_run_pretraining import data  # noqa: F401  (a fixture)
 from bert_keras import checkpoints
 from bert_keras import export_saved_model
 from bert_keras import modeling
+from bert_keras import output_families
 from bert_keras import preprocessing
 from bert_keras import retrieval
 from bert_keras import serving
@@ -169,7 +170,7 @@ def test_classifier_and_embeddings_match_keras(setup, exported, batch, pairs):
   _, results = exported
   got = results["classifier" + batch]
   _, _, outputs = _python_path(setup, "classifier", pairs)
-  logits = serving._logits(outputs).numpy()
+  logits = output_families.logits_of(outputs).numpy()
   np.testing.assert_allclose(got["logits"], logits, atol=1e-5)
   probabilities = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
   np.testing.assert_allclose(got["probabilities"], probabilities, atol=1e-5)

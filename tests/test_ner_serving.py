@@ -13,10 +13,10 @@ from bert_keras import checkpoints
 from bert_keras import export_saved_model
 from bert_keras import modeling
 from bert_keras import preprocessing
-from bert_keras import tokenization
 from bert_keras.tasks import ner
-from bert_keras.tasks import ner_scoring
 from bert_keras.tasks import ner_serving
+from bert_keras import tokenization
+from bert_keras.utils import conlleval
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "john", "smith", "lives", "in", "paris", "un",
          "##believ", "##able", ".", "mary", "the", "city"]
@@ -71,12 +71,12 @@ def chunks(tags):
   """[(type, first word, last word)] by conlleval's rules, in Python."""
   result, previous = [], ("O", "")
   for i, tag in enumerate(tags):
-    prefix, kind = ner_scoring.split_tag(tag)
+    prefix, kind = conlleval.split_tag(tag)
     if result and result[-1][2] == i - 1 and not (
-        ner_scoring.chunk_ends(previous[0], prefix, previous[1], kind)
-        or ner_scoring.chunk_starts(previous[0], prefix, previous[1], kind)):
+        conlleval.chunk_ends(previous[0], prefix, previous[1], kind)
+        or conlleval.chunk_starts(previous[0], prefix, previous[1], kind)):
       result[-1] = (result[-1][0], result[-1][1], i)
-    elif ner_scoring.chunk_starts(previous[0], prefix, previous[1], kind):
+    elif conlleval.chunk_starts(previous[0], prefix, previous[1], kind):
       result.append((kind, i, i))
     previous = (prefix, kind)
   return result

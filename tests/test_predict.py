@@ -19,11 +19,11 @@ from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import predict
 from bert_keras import preprocessing
-from bert_keras import tokenization
 from bert_keras.runtime import model_dir
 from bert_keras.tasks import ner
-from bert_keras.tasks import ner_scoring
 from bert_keras.tasks import predict_io
+from bert_keras import tokenization
+from bert_keras.utils import conlleval
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "is", "hairy", ".", "who",
@@ -179,14 +179,14 @@ def test_classifier_files_and_stdin_equal_the_model(dirs, tmp_path, monkeypatch,
 
 
 def _chunks(tags):
-  """conlleval's chunks of a tag sequence (tasks/ner_scoring rules): (type, first, last)."""
+  """conlleval's chunks of a tag sequence (tasks/conlleval rules): (type, first, last)."""
   found, start, previous = [], None, ("O", "")
   for i, tag in enumerate(tags + ["O"]):
-    prefix, kind = ner_scoring.split_tag(tag)
-    if start is not None and ner_scoring.chunk_ends(previous[0], prefix, previous[1], kind):
+    prefix, kind = conlleval.split_tag(tag)
+    if start is not None and conlleval.chunk_ends(previous[0], prefix, previous[1], kind):
       found.append((previous[1], start, i - 1))
       start = None
-    if ner_scoring.chunk_starts(previous[0], prefix, previous[1], kind):
+    if conlleval.chunk_starts(previous[0], prefix, previous[1], kind):
       start = i
     previous = (prefix, kind)
   return found

@@ -10,6 +10,7 @@ import pytest
 from bert_keras import checkpoints
 from bert_keras import export_saved_model
 from bert_keras import modeling
+from bert_keras import output_families
 from bert_keras import predict
 from bert_keras.tasks import quantized
 from conftest import randomize
@@ -241,8 +242,8 @@ def test_measures_of_each_kind():
   assert figures["spearman"] == pytest.approx(1) and figures["pearson"] < 0.99
   assert figures["agreement"] == figures["pearson"]
   tags = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "B-ORG"]]
-  assert quantized.entity_f1(tags, tags) == 1.0
-  assert quantized.entity_f1(tags, [["B-PER", "O", "O", "B-LOC"], ["O", "B-ORG"]]) == (
+  assert output_families.entity_f1(tags, tags) == 1.0
+  assert output_families.entity_f1(tags, [["B-PER", "O", "O", "B-LOC"], ["O", "B-ORG"]]) == (
       pytest.approx(2 / 3))
   predicted = np.array([[1, 0], [0, 1]])
   assert quantized.measure("multi_label", {"predicted": predicted},

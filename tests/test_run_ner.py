@@ -17,9 +17,9 @@ from conftest import config_file
 from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import run_ner
-from bert_keras import tokenization
 from bert_keras.tasks import ner
-from bert_keras.tasks import ner_scoring
+from bert_keras import tokenization
+from bert_keras.utils import conlleval
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
@@ -102,7 +102,7 @@ def test_train_eval_predict(files, tmp_path):
   results_file = read_results(out / "eval_results.txt")
   assert {"eval_precision", "eval_recall", "eval_f1", "eval_accuracy", "eval_loss", "loss",
           "global_step", "eval_f1_PER", "eval_f1_LOC"} <= set(results_file)
-  scored = ner_scoring.metrics(ner_scoring.score_file(str(out / "dev_predictions.txt")))
+  scored = conlleval.metrics(conlleval.score_file(str(out / "dev_predictions.txt")))
   assert float(results_file["eval_f1"]) == scored["FB1"] / 100
   assert float(results_file["eval_precision"]) == scored["precision"] / 100
   assert float(results_file["eval_accuracy"]) == scored["accuracy"] / 100

@@ -1,4 +1,4 @@
-"""tasks/ner_scoring.py and evaluate_ner.py: conlleval's (2004-01-26) chunk rules and report,
+"""utils/conlleval.py and evaluate_ner.py: conlleval's (2004-01-26) chunk rules and report,
 on cases worked out by hand from its documented rules, and against seqeval's default
 (conlleval-compatible) mode on random tag sequences."""
 
@@ -12,14 +12,14 @@ import time
 import pytest
 
 from bert_keras import evaluate_ner
-from bert_keras.tasks import ner_scoring
+from bert_keras.utils import conlleval
 from conftest import REPO
 
 
 def chunks(tags):
   """The positions where chunks start in one sentence (scored against itself)."""
   found = []
-  counts = ner_scoring.ConllCounts()
+  counts = conlleval.ConllCounts()
   for i, tag in enumerate(tags):
     before = counts.found_chunks
     counts.add(tag, tag)
@@ -29,14 +29,14 @@ def chunks(tags):
 
 
 def score(gold, predicted):
-  return ner_scoring.score_sentences(gold, predicted)
+  return conlleval.score_sentences(gold, predicted)
 
 
 def test_split_tag():
-  assert ner_scoring.split_tag("B-PER") == ("B", "PER")
-  assert ner_scoring.split_tag("I-MISC-X") == ("I", "MISC-X")   # types may hold hyphens
-  assert ner_scoring.split_tag("O") == ("O", "")
-  assert ner_scoring.split_tag("B-0") == ("B", "")              # Perl's false "0"
+  assert conlleval.split_tag("B-PER") == ("B", "PER")
+  assert conlleval.split_tag("I-MISC-X") == ("I", "MISC-X")   # types may hold hyphens
+  assert conlleval.split_tag("O") == ("O", "")
+  assert conlleval.split_tag("B-0") == ("B", "")              # Perl's false "0"
 
 
 @pytest.mark.parametrize("tags, starts", [
@@ -68,7 +68,7 @@ def test_exact_match_needs_same_start_end_and_type():
   counts = score([["B-PER", "I-LOC"]], [["B-PER", "I-PER"]])
   assert (counts.gold_chunks, counts.found_chunks, counts.correct_chunks) == (2, 1, 0)
   # A chunk open at the very end of the input is closed and counted.
-  counts = ner_scoring.ConllCounts()
+  counts = conlleval.ConllCounts()
   counts.add("B-PER", "B-PER")
   assert counts.finish().correct_chunks == 1
 
@@ -76,12 +76,12 @@ def test_exact_match_needs_same_start_end_and_type():
 def test_boundaries_end_chunks_and_are_not_tokens():
   # Without a boundary I-PER continues the chunk; with one (empty line or -X-) it starts one.
   lines = ["a B-PER B-PER\n", "b I-PER I-PER\n"]
-  assert ner_scoring.score_lines(lines).gold_chunks == 1
+  assert conlleval.score_lines(lines).gold_chunks == 1
   for boundary in ["\n", "-X- O O\n"]:
-    counts = ner_scoring.score_lines([lines[0], boundary, lines[1]])
+    counts = conlleval.score_lines([lines[0], boundary, lines[1]])
     assert (counts.tokens, counts.gold_chunks, counts.correct_chunks) == (2, 2, 2)
   # The boundary closes a correct chunk even if the tags after it differ.
-  counts = ner_scoring.score_lines(["a B-PER B-PER\n", "\n", "b O B-PER\n"])
+  counts = conlleval.score_lines(["a B-PER B-PER\n", "\n", "b O B-PER\n"])
   assert (counts.gold_chunks, counts.found_chunks, counts.correct_chunks) == (1, 2, 1)
 
 
@@ -104,20 +104,20 @@ accuracy:  87.50%; precision:  66.67%; recall:  66.67%; FB1:  66.67
 
 
 def test_report_format():
-  counts = ner_scoring.score_lines(EXAMPLE.splitlines(keepends=True))
-  assert ner_scoring.report(counts) == EXAMPLE_REPORT
+  counts = conlleval.score_lines(EXAMPLE.splitlines(keepends=True))
+  assert conlleval.report(counts) == EXAMPLE_REPORT
   assert EXAMPLE_REPORT in evaluate_ner.__doc__.replace("\n  ", "\n")
   # A type only predicted: recall 0; one only in gold: precision 0 and found 0.
   counts = score([["B-PER", "O"]], [["O", "B-ORG"]])
-  assert ner_scoring.report(counts).splitlines()[1:] == [
+  assert conlleval.report(counts).splitlines()[1:] == [
       "accuracy:   0.00%; precision:   0.00%; recall:   0.00%; FB1:   0.00",
       "              ORG: precision:   0.00%; recall:   0.00%; FB1:   0.00  1",
       "              PER: precision:   0.00%; recall:   0.00%; FB1:   0.00  0"]
   # No token: the first line only.
-  assert ner_scoring.report(score([], [])) == (
+  assert conlleval.report(score([], [])) == (
       "processed 0 tokens with 0 phrases; found: 0 phrases; correct: 0.\n")
   # Untyped chunk tags (B, I) share the type "", listed twice as conlleval does.
-  report = ner_scoring.report(score([["B", "I"]], [["B", "O"]])).splitlines()
+  report = conlleval.report(score([["B", "I"]], [["B", "O"]])).splitlines()
   assert report[2:] == [" " * 17 + ": precision:   0.00%; recall:   0.00%; FB1:   0.00  1"] * 2
 
 
@@ -125,13 +125,13 @@ def test_delimiter_and_field_count(tmp_path):
   path = tmp_path / "tab.txt"
   path.write_text(EXAMPLE.replace(" ", "\t"), encoding="utf-8")
   counts = evaluate_ner.evaluate(str(path), "\t")
-  assert ner_scoring.report(counts) == EXAMPLE_REPORT
+  assert conlleval.report(counts) == EXAMPLE_REPORT
   with pytest.raises(ValueError, match=r"tab.txt line 1: .*no gold and predicted tag"):
     evaluate_ner.evaluate(str(path))   # one field per line with the default " "
   # Middle columns are ignored; every line has the first line's field count.
   wide = "".join(line.replace(" ", " NNP ", 1) if line.strip() else line
                  for line in EXAMPLE.splitlines(keepends=True))
-  assert ner_scoring.report(ner_scoring.score_lines(wide.splitlines())) == EXAMPLE_REPORT
+  assert conlleval.report(conlleval.score_lines(wide.splitlines())) == EXAMPLE_REPORT
   bad = tmp_path / "bad.txt"
   bad.write_text("a B-PER B-PER\n\nb O\n", encoding="utf-8")
   with pytest.raises(ValueError, match=r"bad.txt line 3: 2 fields where line 1 .* has 3"):
@@ -141,7 +141,7 @@ def test_delimiter_and_field_count(tmp_path):
     evaluate_ner.evaluate(str(bad))
   crlf = tmp_path / "crlf.txt"
   crlf.write_bytes(EXAMPLE.replace("\n", "\r\n").encode())
-  assert ner_scoring.report(evaluate_ner.evaluate(str(crlf))) == EXAMPLE_REPORT
+  assert conlleval.report(evaluate_ner.evaluate(str(crlf))) == EXAMPLE_REPORT
 
 
 def test_script(tmp_path):
@@ -173,7 +173,7 @@ def test_delimiter_is_literal_unless_asked(tmp_path):
   conlleval's -d does."""
   path = tmp_path / "pipes.txt"
   path.write_text(EXAMPLE.replace(" ", "|"), encoding="utf-8")
-  assert ner_scoring.report(evaluate_ner.evaluate(str(path), "|")) == EXAMPLE_REPORT
+  assert conlleval.report(evaluate_ner.evaluate(str(path), "|")) == EXAMPLE_REPORT
   evil = tmp_path / "evil.txt"
   evil.write_text("a" * 27 + "b O O\n", encoding="utf-8")
   start = time.perf_counter()
@@ -211,7 +211,7 @@ def test_a_backtracking_regex_delimiter_is_stopped_naming_the_line(tmp_path):
   assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
   blanks = tmp_path / "blanks.txt"
   blanks.write_text(EXAMPLE.replace(" ", " \t "), encoding="utf-8")
-  assert ner_scoring.report(evaluate_ner.evaluate(str(blanks), "[ \t]+", True, 0.2)) == \
+  assert conlleval.report(evaluate_ner.evaluate(str(blanks), "[ \t]+", True, 0.2)) == \
       EXAMPLE_REPORT
 
 
@@ -227,7 +227,7 @@ def test_against_seqeval(seed):
   gold = random_sentences(rng, 30)
   predicted = [[t if rng.random() < 0.7 else rng.choice(["O", "B-PER", "I-LOC", "I-ORG"])
                 for t in sentence] for sentence in gold]
-  m = ner_scoring.metrics(score(gold, predicted))
+  m = conlleval.metrics(score(gold, predicted))
   assert m["precision"] / 100 == pytest.approx(seqeval_metrics.precision_score(gold, predicted))
   assert m["recall"] / 100 == pytest.approx(seqeval_metrics.recall_score(gold, predicted))
   assert m["FB1"] / 100 == pytest.approx(seqeval_metrics.f1_score(gold, predicted))
