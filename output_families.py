@@ -54,6 +54,13 @@ class OutputsFamily(object):
   # Served by serving.ServingModule ("serving"), tasks/ner_serving.TaggerModule ("tagger"),
   # or by no SavedModel of its own (None: a pretrained encoder is served as embeddings).
   served_by = None
+  # The fields rows() gives each row (predict.py's output columns).
+  row_fields = ()
+  # What the surfaces ask of a family, besides its behaviour:
+  pooled = False        # the model is the encoder, pooled into one vector (--pooling, --normalize)
+  labelled = False      # one output per named label (label names, windows over long texts)
+  thresholds = False    # labels chosen by thresholds (task.json's, thresholds.json, --threshold)
+  answers = False       # an answer span in a context (doc_stride, query and answer lengths)
 
   def to_probabilities(self, logits):
     """The family's logits -> probabilities in float64 (logits as they are when it has
@@ -84,10 +91,16 @@ _FAMILIES = {}
 
 
 def register(family):
-  """Adds `family` (an OutputsFamily) to the registry; returns it. A name taken is a
-  ValueError."""
+  """Adds `family` (an OutputsFamily) to the registry; returns it. A name taken, or outputs
+  that another family has (no surface could tell them apart), is a ValueError."""
   if not family.name or family.name in _FAMILIES:
     raise ValueError(f"outputs family {family.name!r} is registered already (or unnamed)")
+  for other in _FAMILIES.values():
+    for outputs in ("signature", "numeric"):
+      mine = set(getattr(family, outputs))
+      if mine and mine == set(getattr(other, outputs)):
+        raise ValueError(f"outputs family {family.name!r}: its {outputs} is {other.name!r}'s "
+                         "(the outputs could not tell the two apart)")
   _FAMILIES[family.name] = family
   return family
 
@@ -157,6 +170,11 @@ def entity_f1(float_tags, quantized_tags):
   return conlleval.metrics(counts)["FB1"] / 100.0
 
 
+def _sentences(tags):
+  """Sentences of tags as lists of str, padding ("") dropped."""
+  return [[t for t in decode(row) if t] for row in tags]
+
+
 def _span_argmax(logits, mask):
   return np.where(np.asarray(mask) > 0, logits, -np.inf).argmax(axis=1)
 
@@ -220,6 +238,8 @@ class Vectors(OutputsFamily):
   name = "vectors"
   signature = numeric = ("pooled_output", "sequence_output", "embeddings")
   served_by = "serving"
+  row_fields = ("embedding",)
+  pooled = True
 
   def serving_outputs(self, module, features, outputs, numeric=False):
     import tensorflow as tf
@@ -246,6 +266,8 @@ class Classes(OutputsFamily):
   numeric = ("probabilities", "logits")
   probabilities = "softmax"
   served_by = "serving"
+  row_fields = ("label", "probabilities")
+  labelled = True
 
   def serving_outputs(self, module, features, outputs, numeric=False):
     import tensorflow as tf
@@ -291,6 +313,8 @@ class MultiLabel(OutputsFamily):
   numeric = ("probabilities", "logits", "predicted")
   probabilities = "sigmoid"
   served_by = "serving"
+  row_fields = ("labels", "probabilities")
+  labelled = thresholds = True
 
   def serving_outputs(self, module, features, outputs, numeric=False):
     import tensorflow as tf
@@ -338,6 +362,7 @@ class Score(OutputsFamily):
   name = "score"
   signature = numeric = ("predictions", "logits")
   served_by = "serving"
+  row_fields = ("score",)
 
   def serving_outputs(self, module, features, outputs, numeric=False):
     import tensorflow as tf
@@ -361,6 +386,7 @@ class Tags(OutputsFamily):
                "entity_ends", "entity_scores", "label_names")
   probabilities = "softmax"
   served_by = "tagger"
+  row_fields = ("entities",)
 
   def rows(self, outputs, texts_a, texts_b, predictor):
     """The entity_* outputs ([B, E]; byte offsets into the UTF-8 texts, -1 padding) ->
@@ -382,7 +408,10 @@ class Tags(OutputsFamily):
     return rows
 
   def measure(self, want, got, input_mask=None):
-    return {"measure": "entity_f1", "agreement": entity_f1(want["tags"], got["tags"])}
+    """want["tags"], got["tags"]: sentences of tags (lists, or a TaggerModule's padded
+    string arrays)."""
+    return {"measure": "entity_f1",
+            "agreement": entity_f1(_sentences(want["tags"]), _sentences(got["tags"]))}
 
 
 class Spans(OutputsFamily):
@@ -391,6 +420,8 @@ class Spans(OutputsFamily):
   signature = ("start_logits", "end_logits", "start_index", "end_index", "answer")
   numeric = ("start_logits", "end_logits")
   served_by = "serving"
+  row_fields = ("answer",)
+  answers = True
 
   def serving_outputs(self, module, features, outputs, numeric=False):
     import tensorflow as tf

@@ -95,8 +95,8 @@ class ServingModule(tf.Module):
     kind = task_registry.get(task) if task in task_registry.names() else None
     if kind is not None and kind.name == "classifier" and (regression or multi_label):
       kind = task_registry.get("regression" if regression else "multi_label")
-    if kind is None or kind.outputs not in OUTPUTS or (
-        kind.outputs == "multi_label" and multi_label is None):
+    if kind is None or kind.family.served_by != "serving" or (
+        kind.family.thresholds and multi_label is None):
       raise ValueError(f"task {task!r} is not one of {', '.join(TASKS)}")
     if pooling not in modeling.POOLINGS:
       raise ValueError(f"pooling {pooling!r} is not one of {', '.join(modeling.POOLINGS)}")

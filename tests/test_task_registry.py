@@ -14,8 +14,12 @@ import pytest
 from bert_keras import checkpoints
 from bert_keras import export_saved_model
 from bert_keras import modeling
+from bert_keras import output_families
+from bert_keras import preprocessing
+from bert_keras import serving
 from bert_keras.runtime import model_dir
 from bert_keras import task_registry
+from bert_keras.tasks import ner_serving
 from bert_keras.tasks import predictors
 
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "is", "hairy", ".", "who",
@@ -193,9 +197,8 @@ def check_saved_model(kind, setup):
   texts = {"text_a": tf.constant(["the dog is hairy"]), "text_b": tf.constant(["who was jim"])}
   out = signature(**{k: v for k, v in texts.items()
                      if k in signature.structured_input_signature[1]})
-  expected = {"classes": "probabilities", "multi_label": "predicted", "score": "predictions",
-              "vectors": "embeddings", "tags": "entity_types", "spans": "answer"}
-  assert expected[served.outputs] in out, sorted(out)
+  assert sorted(out) == sorted(served.family.signature)
+  assert output_families.of_outputs(out) is served.family
 
 
 def check_predict(kind, setup):
@@ -205,13 +208,50 @@ def check_predict(kind, setup):
   predictor = predictors.load(model_directory(kind, setup), task=None if own else served.name,
                               max_seq_length=S)
   rows = predictor.predict(["the dog is hairy", "who was jim"], ["hello world", "the dog"])
-  expected = {"classes": "label", "multi_label": "labels", "score": "score",
-              "vectors": "embedding", "tags": "entities", "spans": "answer"}
-  assert len(rows) == 2 and all(expected[served.outputs] in row for row in rows), rows
+  assert len(rows) == 2 and all(sorted(row) == sorted(served.family.row_fields)
+                                for row in rows), rows
+
+
+def check_family(kind, setup):
+  """The kind's outputs family against what its module serves: the SavedModel signature and
+  the TFLite / ONNX outputs it declares, the family told from them, predict.py's row fields,
+  the int8 measure of the outputs against themselves (agreement 1)."""
+  import tensorflow as tf
+  family = kind.family
+  if not kind.servable:  # served as another kind (a pretrained encoder as embeddings)
+    assert task_registry.served(kind).servable
+    return
+  labels = len(LABELS) if kind.labels else None
+  model = export_saved_model.build_model(kind.name, setup.config, labels)
+  preprocessor = preprocessing.BertPreprocessor(setup.vocab, True, S)
+  texts_a, texts_b = ["the dog is hairy", "who was jim"], ["hello world", "the dog"]
+  if family.served_by == "tagger":
+    module = ner_serving.TaggerModule(model, preprocessor, ["O", "B-X", "I-X"])
+    serve = lambda a, b: module.serve(a)  # noqa: E731
+  else:
+    assert family.served_by == "serving", family.served_by
+    module = serving.ServingModule(
+        model, preprocessor, kind.name, labels=LABELS if kind.labels else None,
+        multi_label=(LABELS, [0.5] * 3, "|") if family.thresholds else None)
+    serve = module.serve
+  out = serve(tf.constant(texts_a), tf.constant(texts_b))
+  assert sorted(out) == sorted(family.signature)
+  assert output_families.of_outputs(out) is family
+  predictor = predictors.GraphPredictor(serve, kind.name, labels=LABELS if kind.labels else None)
+  rows = predictor.predict(texts_a, texts_b)
+  assert len(rows) == 2 and all(sorted(row) == sorted(family.row_fields) for row in rows), rows
+  numeric = {k: np.asarray(v) for k, v in out.items()}
+  if hasattr(module, "serve_token_ids"):  # (the TFLite / ONNX export's outputs)
+    ids = {k: tf.constant(v) for k, v in setup.inputs.items()}
+    numeric = {k: np.asarray(v) for k, v in module.serve_token_ids(**ids).items()}
+    assert sorted(numeric) == sorted(family.numeric)
+    assert output_families.of_outputs(numeric, numeric=True) is family
+  figures = family.measure(numeric, numeric, setup.inputs["input_mask"])
+  assert figures["agreement"] == pytest.approx(1.0), figures
 
 
 FAST_SURFACES = (check_build, check_keras_round_trip, check_tf1_names, check_huggingface,
-                 check_model_directory)
+                 check_model_directory, check_family)
 
 
 @pytest.mark.parametrize("surface", FAST_SURFACES, ids=lambda f: f.__name__[6:])
@@ -285,6 +325,59 @@ def test_the_planted_kind_without_its_omission_passes(setup):
   finally:
     task_registry.unregister("planted")
     setup.models.pop("planted", None)
+
+
+def _planted_family(omit):
+  """The score family with one more output, named "planted", without `omit` (the base
+  class's then)."""
+  score = output_families.get("score")
+
+  class Planted(output_families.OutputsFamily):
+    name = "planted"
+    signature = score.signature + ("planted",)
+    numeric = score.numeric + ("planted",)
+    served_by, row_fields = score.served_by, score.row_fields
+
+    def serving_outputs(self, module, features, outputs, numeric=False):
+      served = score.serving_outputs(module, features, outputs, numeric)
+      return dict(served, planted=served["predictions"])
+
+    def rows(self, outputs, texts_a, texts_b, predictor):
+      return score.rows(outputs, texts_a, texts_b, predictor)
+
+    def measure(self, want, got, input_mask=None):
+      return score.measure(want, got, input_mask)
+
+  if omit is not None:
+    delattr(Planted, omit)  # the base class's: empty, or NotImplementedError
+  return Planted()
+
+
+@pytest.mark.parametrize("omit", ["signature", "numeric", "served_by", "row_fields",
+                                  "serving_outputs", "rows", "measure"])
+def test_a_family_that_omits_its_behaviour_fails(setup, omit):
+  """A new outputs family touches its declaration, its head, its reader and its tests: a
+  family that leaves out any part of its declaration fails check_family; the whole one
+  passes."""
+  for omitted in (omit, None):
+    output_families.register(_planted_family(omitted))
+    kind = task_registry.register(task_registry.TaskKind(
+        "planted", PlantedHead, "planted", "BertForSequenceClassification", num_labels=1))
+    try:
+      if omitted is None:
+        check_family(kind, setup)
+        continue
+      with pytest.raises((AssertionError, ValueError, NotImplementedError, KeyError)):
+        check_family(kind, setup)
+    finally:
+      task_registry.unregister("planted")
+      output_families.unregister("planted")
+
+
+def test_families_must_be_told_apart():
+  with pytest.raises(ValueError, match="its signature is 'score'"):
+    output_families.register(type("Copy", (output_families.Score,), {"name": "copy"})())
+  assert "copy" not in output_families.names()
 
 
 def test_names_and_aliases():
