@@ -766,7 +766,7 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
   if text_input and not task_kind.text_input:
     raise ValueError("text_input=True takes task %s, not %r" % (
         ", ".join(task_registry.names(text_input=True)), task))
-  if task_kind.outputs == "vectors":  # the directory's pooling, unless given
+  if task_kind.family.pooled:  # the directory's pooling, unless given
     model_kwargs = {**_described_pooling(path), **model_kwargs}
   path = model_files.transformer_dir(path)
   kind, resolved = _resolve_checkpoint(path)
@@ -819,7 +819,7 @@ def _described_pooling(path):
   task.json, a sentence-transformers directory's Pooling and Normalize modules), else {}."""
   description = model_files.read_model_files(path)
   if not description or description.get("task") not in task_registry.task_json_names() or (
-      task_registry.of_description(description).outputs != "vectors"):
+      not task_registry.of_description(description).family.pooled):
     return {}
   return {key: description[key] for key in ("pooling", "normalize")
           if description.get(key) is not None}
@@ -950,7 +950,7 @@ def hf_config(model, label_names=None):
       raise ValueError("%d label names for a head of %d labels" % (len(names), count))
     out["id2label"] = {str(i): str(n) for i, n in enumerate(names)}
     out["label2id"] = {str(n): i for i, n in enumerate(names)}
-  if task_registry.of_model(model).outputs == "score":
+  if task_registry.of_model(model).family.ranks:
     # One score per pair (a regression, a reranker): sentence-transformers' CrossEncoder
     # returns the logit itself (its default for one output is the sigmoid of it).
     out["sentence_transformers"] = {"activation_fn": "torch.nn.modules.linear.Identity"}

@@ -116,7 +116,7 @@ def run(options):
   except checkpoints.CheckpointError as e:
     raise ValueError(f"--init_checkpoint {e}") from None
   if bi_encoder is not None:
-    if task_registry.get(task).outputs not in ("sequence", "vectors"):  # (an encoder's)
+    if not task_registry.get(task).family.headless:  # (an encoder's)
       raise ValueError(f"--format=sentence_transformers writes a bi-encoder (--task=embeddings)"
                        f"; --init_checkpoint holds a {task} model (a cross-encoder goes out "
                        "as --format=huggingface)")

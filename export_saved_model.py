@@ -180,10 +180,11 @@ def _check_options(options, config):
                      f"max_position_embeddings {config.max_position_embeddings}")
   if options.max_seq_length < 3:
     raise ValueError(f"--max_seq_length {options.max_seq_length}: must be at least 3")
-  if options.task == "squad" and options.max_answer_length < 1:
+  family = task_registry.get(options.task).family
+  if family.answers and options.max_answer_length < 1:
     raise ValueError(f"--max_answer_length {options.max_answer_length}: must be at least 1")
   checks.check(options, {checks.CHOICES: {"pooling": modeling.POOLINGS}})
-  if options.task != "embeddings" and (options.pooling != "mean" or options.normalize):
+  if not family.pooled and (options.pooling != "mean" or options.normalize):
     raise ValueError(f"--pooling / --normalize are for --task=embeddings, not "
                      f"--task={options.task}")
   checks.check(options, {checks.CHOICES: {"format": FORMATS, "quantize": serving.QUANTIZATIONS}})
@@ -191,9 +192,10 @@ def _check_options(options, config):
     raise ValueError("--quantize is for --format=tflite or onnx")
   if options.format == "onnx" and options.quantize not in ("none", "dynamic"):
     raise ValueError(f"--quantize={options.quantize}: --format=onnx has none or dynamic")
-  if options.task == "tagger" and options.format != "saved_model":
-    raise ValueError(f"--format={options.format}: --task=tagger exports a SavedModel only")
-  if options.task != "classifier" and (options.num_labels or options.task_name):
+  if not family.numeric and options.format != "saved_model":
+    raise ValueError(f"--format={options.format}: --task={options.task} exports a SavedModel "
+                     "only")
+  if not _has_variants(options.task) and (options.num_labels or options.task_name):
     raise ValueError(f"--num_labels / --task_name are for --task=classifier, not "
                      f"--task={options.task}")
   checkpoint = options.init_checkpoint
@@ -259,12 +261,18 @@ def multi_label_head(options):
   return names, np.asarray(thresholds, np.float32), separator
 
 
+def _has_variants(task):
+  """Whether the kind `task` has variants made by flags (a classifier's --multi_label, its
+  one-output regression): the flags that make them are its."""
+  return bool(task_registry.kinds(variant_of=task))
+
+
 def build_model(task, config, labels=None):
   """The Keras model of the kind `task` (task_registry): BertClassifier or
   BertTokenClassifier (`labels` outputs), BertSquad; embeddings are pooled from a BertModel's
   outputs by the SavedModel, so their model is the encoder's."""
   kind = task_registry.get(task)
-  if kind.outputs == "vectors":
+  if kind.family.pooled:
     kind = task_registry.get("encoder")
   return kind.build(config, labels if kind.labels else None)  # (a fixed count: its own)
 
@@ -311,10 +319,10 @@ def resolve_options(options):
   if options.task_name and NUM_LABELS.get(options.task_name.lower(), count) != count:
     raise model_dir.conflict_error("task_name", options.task_name, model,
                                    f"the model has {count} output(s)")
-  if options.task == "classifier" and hasattr(options, "multi_label"):
+  if _has_variants(options.task) and hasattr(options, "multi_label"):
     # (a run_classifier --multi_label directory's sigmoid head, else its softmax)
     model_dir.pin_options(options, model, DEFAULTS, ("multi_label",))
-  if options.task == "classifier" and not options.labels:
+  if _has_variants(options.task) and not options.labels:
     if labels:
       options.labels = ",".join(labels)
     elif not (options.num_labels or options.task_name):
@@ -335,19 +343,20 @@ def run(options):
   model_files.check_output(options.export_dir, "--export_dir", options.init_checkpoint,
                            "--init_checkpoint")
   config = run_checks.load_and_check_config(options)
-  if (options.multi_label or options.threshold is not None) and options.task != "classifier":
+  if (options.multi_label or options.threshold is not None) and not _has_variants(options.task):
     raise ValueError(f"--multi_label / --threshold are for --task=classifier, not "
                      f"--task={options.task}")
   head = multi_label_head(options) if options.multi_label else None
   if head and not (options.labels or options.num_labels or options.task_name):
     labels = len(head[0])
   else:
-    labels = num_labels(options) if options.task == "classifier" else None
+    labels = num_labels(options) if _has_variants(options.task) else None
   if head and labels != len(head[0]):
     raise ValueError(f"--multi_label: {len(head[0])} labels ({', '.join(head[0])}), the "
                      f"flags say {labels}")
   _check_options(options, config)
-  tags = tagger_labels(options) if options.task == "tagger" else None
+  tags = (tagger_labels(options) if task_registry.get(options.task).family.served_by == "tagger"
+          else None)
   preprocessor = preprocessing.BertPreprocessor(
       options.vocab_file, options.do_lower_case, options.max_seq_length,
       core_ops_only=not options.tensorflow_text_ops)
@@ -370,14 +379,14 @@ def _export(options, config, labels, tags, preprocessor, multi_label=None):
                     "initialised", options.init_checkpoint, options.task)
   if options.format == "saved_model":  # (its outputs are 0 at the padding anyway)
     getattr(model, "bert", model).skip_padding = True
-  if task_registry.get(options.task).outputs == "tags":
+  if task_registry.get(options.task).family.served_by == "tagger":
     module = ner_serving.TaggerModule(model, preprocessor, tags)
     serving.save_atomic(module, options.export_dir, options.overwrite)
     logging.info("Wrote the SavedModel %s (task tagger, signature serving_default)",
                  options.export_dir)
     return
   names = None
-  if options.task == "classifier" and labels > 1:
+  if _has_variants(options.task) and labels > 1:
     names = [x.strip() for x in options.labels.split(",")] if options.labels else None
     if names is None:
       logging.info("No label names (--labels, or a model directory's labels.txt): the "
@@ -419,7 +428,7 @@ def write_token_id_model(module, options, num_labels, directory):
     tf.io.gfile.remove(float_path)
   tf.io.gfile.copy(options.vocab_file, os.path.join(directory, "vocab.txt"))
   names = None
-  if options.task == "classifier" and num_labels > 1:
+  if _has_variants(options.task) and num_labels > 1:
     names = ([x.strip() for x in options.labels.split(",")] if options.labels
              else [str(i) for i in range(num_labels)])
     with tf.io.gfile.GFile(os.path.join(directory, "labels.txt"), "w") as f:

@@ -508,7 +508,7 @@ def check_description(description, directory, options):
     _fail(path, "pooling", "must be one of %s" % ", ".join(modeling.POOLINGS),
           description["pooling"])
   if description.get("thresholds") is not None or (  # (a multi-label's null: not thresholds)
-      "thresholds" in description and kind.outputs == "multi_label"):
+      "thresholds" in description and kind.family.thresholds):
     problem = thresholds_problem(description["thresholds"], len(labels) if labels else None)
     if problem:
       _fail(path, "thresholds", problem, description["thresholds"])

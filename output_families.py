@@ -61,6 +61,8 @@ class OutputsFamily(object):
   labelled = False      # one output per named label (label names, windows over long texts)
   thresholds = False    # labels chosen by thresholds (task.json's, thresholds.json, --threshold)
   answers = False       # an answer span in a context (doc_stride, query and answer lengths)
+  ranks = False         # one number per row that orders candidates (predict.py --rerank_run)
+  headless = False      # the encoder's own outputs, no head (a bi-encoder can be written)
 
   def to_probabilities(self, logits):
     """The family's logits -> probabilities in float64 (logits as they are when it has
@@ -231,6 +233,7 @@ def _label_names_from(outputs, predictor):
 class Sequence(OutputsFamily):
   """BertModel's {"sequence_output" [B, S, H], "pooled_output" [B, H]}: served as vectors."""
   name = "sequence"
+  headless = True
 
 
 class Vectors(OutputsFamily):
@@ -239,7 +242,7 @@ class Vectors(OutputsFamily):
   signature = numeric = ("pooled_output", "sequence_output", "embeddings")
   served_by = "serving"
   row_fields = ("embedding",)
-  pooled = True
+  pooled = headless = True
 
   def serving_outputs(self, module, features, outputs, numeric=False):
     import tensorflow as tf
@@ -363,6 +366,7 @@ class Score(OutputsFamily):
   signature = numeric = ("predictions", "logits")
   served_by = "serving"
   row_fields = ("score",)
+  ranks = True
 
   def serving_outputs(self, module, features, outputs, numeric=False):
     import tensorflow as tf

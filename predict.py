@@ -63,6 +63,7 @@ import tensorflow as tf
 from bert_keras import checkpoints
 from bert_keras import model_files
 from bert_keras import modeling
+from bert_keras import task_registry
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import option_checks as checks
 from bert_keras.tasks import predict_io
@@ -75,6 +76,8 @@ from bert_keras.utils import progress as progress_lib
 
 MAX_LOGGED_BAD_ROWS = 10
 MAX_ROW_BYTES = 1 << 20
+# What --task may name: what a checkpoint without a task of its own is served as.
+CHECKPOINT_TASKS = tuple(dict.fromkeys(k.served_as for k in task_registry.kinds() if k.served_as))
 
 
 def options(**overrides):
@@ -99,7 +102,7 @@ def define_flags(fv=flags.FLAGS):
   flags.DEFINE_string("text_b_column", None, "The field of the second text (default: as in "
                       "training, else text_b, sentence2 or context; \"none\": single texts).",
                       flag_values=fv)
-  flags.DEFINE_enum("task", None, ["embeddings"], "embeddings: the encoder's pooled vectors "
+  flags.DEFINE_enum("task", None, CHECKPOINT_TASKS, "embeddings: the encoder's pooled vectors "
                     "(any checkpoint; default: the model directory's task).", flag_values=fv)
   flags.DEFINE_integer("batch_size", 32, "Rows per model call.", flag_values=fv)
   flags.DEFINE_integer("max_seq_length", None, "Default: the model directory's task.json.",
@@ -155,11 +158,13 @@ def check_options(options):
     raise ValueError(f"--max_row_bytes={options.max_row_bytes}: must be 0 (no bound) or more")
   if options.max_seq_length is not None and options.max_seq_length < 3:
     raise ValueError(f"--max_seq_length={options.max_seq_length}: must be at least 3")
-  if options.task not in (None, "embeddings"):
-    raise ValueError(f"--task={options.task}: only embeddings (else the model's own task)")
+  if options.task not in (None,) + CHECKPOINT_TASKS:
+    raise ValueError(f"--task={options.task}: only {', '.join(CHECKPOINT_TASKS)} (else the "
+                     "model's own task)")
   checks.check(options, {checks.CHOICES: {"pooling": (None,) + modeling.POOLINGS},
                          checks.FRACTION: ("threshold",)})
-  if ((options.pooling is not None or options.normalize) and options.task != "embeddings"
+  if ((options.pooling is not None or options.normalize)
+      and not (options.task and task_registry.get(options.task).family.pooled)
       and not predictors.is_saved_model(options.model_dir)
       and not quantized.is_token_id_model(options.model_dir)
       and not predictors.is_embeddings_model_dir(options.model_dir)):
@@ -199,7 +204,7 @@ class Columns(object):
     self.a_flag, self.b_flag = text_a_column, text_b_column
     self.a, self.b = text_a_column or trained_a, text_b_column or trained_b
     self.pair, self.task = predictor.pair, predictor.task
-    self.squad = predictor.kind.outputs == "spans"
+    self.squad = predictor.kind.family.answers
     self.resolved = False
 
   def resolve(self, fields, where):
@@ -326,11 +331,11 @@ def load_predictor(options):
       squad_options=dict(doc_stride=options.doc_stride,
                          max_query_length=options.max_query_length,
                          max_answer_length=options.max_answer_length))
-  if (options.pooling is not None or options.normalize) and predictor.task != "embeddings":
+  if (options.pooling is not None or options.normalize) and not predictor.kind.family.pooled:
     raise ValueError(f"--pooling / --normalize are for embeddings, not a {predictor.task} "
                      "model")
   for name in ("doc_stride", "max_query_length", "max_answer_length"):
-    if getattr(options, name) is not None and predictor.kind.outputs != "spans":
+    if getattr(options, name) is not None and not predictor.kind.family.answers:
       raise ValueError(f"--{name}={getattr(options, name)} is for a squad model, not the "
                        f"{predictor.task} model of --model_dir {options.model_dir} (a "
                        "classifier's windows are its task.json's doc_stride)")
@@ -370,7 +375,7 @@ def predict_file(predictor, options):
 def rerank_run(predictor, options):
   """--rerank_run: the run's candidates scored by a reranker `predictor`, written to
   --output_file; returns {"queries", "pairs"}."""
-  if predictor.kind.outputs != "score" or predictor.pair == "no":
+  if not predictor.kind.family.ranks or predictor.pair == "no":
     raise ValueError(f"--rerank_run: --model_dir {options.model_dir} is a {predictor.task} "
                      "model, not a reranker")
   counts = reranking.rerank_file(

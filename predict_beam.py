@@ -389,7 +389,7 @@ def run(options, beam_options=None):
   files = check_options(options)
   model_options = {name: getattr(options, name) for name in MODEL_OPTIONS}
   predictor = _predictor(model_options)
-  if options.output_tfrecord and predictor.kind.outputs != "vectors":
+  if options.output_tfrecord and not predictor.kind.family.pooled:
     raise ValueError(f"--output_tfrecord: for embeddings, not a {predictor.task} model")
   info = ModelInfo(predictor.task, predictor.pair, predictor.text_columns)
   beam_options = beam_options if beam_options is not None else beam_runner.pipeline_options(

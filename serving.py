@@ -93,8 +93,10 @@ class ServingModule(tf.Module):
       self.label_names = tf.constant([str(n) for n in names], tf.string)
       self.thresholds = tf.constant(thresholds, tf.float32)
     kind = task_registry.get(task) if task in task_registry.names() else None
-    if kind is not None and kind.name == "classifier" and (regression or multi_label):
-      kind = task_registry.get("regression" if regression else "multi_label")
+    if kind is not None and (regression or multi_label) and task_registry.kinds(
+        variant_of=kind.name):  # its variant (task_registry)
+      kind = next((k for k in task_registry.kinds(variant_of=kind.name)
+                   if (k.family.thresholds if multi_label else k.num_labels == 1)), None)
     if kind is None or kind.family.served_by != "serving" or (
         kind.family.thresholds and multi_label is None):
       raise ValueError(f"task {task!r} is not one of {', '.join(TASKS)}")

@@ -252,7 +252,7 @@ def is_embeddings_model_dir(path):
   try:
     description = model_dir.read_model_dir(path)
     return bool(description) and (
-        task_registry.of_description(description).outputs == "vectors")
+        task_registry.of_description(description).family.pooled)
   except (ValueError, tf.errors.OpError):
     return False
 
@@ -324,7 +324,7 @@ def load_saved_model(path, pooling=None, normalize=False, thresholds=None):
       break
   if isinstance(description, dict) and description.get("task") in task_registry.task_json_names():
     described = task_registry.of_description(description)  # (a kind its outputs do not tell)
-    if described.outputs == kind.outputs:
+    if described.family is kind.family:
       kind = described
   multi_label = bool(description and description.get("multi_label"))
   if thresholds is None and description:
@@ -338,13 +338,13 @@ def load_saved_model(path, pooling=None, normalize=False, thresholds=None):
   else:
     fn = lambda a, b: signature(text_a=a)  # noqa: E731
   preprocess = None
-  if kind.outputs == "vectors" and (pooling is not None or normalize):
+  if kind.family.pooled and (pooling is not None or normalize):
     preprocess_signature = loaded.signatures["preprocess"]
     preprocess = lambda a, b: preprocess_signature(text_a=a, text_b=b)  # noqa: E731
   predictor = GraphPredictor(
       fn, kind.name, pooling=pooling or "mean", normalize=normalize, preprocess=preprocess,
       labels=_saved_model_labels(path) if kind.labels else None,
-      multi_label=multi_label or kind.outputs == "multi_label", thresholds=thresholds,
+      multi_label=multi_label or kind.family.thresholds, thresholds=thresholds,
       pair=kind.pair)
   predictor.keep_alive = loaded
   return predictor
@@ -364,7 +364,7 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     return load_saved_model(path, pooling, normalize,
                             None if threshold is None else [threshold])
   description = model_dir.read_model_dir(path)
-  if description is None and task != "embeddings":
+  if description is None and not (task and task_registry.get(task).family.pooled):
     raise ValueError(f"--model_dir {path}: no {model_dir.TASK_FILE} (not a run_* output_dir "
                      "or its best/) and no saved_model.pb; pass --task=embeddings to embed "
                      "texts with a pre-trained checkpoint")
@@ -374,14 +374,14 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     raise ValueError(f"--model_dir {path}: a pre-training run; pass --task={kind.served_as}")
   kind = task_registry.served(kind)
   labels = description.get("labels") if kind.labels else None
-  if kind.outputs == "vectors":  # a run_embeddings (or sentence-transformers) model directory
+  if kind.family.pooled:  # a run_embeddings (or sentence-transformers) model directory
     # says how it pools
     pooling = pooling or description.get("pooling")
     normalize = normalize or bool(description.get("normalize"))
   options = description.get("options") or {}
   given = max_seq_length
   # Embeddings are pooled from the encoder's outputs by the serving module.
-  model_kind = task_registry.get("encoder") if kind.outputs == "vectors" else kind
+  model_kind = task_registry.get("encoder") if kind.family.pooled else kind
   model = checkpoints.load_model(
       path, task=model_kind.name, num_labels=len(labels) if labels else None,
       bert_config_file=description.get("bert_config_file"),
@@ -402,7 +402,7 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     raise ValueError(f"--model_dir {path}: no vocab.txt")
   if kind.labels and labels is None:
     labels = model.labels
-  if kind.outputs == "tags":
+  if kind.family.served_by == "tagger":
     check_tags(labels, description)
   # (task.json's "pair": a classifier trained on pairs reads pairs, one trained on single
   # texts reads one text; an older directory without it, either)
@@ -411,7 +411,7 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
   logging.info("predict: %s model from %s (max_seq_length %d, do_lower_case %s)", kind.name,
                path, max_seq_length, do_lower_case)
   columns = (options.get("text_a_column"), options.get("text_b_column"))
-  if kind.outputs == "spans":
+  if kind.family.answers:
     # (run_options.json's doc_stride 0 is run_classifier's "no windows": not a stride)
     squad = {name: _first(description.get(name),
                           options.get(name) if options.get(name) != 0 or name != "doc_stride"
@@ -421,7 +421,7 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     squad.update({k: v for k, v in (squad_options or {}).items() if v is not None})
     tokenizer = tokenization.FullTokenizer(model.vocab_file, do_lower_case)
     return SquadPredictor(model, tokenizer, max_seq_length, batch_size=batch_size, **squad)
-  if kind.outputs in ("classes", "multi_label") and description.get("doc_stride"):
+  if kind.family.labelled and description.get("doc_stride"):
     problem = model_files.stride_problem(description["doc_stride"], max_seq_length)
     if problem:  # (task.json's own pair is checked by model_files; this is --max_seq_length)
       raise ValueError(f"--max_seq_length={max_seq_length}: {path}'s {model_dir.TASK_FILE} "
@@ -432,19 +432,17 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
         pair=pair, labels=labels, multi_label=description.get("multi_label", False),
         thresholds=_thresholds(description, labels, threshold), text_columns=columns)
   preprocessor = preprocessing.BertPreprocessor(model.vocab_file, do_lower_case, max_seq_length)
-  if kind.outputs == "tags":
+  if kind.family.served_by == "tagger":
     module = ner_serving.TaggerModule(model, preprocessor, labels)
     predictor = GraphPredictor(lambda a, b: module.serve(a), kind.name, labels=labels,
                                text_columns=columns)
   else:  # a multi-label classifier's sigmoid and thresholds are applied by the predictor
-    module = serving.ServingModule(model, preprocessor,
-                                   "embeddings" if kind.outputs == "vectors" else "classifier",
-                                   regression=kind.outputs == "score", pooling=pooling or "mean",
+    served = task_registry.get(kind.variant_of) if kind.family.thresholds else kind
+    module = serving.ServingModule(model, preprocessor, served.name, pooling=pooling or "mean",
                                    normalize=normalize,
-                                   labels=(labels if kind.outputs in ("classes", "multi_label")
-                                           else None))
+                                   labels=labels if kind.family.labelled else None)
     predictor = GraphPredictor(module.serve, kind.name, labels=labels,
-                               multi_label=kind.outputs == "multi_label",
+                               multi_label=kind.family.thresholds,
                                thresholds=_thresholds(description, labels, threshold),
                                pair=pair, text_columns=columns)
   predictor.keep_alive = module

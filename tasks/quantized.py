@@ -178,7 +178,7 @@ def load(path, pooling=None, normalize=False, threshold=None, threads=None):
   if kind is None:
     raise ValueError(f"--model_dir {path}: outputs {', '.join(run.output_names)} are not "
                      "export_saved_model.py's")
-  if kind.outputs == "spans":
+  if kind.family.answers:
     raise ValueError(f"--model_dir {path}: a squad TFLite / ONNX model gives logits only; "
                      "predict.py answers with its SavedModel or model directory")
   vocab_file = os.path.join(directory, model_files.VOCAB_FILE)
@@ -189,7 +189,7 @@ def load(path, pooling=None, normalize=False, threshold=None, threads=None):
     return {k: tf.constant(v) for k, v in run(tokens(_strings(a), _strings(b))).items()}
 
   preprocess = None
-  if kind.outputs == "vectors" and (pooling is not None or normalize):
+  if kind.family.pooled and (pooling is not None or normalize):
     preprocess = lambda a, b: {k: tf.constant(v) for k, v in  # noqa: E731
                                tokens(_strings(a), _strings(b)).items()}
   labels = config.get("labels") or model_files.read_labels(directory)
@@ -197,7 +197,7 @@ def load(path, pooling=None, normalize=False, threshold=None, threads=None):
                config.get("max_seq_length"), config.get("quantize", "none"))
   predictor = predictors.GraphPredictor(
       fn, kind.name, pooling=pooling or "mean", normalize=normalize, preprocess=preprocess,
-      labels=labels if kind.labels else None, multi_label=kind.outputs == "multi_label",
+      labels=labels if kind.labels else None, multi_label=kind.family.thresholds,
       thresholds=None if threshold is None else [threshold], pair=kind.pair)
   predictor.runner, predictor.token_ids = run, tokens
   return predictor
