@@ -21,8 +21,10 @@ from bert_keras.utils import weight_files
 
 CheckpointError = weight_files.CheckpointError
 
-# What a checkpoint may hold that the model does not take, by kind. Anything else left over is an
-# error: a config with fewer layers than the checkpoint, a tensor of a model we do not implement.
+# What a checkpoint may hold that the model does not take, by kind, besides a known head that the
+# model lacks (checkpoints.is_head_name: each head declares its names in modeling). Anything
+# else left over is an error: a config with fewer layers than the checkpoint, a tensor of a
+# model we do not implement.
 UNUSED_KINDS = (
     # optimizer slots, step counters (TF1 and TF2 names) and the dropout seed states our
     # training checkpoints keep as model_variables/other_<i>
@@ -30,15 +32,12 @@ UNUSED_KINDS = (
         r"(?:^|/)(?:global_step|beta[12]_power|save_counter|step|_CHECKPOINTABLE_OBJECT_GRAPH)"
         r"(?:/\.ATTRIBUTES/VARIABLE_VALUE)?$|/(?:adam_[mv]|Adam(?:_1)?|Momentum)$"
         r"|OPTIMIZER_SLOT|^optimizer/|^other_\d+$")),
-    ("a known head the model lacks", re.compile(  # pretraining, classifier and span heads
-        r"^(?:cls/(?:predictions|seq_relationship|squad)/|output_(?:weights|bias)$"
-        r"|cls\.(?:predictions|seq_relationship)\.|(?:classifier|qa_outputs)\.(?:weight|bias)$)")),
     ("HuggingFace's position_ids buffer", re.compile(r"^(?:bert\.)?embeddings\.position_ids$")))
 
 
 def may_be_unused(name):
-  """Whether the checkpoint entry `name` (a TF1 or HuggingFace name) is of an UNUSED_KINDS kind.
-  HuggingFace's tied MLM decoder (cls.predictions.decoder.*) is part of its pretraining head."""
+  """Whether the checkpoint entry `name` (a TF1 or HuggingFace name) is of an UNUSED_KINDS
+  kind."""
   return any(pattern.search(name) for _, pattern in UNUSED_KINDS)
 
 

@@ -31,6 +31,7 @@ BertClassifier, BertSquad); the models themselves live in modeling.py.
 from bert_keras.utils import backend  # first: TensorFlow quietly, where it is Keras's backend
 import collections
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -122,23 +123,15 @@ def tf1_variable_map(model):
     _add_dense(names, prefix + "output/dense", block.feed_forward.output_dense)
     _add_layer_norm(names, prefix + "output/LayerNorm", block.output_layer_norm)
   _add_dense(names, "bert/pooler/dense", bert.pooler.dense)
-  mlm = getattr(model, "masked_lm", None)
-  if mlm is not None:
-    _add_dense(names, "cls/predictions/transform/dense", mlm.transform)
-    _add_layer_norm(names, "cls/predictions/transform/LayerNorm", mlm.layer_norm)
-    names["cls/predictions/output_bias"] = mlm.output_bias
-  nsp = getattr(model, "next_sentence", None)
-  if nsp is not None:
-    names["cls/seq_relationship/output_weights"] = nsp.output_weights
-    names["cls/seq_relationship/output_bias"] = nsp.output_bias
-  head = getattr(model, "classifier", None)
-  if head is not None:  # run_classifier's root-scope variables
-    names["output_weights"] = head.output_weights
-    names["output_bias"] = head.output_bias
-  squad = getattr(model, "squad", None)
-  if squad is not None:  # run_squad's span head
-    names["cls/squad/output_weights"] = squad.output_weights
-    names["cls/squad/output_bias"] = squad.output_bias
+  for head in modeling.heads_of(model):  # each head's own names (modeling's CHECKPOINT_NAMES)
+    for attribute, tf1, _ in type(head).CHECKPOINT_NAMES:
+      layer = getattr(head, attribute) if attribute else None
+      if isinstance(layer, modeling.Dense):
+        _add_dense(names, tf1, layer)
+      elif isinstance(layer, modeling.LayerNorm):
+        _add_layer_norm(names, tf1, layer)
+      elif layer is not None:
+        names[tf1] = layer
   return names
 
 
@@ -161,15 +154,7 @@ def hf_name(tf1_name):
   fine-tuning heads: run_classifier's output_weights = HF classifier.weight, run_squad's
   cls/squad/output_weights = HF qa_outputs.weight.
   """
-  special = {"cls/predictions/output_bias": "cls.predictions.bias",
-             "cls/seq_relationship/output_weights": "cls.seq_relationship.weight",
-             "cls/seq_relationship/output_bias": "cls.seq_relationship.bias",
-             # BertForSequenceClassification / BertForQuestionAnswering heads: Linear
-             # [out, in] weights, the same layout as output_weights [num_labels or 2, H].
-             "output_weights": "classifier.weight",
-             "output_bias": "classifier.bias",
-             "cls/squad/output_weights": "qa_outputs.weight",
-             "cls/squad/output_bias": "qa_outputs.bias"}
+  special = _head_hf_names()  # (the heads' own: [out, in] Linear weights, not transposed)
   if tf1_name in special:
     return special[tf1_name], False
   name = re.sub(r"layer_(\d+)", r"layer.\1", tf1_name)
@@ -276,7 +261,7 @@ def load_checkpoint(model, path, new_heads=True):
     shapes = reader.get_variable_to_shape_map()
     source = _Source(resolved, "tf1", {k: tuple(v) for k, v in shapes.items()},
                      {k: v.name for k, v in reader.get_variable_to_dtype_map().items()},
-                     lambda name: reader.get_tensor(name), checkpoint_rules.may_be_unused)
+                     lambda name: reader.get_tensor(name), may_be_unused)
     if "_CHECKPOINTABLE_OBJECT_GRAPH" in shapes:
       result = _restore_tf2(model, source, new_heads)
     else:
@@ -389,6 +374,41 @@ def config_sizes(shapes):
   return sizes
 
 
+def _head_hf_names():
+  """{TF1 name: HuggingFace name} that the heads declare (modeling's CHECKPOINT_NAMES)."""
+  return {tf1: hf for head in modeling.checkpoint_heads()
+          for _, tf1, hf in head.CHECKPOINT_NAMES if tf1 and hf}
+
+
+@functools.lru_cache(maxsize=None)
+def _head_name_patterns(head):
+  """The normalized checkpoint names (_normal_name) of `head`'s variables, as one regex: its
+  TF1 names (a Dense's or LayerNorm's scope and what is under it; a root-scope name alone,
+  or under TF2's model_variables/) and its HuggingFace names."""
+  patterns = []
+  for _, tf1, hf in head.CHECKPOINT_NAMES:
+    if tf1 and "/" in tf1:
+      patterns.append(r"(?:^|/)%s(?:/|$)" % re.escape(tf1))
+    elif tf1:
+      patterns.append(r"^(?:model_variables/)?%s$" % re.escape(tf1))
+    if hf:
+      patterns.append(r"^%s$" % re.escape(hf.replace(".", "/")))
+  return re.compile("|".join(patterns))
+
+
+def may_be_unused(name):
+  """Whether a model may leave the checkpoint entry `name` (a TF1 or HuggingFace name) unused:
+  training state and the like (checkpoint_rules.may_be_unused), or a known head's."""
+  return checkpoint_rules.may_be_unused(name) or is_head_name(name)
+
+
+def is_head_name(name):
+  """Whether the checkpoint entry `name` (TF1, TF2 or HuggingFace) is a known head's (a head
+  the model may lack: it is left unused without complaint)."""
+  normal = _normal_name(name)
+  return any(_head_name_patterns(head).search(normal) for head in modeling.checkpoint_heads())
+
+
 def _normal_name(key):
   """A checkpoint key in one spelling for every format: "/" between scopes, no TF2 suffix
   (model_variables/cls.Ssquad.Soutput_bias/.ATTRIBUTES/VARIABLE_VALUE ->
@@ -436,17 +456,13 @@ def checkpoint_head(shapes):
 
 
 def _task_of_names(names):
-  """The task whose head the normalized checkpoint names hold (checkpoint_task's rules)."""
-
-  def has(pattern):
-    return any(re.search(pattern, name) for name in names)
-
-  if has(r"(?:^|/)cls/squad/output_weights$|^qa_outputs/weight$"):
-    return "squad"
-  if has(r"^(?:model_variables/)?output_weights$|^classifier/weight$"):
-    return "classifier"
-  if has(r"(?:^|/)cls/predictions/"):
-    return "pretrainer"
+  """The task whose head the normalized checkpoint names hold: the CHECKPOINT_TASK of the
+  first head (modeling.checkpoint_heads: fine-tuning heads first) whose names are there,
+  else "encoder"."""
+  for head in modeling.checkpoint_heads():
+    pattern = _head_name_patterns(head)
+    if head.CHECKPOINT_TASK and any(pattern.search(name) for name in names):
+      return head.CHECKPOINT_TASK
   return "encoder"
 
 
@@ -571,7 +587,7 @@ def _assign_from_hf(model, path, new_heads):
     source = _Source(path, "huggingface",
                      {k: f.entries[v][0] for k, v in original.items()},
                      {k: f.entries[v][1] for k, v in original.items()},
-                     lambda name: f.read(original[name]), checkpoint_rules.may_be_unused)
+                     lambda name: f.read(original[name]), may_be_unused)
     return _assign(model, source, checkpoint_name, new_heads)
 
 
@@ -600,7 +616,7 @@ def _restore_tf2(model, source, new_heads):
     names = {tf1: by_name.get(tf1) for tf1 in tf1_variable_map(model)}
     tf1_of = {key: tf1 for tf1, key in by_name.items()}
     source.may_be_unused = lambda key: (key not in tf1_of
-                                        or checkpoint_rules.may_be_unused(tf1_of[key]))
+                                        or may_be_unused(tf1_of[key]))
   else:
     names, bert_prefix = _object_graph_names(model, source.shapes, source.path)
     source.may_be_unused = lambda key: (

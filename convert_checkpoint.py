@@ -178,9 +178,9 @@ def _check_label_count(path, labels):
 
 
 def _check_head(options, task):
-  """A --task whose head (model_files.CHECKPOINT_HEADS) --init_checkpoint does not hold would
+  """A --task whose head (task_registry's checkpoint_head) --init_checkpoint does not hold would
   be written with that head untrained: a ValueError unless --allow_untrained_head."""
-  wanted = model_files.CHECKPOINT_HEADS.get(task_registry.get(task).outputs)
+  wanted = task_registry.get(task).checkpoint_head
   if wanted is None or options.task == "auto" or options.allow_untrained_head:
     return
   try:

@@ -375,12 +375,6 @@ WINDOW_LIMITS = {
     "max_answer_length": (1, None),
 }
 
-# The head a model of each kind of outputs (task_registry.OUTPUTS) keeps in its checkpoint,
-# under checkpoints.checkpoint_head's names (a tagger's head variables are named as a
-# classifier's); a kind of outputs not listed reads no head.
-CHECKPOINT_HEADS = {"classes": "classifier", "multi_label": "classifier", "score": "classifier",
-                    "tags": "classifier", "spans": "squad", "pretraining": "pretrainer"}
-
 # Every entry a task.json may hold: write_model_files' own, and the task options the run_*
 # scripts write (runtime/model_dir.prepare). Another key (a misspelt "treshold") is refused
 # by the reader (check_description) and by the writer.
@@ -635,7 +629,7 @@ def check_head(description, head, outputs):
   classifier's checkpoint), or labels that are not one per output, is a ValueError naming
   task.json."""
   kind = task_registry.of_description(description)
-  wanted = CHECKPOINT_HEADS.get(kind.outputs)
+  wanted = kind.checkpoint_head
   if wanted is None:
     return
   path = os.path.join(description["directory"], TASK_FILE)

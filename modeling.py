@@ -631,6 +631,33 @@ class Pooler(ConfigLayer):
     return self.dense(sequence_output[:, 0])
 
 
+# Each head layer carries its checkpoint names, as CHECKPOINT_NAMES: (attribute, TF1 name,
+# HuggingFace name) triples; a Dense or LayerNorm attribute's TF1 name is its scope, and a
+# HuggingFace name of None follows from the TF1 name by checkpoints.hf_name's rule; an
+# attribute of None is a name the head's checkpoints hold but the model does not read.
+# CHECKPOINT_TASK: the task a checkpoint that holds the head was trained for (None: told by
+# another head of its model). checkpoints and model_files read heads through these alone.
+_CHECKPOINT_HEADS = []
+
+
+def checkpoint_heads():
+  """The head layer classes that carry checkpoint names, those declared last (the
+  fine-tuning heads) first: the order in which a checkpoint's task is looked for."""
+  return tuple(reversed(_CHECKPOINT_HEADS))
+
+
+def _checkpoint_head(cls):
+  _CHECKPOINT_HEADS.append(cls)
+  return cls
+
+
+def heads_of(model):
+  """The head layers of `model` that carry checkpoint names, in the model's order."""
+  return [layer for layer in getattr(model, "layers", ())
+          if getattr(type(layer), "CHECKPOINT_NAMES", None)]
+
+
+@_checkpoint_head
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class MaskedLMHead(ConfigLayer):
   """Masked-LM head of run_pretraining (TF1 scope cls/predictions).
@@ -639,6 +666,13 @@ class MaskedLMHead(ConfigLayer):
   dense(H, hidden_act) + LayerNorm, and scores against the word-embedding table [V, H]
   (tied, passed in) plus its own output_bias [V]: -> float32 logits [B, P, V].
   """
+  CHECKPOINT_NAMES = (("transform", "cls/predictions/transform/dense", None),
+                      ("layer_norm", "cls/predictions/transform/LayerNorm", None),
+                      ("output_bias", "cls/predictions/output_bias", "cls.predictions.bias"),
+                      # HuggingFace's decoder, tied to the word embeddings
+                      (None, None, "cls.predictions.decoder.weight"),
+                      (None, None, "cls.predictions.decoder.bias"))
+  CHECKPOINT_TASK = "pretrainer"
 
   def __init__(self, config, **kwargs):
     super().__init__(config, **kwargs)
@@ -672,12 +706,17 @@ def gather_positions(x, positions):
   return ops.reshape(ops.take(ops.reshape(x, (-1, h)), flat, axis=0), (b, -1, h))
 
 
+@_checkpoint_head
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class NextSentenceHead(ConfigLayer):
   """Next-sentence head (TF1 scope cls/seq_relationship): pooled [B, H] -> float32 [B, 2].
 
   output_weights is [2, H] ([out, in], as in the original); label 0 = "is next".
   """
+  CHECKPOINT_NAMES = (
+      ("output_weights", "cls/seq_relationship/output_weights", "cls.seq_relationship.weight"),
+      ("output_bias", "cls/seq_relationship/output_bias", "cls.seq_relationship.bias"))
+  CHECKPOINT_TASK = None  # (a pretrainer's: its masked-LM head tells it)
 
   def __init__(self, config, **kwargs):
     super().__init__(config, **kwargs)
@@ -760,6 +799,7 @@ class BertModel(keras.Model):
   models (BertClassifier, BertSquad, BertPretrainer) take a BertModel and share its weights.
   `checkpoints.load_model(directory)` builds one from a checkpoint directory.
   """
+  HEADS = ()  # the head layer classes it carries (heads_of)
 
   def __init__(self, config, output_hidden_states=False, **kwargs):
     kwargs.setdefault("name", "bert")
@@ -841,6 +881,7 @@ class _TaskModel(keras.Model):
   used as it is (its weights shared, not copied; the task model's dtype policy defaults to
   the encoder's), or a BertConfig / its dict, from which a new BertModel is built.
   get_config serialises the encoder as a nested Keras object."""
+  HEADS = ()  # the head layer classes it carries (heads_of)
 
   def __init__(self, encoder_or_config, **kwargs):
     encoder = encoder_or_config if isinstance(encoder_or_config, BertModel) else None
@@ -887,6 +928,7 @@ class BertPretrainer(_TaskModel):
   {"masked_lm_logits" float32 [B, P, V], "next_sentence_logits" float32 [B, 2]}.
   Losses: masked_lm_loss / next_sentence_loss below (or `pretraining_loss`).
   """
+  HEADS = (MaskedLMHead, NextSentenceHead)
 
   def __init__(self, encoder_or_config, **kwargs):
     kwargs.setdefault("name", "bert_pretrainer")
@@ -908,6 +950,7 @@ class BertPretrainer(_TaskModel):
             "next_sentence_logits": self.next_sentence(encoded["pooled_output"])}
 
 
+@_checkpoint_head
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class ClassifierHead(keras.layers.Layer):
   """run_classifier's head: dropout 0.1 (fixed, not the config's; training only) on the pooled
@@ -917,6 +960,10 @@ class ClassifierHead(keras.layers.Layer):
   output_weights [num_labels, H] (truncated normal, stddev 0.02 fixed) and output_bias
   [num_labels] (zeros) are the original's root-scope TF1 variables of the same names.
   """
+  # ([out, in] on both sides: HuggingFace's Linear layout)
+  CHECKPOINT_NAMES = (("output_weights", "output_weights", "classifier.weight"),
+                      ("output_bias", "output_bias", "classifier.bias"))
+  CHECKPOINT_TASK = "classifier"
 
   def __init__(self, config, num_labels, **kwargs):
     super().__init__(**kwargs)
@@ -959,6 +1006,7 @@ class BertClassifier(_TaskModel):
   example (compile(loss=that) with multi-hot float labels [B, num_labels]). get_config
   records multi_label, so a saved model knows how to read its outputs.
   """
+  HEADS = (ClassifierHead,)
 
   def __init__(self, encoder_or_config, num_labels, multi_label=False, **kwargs):
     kwargs.setdefault("name", "bert_classifier")
@@ -1003,6 +1051,7 @@ class BertTokenClassifier(_TaskModel):
   output_bias, as BertClassifier (HuggingFace: classifier.weight / classifier.bias, as its
   BertForTokenClassification).
   """
+  HEADS = (ClassifierHead,)
 
   def __init__(self, encoder_or_config, num_labels, **kwargs):
     kwargs.setdefault("name", "bert_token_classifier")
@@ -1023,6 +1072,7 @@ class BertTokenClassifier(_TaskModel):
     return {**super().get_config(), "num_labels": self.num_labels}
 
 
+@_checkpoint_head
 @keras.saving.register_keras_serializable(package=_PACKAGE)
 class SquadHead(ConfigLayer):
   """run_squad's span head: logits = sequence_output . output_weights^T + output_bias,
@@ -1033,6 +1083,9 @@ class SquadHead(ConfigLayer):
   0.02 fixed) and output_bias [2] (zeros) are the original's TF1 variables
   cls/squad/output_weights and cls/squad/output_bias.
   """
+  CHECKPOINT_NAMES = (("output_weights", "cls/squad/output_weights", "qa_outputs.weight"),
+                      ("output_bias", "cls/squad/output_bias", "qa_outputs.bias"))
+  CHECKPOINT_TASK = "squad"
 
   def __init__(self, config, **kwargs):
     super().__init__(config, **kwargs)
@@ -1060,6 +1113,7 @@ class BertSquad(_TaskModel):
   checkpoints.tf1_variable_map), so the original's SQuAD checkpoints load and ours load in
   the original.
   """
+  HEADS = (SquadHead,)
 
   def __init__(self, encoder_or_config, **kwargs):
     kwargs.setdefault("name", "bert_squad")

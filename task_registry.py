@@ -106,6 +106,13 @@ class TaskKind:
     return self.family.probabilities
 
   @property
+  def checkpoint_head(self):
+    """The task whose head a checkpoint of this kind holds (checkpoints.checkpoint_head:
+    "classifier", "squad", "pretrainer"), from its model's HEADS; None for a headless one."""
+    return next((head.CHECKPOINT_TASK for head in getattr(self.model, "HEADS", ())
+                 if head.CHECKPOINT_TASK), None)
+
+  @property
   def takes_num_labels(self):
     """Whether the model's constructor takes num_labels (named labels or a fixed count)."""
     return self.labels or self.num_labels is not None

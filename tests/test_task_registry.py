@@ -86,6 +86,7 @@ def _assert_same(a, b, atol=1e-5):
 def check_build(kind, setup):
   model = _model(kind, setup)
   assert task_registry.of_model(model) is kind
+  assert [type(head) for head in modeling.heads_of(model)] == list(kind.model.HEADS)
   out = _outputs(model, setup.inputs)
   expected = {"sequence": {"sequence_output": (2, S, 32), "pooled_output": (2, 32)},
               "vectors": {"output": (2, 32)}, "classes": {"output": (2, 3)},
@@ -117,6 +118,9 @@ def check_tf1_names(kind, setup):
   fresh = kind.build(setup.config, len(LABELS) if kind.labels else None)
   result = checkpoints.load_checkpoint(fresh, str(prefix))
   assert not result.missing, result.missing
+  # (the checkpoint's head, by the names its model's heads declare)
+  held, _ = checkpoints.checkpoint_head(checkpoints.checkpoint_shapes(str(prefix)))
+  assert held == (kind.checkpoint_head or "encoder")
   _assert_same(_outputs(fresh, setup.inputs), _outputs(model, setup.inputs))
 
 
@@ -278,13 +282,56 @@ class PlantedHead(modeling.BertClassifier):
 class PlantedExtraHead(modeling.BertClassifier):
   """A head with a layer of its own that the checkpoint name tables were never told of."""
 
-  def __init__(self, *args, **kwargs):
-    super().__init__(*args, **kwargs)
+  def build(self, input_shape=None):  # (BertClassifier builds itself in its __init__)
+    super().build(input_shape)
     self.extra = keras.layers.Dense(self.num_labels, name="extra")
     self.extra.build((None, self.num_labels))
 
   def call(self, inputs, training=None):
     return self.extra(super().call(inputs, training=training))
+
+
+@keras.saving.register_keras_serializable(package="test_task_registry")
+class PlantedNamedLayer(keras.layers.Layer):
+  """A head layer that declares its own checkpoint names, as modeling's heads do."""
+  CHECKPOINT_NAMES = (("kernel", "cls/planted/output_weights", "planted.weight"),)
+  CHECKPOINT_TASK = None
+
+  def __init__(self, units, **kwargs):
+    super().__init__(**kwargs)
+    self.units = units
+    self.kernel = self.add_weight(name="kernel", shape=(units, units))
+
+  def get_config(self):
+    return {**super().get_config(), "units": self.units}
+
+  def call(self, x):
+    return x @ self.kernel
+
+
+@keras.saving.register_keras_serializable(package="test_task_registry")
+class PlantedNamedHead(modeling.BertClassifier):
+  """PlantedExtraHead's extra layer, with its names declared: no table is told of them."""
+  HEADS = (modeling.ClassifierHead, PlantedNamedLayer)
+
+  def build(self, input_shape=None):  # (BertClassifier builds itself in its __init__)
+    super().build(input_shape)
+    self.extra = PlantedNamedLayer(self.num_labels, name="extra")
+
+  def call(self, inputs, training=None):
+    return self.extra(super().call(inputs, training=training))
+
+
+def test_a_head_that_declares_its_names_needs_no_table(setup):
+  kind = task_registry.register(task_registry.TaskKind(
+      "planted", PlantedNamedHead, "classes", "BertForSequenceClassification", labels=True))
+  try:
+    check_build(kind, setup)
+    check_tf1_names(kind, setup)
+    check_huggingface(kind, setup)
+  finally:
+    task_registry.unregister("planted")
+    setup.models.pop("planted", None)
 
 
 @pytest.mark.parametrize("planted, surface", [
