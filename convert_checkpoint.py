@@ -1,4 +1,3 @@
-# coding=utf-8
 r"""Converts a BERT checkpoint between layouts: Google's TF1 layout and HuggingFace's.
 
   python convert_checkpoint.py --init_checkpoint=$BERT_BASE_DIR --output_dir=/tmp/bert_hf \
@@ -43,6 +42,7 @@ from absl import logging
 import tensorflow as tf
 
 from bert_keras import checkpoints
+from bert_keras import huggingface_layout
 from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import task_registry
@@ -139,10 +139,10 @@ def run(options):
     logging.info("Loaded a %s model from %s (%s)", task, options.init_checkpoint,
                  model.load_result)
     if bi_encoder is not None:
-      checkpoints.save_sentence_transformers(
+      huggingface_layout.save_sentence_transformers(
           model, options.output_dir, max_seq_length or model.config.max_position_embeddings)
     elif options.format == "huggingface":
-      checkpoints.save_huggingface(model, options.output_dir, label_names=labels)
+      huggingface_layout.save_huggingface(model, options.output_dir, label_names=labels)
     else:
       checkpoints.save_pretrained(model, options.output_dir)
   written = {name: tf.io.gfile.stat(os.path.join(options.output_dir, name)).length

@@ -1,4 +1,3 @@
-# coding=utf-8
 """Creates masked-LM / next-sentence-prediction TFRecords for BERT pre-training.
 
 Faithful: with the same inputs and flags (and --num_workers=1, the default) every

@@ -1,4 +1,3 @@
-# coding=utf-8
 """create_pretraining_data on Apache Beam: the same records, at corpus scale, on any runner.
 
 The same flags and TFRecord features as create_pretraining_data.py, run as a Beam pipeline:

@@ -1,4 +1,3 @@
-# coding=utf-8
 r"""Learns a WordPiece vocab from plain text, in the layout of BERT's released vocabs.
 
   python create_vocab.py --input_file=sample_text.txt --output_file=/tmp/vocab.txt \

@@ -1,4 +1,3 @@
-# coding=utf-8
 r"""Scores a retrieval run against qrels, as trec_eval does, under BEIR's measure names.
 
   python evaluate_retrieval.py --qrels=qrels/test.tsv --run=run.trec [--output_json=F] \

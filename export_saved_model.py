@@ -1,4 +1,3 @@
-# coding=utf-8
 r"""A fine-tuned (or pre-trained) BERT as a TensorFlow SavedModel that takes raw text.
 
   python export_saved_model.py --task=classifier --task_name=MRPC \

@@ -1,4 +1,3 @@
-# coding=utf-8
 r"""Per-token activations of BERT's encoder layers, as JSON Lines (the original
 extract_features.py).
 

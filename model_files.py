@@ -1,4 +1,3 @@
-# coding=utf-8
 """The files of a model directory, written and read in one place: what a run_* script writes
 beside its checkpoints (runtime/model_dir.py resolves flags from them) and what
 checkpoints.load_model / save_pretrained read and write.
@@ -683,7 +682,7 @@ _SPECIAL_TOKENS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PA
 def write_sentence_transformers_modules(directory, hidden_size, pooling, normalize,
                                         max_seq_length):
   """The sentence-transformers files of a bi-encoder beside its transformer's HuggingFace files
-  (which checkpoints.save_sentence_transformers writes): modules.json,
+  (which huggingface_layout.save_sentence_transformers writes): modules.json,
   config_sentence_transformers.json, sentence_bert_config.json, 1_Pooling/config.json,
   2_Normalize/ (when `normalize`) and special_tokens_map.json. `directory` exists.
 

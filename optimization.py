@@ -1,4 +1,3 @@
-# coding=utf-8
 """Learning-rate schedule and optimizers of BERT pre-training, as Keras 3 objects.
 
 * `WarmupLinearDecay`: the original schedule — linear warm-up from 0 for

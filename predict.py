@@ -1,4 +1,3 @@
-# coding=utf-8
 r"""New text in, labelled answers out: a fine-tuned model's predictions on a file of texts.
 
   python predict.py --model_dir=/tmp/mrpc_output --input_file=new.tsv --output_file=out.jsonl

@@ -1,4 +1,3 @@
-# coding=utf-8
 r"""predict.py on Apache Beam: a fine-tuned model's predictions on many files of texts, on any
 runner.
 

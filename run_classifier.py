@@ -1,4 +1,3 @@
-# coding=utf-8
 r"""BERT fine-tuning on sentence (pair) classification: GLUE MRPC, CoLA, MNLI and XNLI
 (the original run_classifier.py), plus SST-2, QQP, QNLI, RTE, WNLI, STS-B (regression),
 MNLI mismatched, the diagnostic set (AX) and --task_name=custom (your own TSV files).

@@ -1,4 +1,3 @@
-# coding=utf-8
 r"""BERT fine-tuning as a bi-encoder: sentence embeddings trained with in-batch negatives
 (sentence-transformers' MultipleNegativesRankingLoss) and evaluated by retrieval, the way
 run_classifier.py fine-tunes a classifier.

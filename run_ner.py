@@ -1,4 +1,3 @@
-# coding=utf-8
 r"""BERT fine-tuning on token classification: named entity recognition (NER) and any other
 tagging task in CoNLL files, the way run_classifier.py fine-tunes on sentences.
 

@@ -1,4 +1,3 @@
-# coding=utf-8
 r"""Masked-LM and next-sentence pre-training of BERT (the original run_pretraining.py).
 
 Same flags, defaults, input files (create_pretraining_data's TFRecords), losses and

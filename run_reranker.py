@@ -1,4 +1,3 @@
-# coding=utf-8
 r"""BERT fine-tuning as a cross-encoder (reranker): a (query, passage) pair -> one relevance
 logit, trained on labelled pairs and evaluated by reranking candidate lists (a TREC run, e.g.
 run_embeddings' dev_run.trec) against BEIR qrels, the way run_classifier.py fine-tunes a

@@ -1,4 +1,3 @@
-# coding=utf-8
 r"""BERT fine-tuning and prediction on SQuAD 1.1 and SQuAD 2.0 (the original run_squad.py).
 
 Same flags, defaults, examples, features (doc_stride windows), TFRecords (train.tf_record,

@@ -1,4 +1,3 @@
-# coding=utf-8
 """Tokenization classes: the original BERT tokenizer, exact to the character, and fast.
 
 The public API is the original's (google-research/bert tokenization.py):

@@ -1,4 +1,3 @@
-# coding=utf-8
 r"""Reads a directory written by convert_checkpoint.py with sentence-transformers itself and
 prints what it computes, as one JSON object: the check that our sentence-transformers layout
 (--format=sentence_transformers) and our cross-encoder layout (--format=huggingface, one

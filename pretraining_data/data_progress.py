@@ -1,4 +1,3 @@
-# coding=utf-8
 """Progress of create_pretraining_data: bytes read, documents, instances created and
 written, rate and ETA, as the one progress line (utils.progress)."""
 

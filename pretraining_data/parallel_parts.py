@@ -1,4 +1,3 @@
-# coding=utf-8
 """create_pretraining_data --num_workers N > 1 (not in the original): the input split into
 parts at line boundaries, one worker process per part at a time, every part's output files
 written under temporary names and renamed once all parts are done."""

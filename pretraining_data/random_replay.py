@@ -1,4 +1,3 @@
-# coding=utf-8
 """Python's random.Random (Mersenne Twister) replayed on its raw 32-bit words.
 
 create_pretraining_data draws from one `random.Random` exactly as the original

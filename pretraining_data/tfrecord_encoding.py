@@ -1,4 +1,3 @@
-# coding=utf-8
 """tf.train.Example wire format and TFRecord framing (CRC32C), vectorized with numpy.
 
 `encode_records` serializes many Examples of the pre-training features at once

@@ -1,4 +1,3 @@
-# coding=utf-8
 """Data sets of the multi-label, class weights and long documents results (docs/RESULTS.md),
 built from ../shared (run_classifier --task_name=custom TSVs), and the figures of a run's
 eval_predictions.tsv (run as results/long_documents_and_labels_data.py):

@@ -1,4 +1,3 @@
-# coding=utf-8
 """A BEIR retrieval set from ../shared's SQuAD files for run_embeddings: questions -> the
 paragraph they were written on (results/retrieval_minilm.sh, bench/bench_embeddings_training.py).
 

@@ -1,4 +1,3 @@
-# coding=utf-8
 """What the Beam scripts (create_pretraining_data_beam.py, predict_beam.py) share to start a
 pipeline: apache_beam imported quietly (None without the [beam] extra), PipelineOptions of
 the --runner / --direct_* flags and the other arguments, the DirectRunner's batch engine,

@@ -1,4 +1,3 @@
-# coding=utf-8
 """The absl flags the run_* scripts and extract_features share (model, TPU, fine-tuning and
 training flags, with the original's names, help texts and defaults), and the options namespace
 that a script's run() takes without parsing flags (make_options, over flag_defaults).

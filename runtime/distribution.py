@@ -1,4 +1,3 @@
-# coding=utf-8
 """The tf.distribute side of the run_* scripts: which strategy runs them (one_device,
 mirrored, multi_worker_mirrored or tpu), which worker is the chief, where each worker
 writes, whether XLA is on by default, and the Keras dtype policy."""

@@ -1,4 +1,3 @@
-# coding=utf-8
 """Throughput figures of the training loop: BERT's training FLOPs per sequence and the
 measured matmul peak of this device, whose ratio to the achieved rate is the model FLOPs
 utilisation (MFU). The FLOP counts need no TensorFlow."""

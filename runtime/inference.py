@@ -1,4 +1,3 @@
-# coding=utf-8
 """Distributed inference for the run_* scripts and extract_features: a model's forward
 pass run on every replica of a strategy at once, over numpy batches padded to one shape."""
 

@@ -1,4 +1,3 @@
-# coding=utf-8
 """The run_* scripts' input pipelines over TFRecord files: the file list of --input_file,
 the seeded and seekable training pipeline, the evaluation pipeline, the per-replica batch
 size, and the int64 feature the record writers use."""

@@ -1,4 +1,3 @@
-# coding=utf-8
 """A run's output directory is the model: the files written beside its checkpoints
 (model_files.py: bert_config.json, vocab.txt, tokenizer_config.json, labels.txt, task.json,
 run_options.json) so that export, predict and checkpoints.load_model need nothing else.

@@ -1,4 +1,3 @@
-# coding=utf-8
 """The scripts' common option checks, written once as a table: required flags, files that must
 exist, lower bounds, fractions, choices, flags that replace or need others. check(options,
 table) raises the one-line ValueError naming the flag (utils/errors.py prints it as `error:

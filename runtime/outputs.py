@@ -1,4 +1,3 @@
-# coding=utf-8
 """The output directory of a run: created, locked against a second run, cleared of dead runs'
 temporaries; and the original's eval_results.txt lines (format_results)."""
 

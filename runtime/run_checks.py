@@ -1,4 +1,3 @@
-# coding=utf-8
 """A run's config, checked before any model is built: --bert_config_file read and validated,
 matched against --init_checkpoint and the checkpoints of --output_dir, and the memory the
 model needs against what the host has."""

@@ -1,4 +1,3 @@
-# coding=utf-8
 """The training loop of the run_* scripts: what a script tells the loop (Task), ONE custom
 training loop for every strategy (Trainer), and the fine-tuning scripts' use of it.
 

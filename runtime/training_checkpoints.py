@@ -1,4 +1,3 @@
-# coding=utf-8
 """The training loop's checkpoints <output_dir>/model.ckpt-N (model, optimizer, step and
 every model variable under a stable name): making, saving, finding the newest, restoring,
 and warm-starting a model from --init_checkpoint. The checkpoint FILE FORMATS that

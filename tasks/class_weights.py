@@ -1,4 +1,3 @@
-# coding=utf-8
 """run_classifier --class_weights: "balanced" or "label:weight,...", one weight per label.
 
 Single-label: an example's loss is multiplied by its gold label's weight. Multi-label: each

@@ -1,4 +1,3 @@
-# coding=utf-8
 """run_classifier's data: the examples (InputExample) and the processors that read each
 task's files into them: the original's MRPC, CoLA, MNLI and XNLI, the other GLUE tasks
 (SST-2, QQP, QNLI, RTE, WNLI, STS-B, MNLI mismatched, the diagnostic set AX), and

@@ -1,4 +1,3 @@
-# coding=utf-8
 """run_classifier's options for multi-label tasks, class weights and long documents (issue
 25): their flags and checks, the class weights of a run, the thresholds of a multi-label
 model, windows pooled into documents, and the task options the model directory records.

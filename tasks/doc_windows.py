@@ -1,4 +1,3 @@
-# coding=utf-8
 """run_classifier --doc_stride: a text_a longer than max_seq_length split into overlapping
 windows (tasks/windows.py's doc_spans, the rule of SQuAD and NER), and the windows' logits
 pooled back into one result per document (--window_pooling=mean|max).

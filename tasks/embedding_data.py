@@ -1,4 +1,3 @@
-# coding=utf-8
 """run_embeddings' files: training pairs, a BEIR retrieval set, texts to model inputs.
 
 Read top to bottom:

@@ -1,4 +1,3 @@
-# coding=utf-8
 """run_embeddings' model side: training records, the bi-encoder loss in the training loop, the
 cached (gradient-cache) step, and retrieval evaluation.
 

@@ -1,4 +1,3 @@
-# coding=utf-8
 """The GLUE tasks' official metrics in NumPy (run_classifier's eval_results.txt).
 
 Every function takes 1-D arrays of the same length N and returns a Python float:

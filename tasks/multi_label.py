@@ -1,4 +1,3 @@
-# coding=utf-8
 """run_classifier --multi_label: zero or more labels per example.
 
 A label cell holds labels joined by a separator (an empty cell: no label). The model has one

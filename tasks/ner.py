@@ -1,4 +1,3 @@
-# coding=utf-8
 """run_ner's task: CoNLL files, the tag set, words to WordPiece windows and back, the loss.
 
 Read top to bottom:

@@ -1,4 +1,3 @@
-# coding=utf-8
 """export_saved_model.py --task=tagger: a BertTokenClassifier as a SavedModel over raw text, in
 TensorFlow's own ops (it loads with tf.saved_model.load in a process that imports only
 TensorFlow).

@@ -1,4 +1,3 @@
-# coding=utf-8
 """predict.py's input and output: rows of text streamed from TSV, CSV or JSON Lines (a file
 or standard input), JSON Lines written out.
 

@@ -1,4 +1,3 @@
-# coding=utf-8
 """run_classifier's labelled prediction files (eval_predictions.tsv, test_predictions.tsv):
 a header, then per example its guid, the predicted label, the gold label where known, and each
 label's probability (regression: the predicted score)."""

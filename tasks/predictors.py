@@ -1,4 +1,3 @@
-# coding=utf-8
 """predict.py's models: a model directory (a run_* output_dir or its best/, a Google or
 HuggingFace checkpoint directory) or an export_saved_model.py SavedModel, turned into a
 Predictor whose predict(texts_a, texts_b) gives each row's prediction fields.

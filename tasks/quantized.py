@@ -1,4 +1,3 @@
-# coding=utf-8
 """Token-id models (export_saved_model.py --format=tflite / onnx) for predict.py, and the
 measure of a quantized export against its float model.
 

@@ -1,4 +1,3 @@
-# coding=utf-8
 """run_reranker's parts: labelled (query, passage) pairs, candidate lists, training records, the
 cross-encoder's losses in the training loop, and reranking a TREC run.
 

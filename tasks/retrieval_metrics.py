@@ -1,4 +1,3 @@
-# coding=utf-8
 """Retrieval scores as trec_eval computes them (and so pytrec_eval and BEIR), under BEIR's names;
 the TREC qrels and run files, and BEIR's qrels TSV.
 

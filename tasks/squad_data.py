@@ -1,4 +1,3 @@
-# coding=utf-8
 """SQuAD's data: the JSON read into SquadExamples (the original run_squad's reading, with its
 whitespace rule) and the examples turned into the model's windows (InputFeatures: the
 question, then doc_stride windows of the paragraph's word pieces, tasks/windows.py).

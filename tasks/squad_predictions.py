@@ -1,4 +1,3 @@
-# coding=utf-8
 """SQuAD post-processing, as the original run_squad's: the windows' start/end logits -> the
 answers, n-best lists and null odds (write_predictions, or PredictionWriter one question at a
 time); each span projected onto the original text by tokenization.get_final_text.

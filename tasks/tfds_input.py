@@ -1,4 +1,3 @@
-# coding=utf-8
 """GLUE and SQuAD read through TensorFlow Datasets (--tfds_name) instead of the TSV / JSON files.
 
 run_classifier: `--tfds_name=glue/<config>` (cola, sst2, mrpc, qqp, stsb, mnli, mnli_matched,

@@ -1,4 +1,3 @@
-# coding=utf-8
 """The sliding-window rule of every task that reads a sequence longer than the model: the
 original run_squad's doc_stride windows and its max-context choice, written once.
 

@@ -175,6 +175,7 @@ def test_checkpoints_load_without_tensorflow(backend, tmp_path):
   gives, and TensorFlow is not imported."""
   import tensorflow as tf
   from bert_keras import checkpoints
+  from bert_keras import huggingface_layout
   from bert_keras.runtime import model_dir, training_checkpoints
   config = modeling.BertConfig.from_dict(CONFIG)
   model = modeling.BertClassifier(config, num_labels=3)
@@ -184,7 +185,7 @@ def test_checkpoints_load_without_tensorflow(backend, tmp_path):
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("".join("w%d\n" % i for i in range(99)), encoding="utf-8")
   labels = ["a", "b", "c"]
-  checkpoints.save_huggingface(model, str(tmp_path / "hf"), str(vocab), True, labels)
+  huggingface_layout.save_huggingface(model, str(tmp_path / "hf"), str(vocab), True, labels)
   checkpoints.save_pretrained(model, str(tmp_path / "google"), str(vocab), True)
   run = tmp_path / "run"
   run.mkdir()

@@ -198,6 +198,7 @@ def test_each_subpackage_says_what_it_holds_and_may_import():
 # modules). Everything else at the root is a script; support code goes to a subpackage.
 PUBLIC_LIBRARIES = {"modeling", "tokenization", "optimization", "checkpoints", "preprocessing",
                     "serving", "task_registry", "output_families", "model_files", "retrieval",
+                    "huggingface_layout",
                     "checkpoint_rules"}
 
 
@@ -267,19 +268,21 @@ def test_the_checker_accepts_a_clean_tree(tmp_path):
   assert violations(tmp_path) == []
 
 
-# The original's longest file: run_squad.py, 1,283 lines.
-LONGEST_ORIGINAL_FILE = 1283
+# The size rule: no file longer than 1,000 lines, except the original's three long ones, which
+# stay under the original's longest file (run_squad.py, 1,283 lines).
+MAX_LINES = 1000
+LONG_FILES = {"modeling.py": 1283, "tokenization.py": 1283, "create_pretraining_data.py": 1283}
 
 
-def test_no_file_is_longer_than_the_originals_longest():
+def test_no_file_is_longer_than_the_size_rule():
   """CONTRIBUTING's size rule: no Python file of the repository (tests and benches too) is
-  longer than the original's longest file."""
+  longer than 1,000 lines, but modeling.py, tokenization.py and create_pretraining_data.py."""
   too_long = {}
   for path in ROOT.rglob("*.py"):
     relative = path.relative_to(ROOT)
     if relative.parts[0].startswith(".") or relative.parts[0] in ("build", "dist"):
       continue
     lines = len(path.read_text(encoding="utf-8").splitlines())
-    if lines > LONGEST_ORIGINAL_FILE:
+    if lines > LONG_FILES.get(str(relative), MAX_LINES):
       too_long[str(relative)] = lines
   assert not too_long, too_long

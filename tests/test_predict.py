@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from bert_keras import checkpoints
+from bert_keras import huggingface_layout
 from bert_keras import modeling
 from bert_keras import predict
 from bert_keras import preprocessing
@@ -268,8 +269,9 @@ def test_embeddings_of_a_huggingface_weight_file(dirs, tmp_path):
   """--model_dir a model.safetensors file, as --init_checkpoint takes it: its directory gives
   config.json and vocab.txt; the same vectors as the checkpoint directory's."""
   hf = tmp_path / "hf"
-  checkpoints.save_huggingface(dirs["models"]["embeddings"], str(hf),
-                               vocab_file=str(dirs["root"] / "vocab.txt"), do_lower_case=True)
+  huggingface_layout.save_huggingface(dirs["models"]["embeddings"], str(hf),
+                                      vocab_file=str(dirs["root"] / "vocab.txt"),
+                                      do_lower_case=True)
   path = tmp_path / "in.jsonl"
   texts = [a for a, _ in PAIRS]
   path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))

@@ -1,4 +1,3 @@
-# coding=utf-8
 """preprocessing.BertPreprocessor: the original's tokenization and packing, in TF ops.
 
 The oracle is the original code (PyPI bert-tensorflow): FullTokenizer and

@@ -15,6 +15,7 @@ import pytest
 
 from conftest import config_file
 from bert_keras import checkpoints
+from bert_keras import huggingface_layout
 from bert_keras import modeling
 from bert_keras import run_ner
 from bert_keras.tasks import ner
@@ -232,8 +233,8 @@ def test_huggingface_init_checkpoint_alone_and_conll_files(files, tmp_path):
   encoder({"input_ids": np.ones([1, 4], np.int32), "input_mask": np.ones([1, 4], np.int32),
            "segment_ids": np.zeros([1, 4], np.int32)})
   hf = tmp_path / "hf"
-  checkpoints.save_huggingface(encoder, str(hf), vocab_file=str(files / "vocab.txt"),
-                               do_lower_case=True)
+  huggingface_layout.save_huggingface(encoder, str(hf), vocab_file=str(files / "vocab.txt"),
+                                      do_lower_case=True)
   assert not (hf / "bert_config.json").exists() and (hf / "model.safetensors").exists()
   data = tmp_path / "data"
   data.mkdir()

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from bert_keras import checkpoints
+from bert_keras import huggingface_layout
 from bert_keras import modeling
 from bert_keras import predict
 from bert_keras import retrieval
@@ -296,8 +297,8 @@ def test_huggingface_round_trip(files, tmp_path):
   rng = np.random.default_rng(5)
   for v in model.weights:
     v.assign(rng.normal(0, 0.2, v.shape).astype(np.float32))
-  checkpoints.save_huggingface(model, str(tmp_path / "hf"), vocab_file=str(files / "vocab.txt"),
-                               do_lower_case=True)
+  huggingface_layout.save_huggingface(model, str(tmp_path / "hf"),
+                                      vocab_file=str(files / "vocab.txt"), do_lower_case=True)
   hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
   assert hf_config["architectures"] == ["BertForSequenceClassification"]
   loaded = checkpoints.load_model(str(tmp_path / "hf"), task="reranker")

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from bert_keras import checkpoints
+from bert_keras import huggingface_layout
 from bert_keras import convert_checkpoint
 from bert_keras import model_files
 from bert_keras import modeling
@@ -199,14 +200,14 @@ def test_bad_files_are_one_line_errors(source, tmp_path, name, content, message)
 
 def test_a_one_output_classifier_goes_out_for_cross_encoder(source, tmp_path):
   model = checkpoints.load_model(source, task="regression")
-  written = checkpoints.save_huggingface(model, str(tmp_path / "cross"))
+  written = huggingface_layout.save_huggingface(model, str(tmp_path / "cross"))
   config = _read(written, "config.json")
   assert config["architectures"] == ["BertForSequenceClassification"]
   assert config["id2label"] == {"0": "LABEL_0"}
   assert config["sentence_transformers"] == {"activation_fn": "torch.nn.modules.linear.Identity"}
-  three = checkpoints.save_huggingface(checkpoints.load_model(source, task="classifier",
-                                                              num_labels=3),
-                                       str(tmp_path / "three"))
+  three = huggingface_layout.save_huggingface(checkpoints.load_model(source, task="classifier",
+                                                                     num_labels=3),
+                                              str(tmp_path / "three"))
   assert "sentence_transformers" not in _read(three, "config.json")
 
 
@@ -229,7 +230,7 @@ def test_sentence_transformers_itself_reads_the_layouts(source, tmp_path, poolin
   got = _run_checker(python, directory, texts, "bi")
   np.testing.assert_allclose(np.array(got["vectors"]), want, atol=1e-5)
   cross = checkpoints.load_model(source, task="regression")
-  cross_dir = checkpoints.save_huggingface(cross, str(tmp_path / "cross"))
+  cross_dir = huggingface_layout.save_huggingface(cross, str(tmp_path / "cross"))
   pairs = tmp_path / "pairs.tsv"
   pairs.write_text("".join(f"{a}\t{b}\n" for a, b in zip(TEXTS, TEXTS[1:] + TEXTS[:1])))
   features = preprocessing.BertPreprocessor(model.vocab_file, True, 16)(

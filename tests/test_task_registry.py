@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bert_keras import checkpoints
+from bert_keras import huggingface_layout
 from bert_keras import export_saved_model
 from bert_keras import modeling
 from bert_keras import output_families
@@ -141,8 +142,8 @@ HF_OUTPUTS = {"BertModel": ("sequence", "vectors"),
 def check_huggingface(kind, setup):
   model = _model(kind, setup)
   directory = setup.root / f"hf_{kind.name}"
-  checkpoints.save_huggingface(model, str(directory), vocab_file=setup.vocab,
-                               do_lower_case=True, label_names=_labels(kind))
+  huggingface_layout.save_huggingface(model, str(directory), vocab_file=setup.vocab,
+                                      do_lower_case=True, label_names=_labels(kind))
   config = json.loads((directory / "config.json").read_text())
   assert config["architectures"] == [kind.hf_architecture]
   assert kind.outputs in HF_OUTPUTS[kind.hf_architecture]

@@ -1,4 +1,3 @@
-# coding=utf-8
 """tokenization.py: the original's behaviour to the character, by differential tests.
 
 The oracle is the original FullTokenizer (PyPI bert-tensorflow). Every test

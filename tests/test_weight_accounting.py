@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from conftest import pair_features, randomize
 from bert_keras import checkpoints
+from bert_keras import huggingface_layout
 from bert_keras import modeling
 from bert_keras.utils import weight_files
 
@@ -40,7 +41,7 @@ def test_fewer_layers_than_the_checkpoint_are_refused_naming_the_unused(tmp_path
   source = randomize(modeling.BertModel(_config()))
   prefix = str(tmp_path / "tf1" / "bert_model.ckpt")
   checkpoints.save_tf1_checkpoint(source, prefix)
-  hf = _hf_dir(tmp_path / "hf", checkpoints.hf_state_dict(source))
+  hf = _hf_dir(tmp_path / "hf", huggingface_layout.hf_state_dict(source))
   for path in (prefix, hf):
     with pytest.raises(checkpoints.CheckpointError,
                        match=r"holds 16 tensors the model does not take: .*layer[._]1[./].* and "
@@ -70,7 +71,7 @@ def test_known_extras_may_go_unused(tmp_path):
   np.testing.assert_allclose(encoder(features)["pooled_output"],
                              source.bert(features)["pooled_output"], atol=1e-6)
   pretrainer = randomize(modeling.BertPretrainer(_config()))
-  state = checkpoints.hf_state_dict(pretrainer)
+  state = huggingface_layout.hf_state_dict(pretrainer)
   state["bert.embeddings.position_ids"] = np.arange(10, dtype=np.int64)[None]
   state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"]
   result = checkpoints.load_checkpoint(modeling.BertModel(_config()),
@@ -81,7 +82,7 @@ def test_known_extras_may_go_unused(tmp_path):
 
 def test_missing_heads_and_encoder_weights_are_refused_naming_them(tmp_path):
   source = randomize(modeling.BertClassifier(_config(), num_labels=2))
-  state = checkpoints.hf_state_dict(source)
+  state = huggingface_layout.hf_state_dict(source)
   del state["classifier.bias"]                       # half a head
   path = _hf_dir(tmp_path / "partial", state)
   with pytest.raises(checkpoints.CheckpointError,
@@ -89,7 +90,7 @@ def test_missing_heads_and_encoder_weights_are_refused_naming_them(tmp_path):
                            r"classifier"):
     checkpoints.load_checkpoint(modeling.BertClassifier(_config(), num_labels=2), path)
   encoder_only = _hf_dir(tmp_path / "encoder",
-                         checkpoints.hf_state_dict(randomize(modeling.BertModel(_config()))))
+                         huggingface_layout.hf_state_dict(randomize(modeling.BertModel(_config()))))
   squad = modeling.BertSquad(_config())
   with pytest.raises(checkpoints.CheckpointError,
                      match=r"qa_outputs\.weight .* is missing .*cls/squad head"):
@@ -98,7 +99,7 @@ def test_missing_heads_and_encoder_weights_are_refused_naming_them(tmp_path):
     checkpoints.load_model(encoder_only, task="squad", new_heads=False)
   assert checkpoints.load_checkpoint(squad, encoder_only).missing == [
       "cls/squad/output_weights", "cls/squad/output_bias"]   # a warm start: a new head
-  state = checkpoints.hf_state_dict(randomize(modeling.BertModel(_config())))
+  state = huggingface_layout.hf_state_dict(randomize(modeling.BertModel(_config())))
   del state["encoder.layer.0.attention.self.key.weight"]
   with pytest.raises(checkpoints.CheckpointError,
                      match=r"encoder\.layer\.0\.attention\.self\.key\.weight .* is missing"):
@@ -107,7 +108,7 @@ def test_missing_heads_and_encoder_weights_are_refused_naming_them(tmp_path):
 
 @pytest.mark.parametrize("dtype", [np.int32, np.bool_, np.int64])
 def test_integer_and_boolean_weights_are_refused(tmp_path, dtype):
-  state = checkpoints.hf_state_dict(randomize(modeling.BertModel(_config())))
+  state = huggingface_layout.hf_state_dict(randomize(modeling.BertModel(_config())))
   name = "encoder.layer.1.output.LayerNorm.weight"
   state[name] = np.ones_like(state[name]).astype(dtype)
   with pytest.raises(checkpoints.CheckpointError,
@@ -119,7 +120,7 @@ def test_integer_and_boolean_weights_are_refused(tmp_path, dtype):
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 def test_non_finite_weights_are_refused_naming_them(tmp_path, bad):
   source = randomize(modeling.BertModel(_config()))
-  state = checkpoints.hf_state_dict(source)
+  state = huggingface_layout.hf_state_dict(source)
   state["encoder.layer.0.intermediate.dense.bias"][3] = bad
   with pytest.raises(checkpoints.CheckpointError,
                      match=r"tensor encoder\.layer\.0\.intermediate\.dense\.bias holds 1 values "
@@ -144,7 +145,7 @@ def test_a_stray_safetensors_beside_a_run_checkpoint_is_refused_naming_both(tmp_
   assert checkpoints.load_model(str(run), task="classifier").load_result.missing == []
   weight_files.write_safetensors(   # an encoder's weights, dropped in by someone else
       str(run / "model.safetensors"),
-      checkpoints.hf_state_dict(randomize(modeling.BertModel(_config()), seed=1)))
+      huggingface_layout.hf_state_dict(randomize(modeling.BertModel(_config()), seed=1)))
   from bert_keras.runtime import training_checkpoints
   for load in (lambda: checkpoints.load_model(str(run), task="classifier"),
                lambda: checkpoints.load_checkpoint(modeling.BertModel(_config()), str(run)),
@@ -169,7 +170,7 @@ def test_a_stray_safetensors_beside_a_run_checkpoint_is_refused_naming_both(tmp_
 def test_a_shape_mismatch_names_the_file_and_a_head_its_labels(tmp_path):
   """A head of another number of labels is said so (not "a bert_config.json that does not
   match"); every shape mismatch names the checkpoint's file."""
-  hf = _hf_dir(tmp_path / "hf", checkpoints.hf_state_dict(
+  hf = _hf_dir(tmp_path / "hf", huggingface_layout.hf_state_dict(
       randomize(modeling.BertClassifier(_config(), num_labels=2))))
   weights = re.escape(os.path.join(hf, "model.safetensors"))
   with pytest.raises(checkpoints.CheckpointError,
@@ -227,7 +228,7 @@ def test_a_sparse_huge_safetensors_costs_only_the_tensors_taken(tmp_path, big_na
   """A 4.3 GB file (a few MB on disk) whose first tensor, unused, spans 4.3 GB: the memory a load
   adds is bounded by the model's tensors, whether the tensor is of an excepted kind (loaded)
   or not (refused)."""
-  state = checkpoints.hf_state_dict(randomize(modeling.BertModel(_config())))
+  state = huggingface_layout.hf_state_dict(randomize(modeling.BertModel(_config())))
   big = 1_075_000_000                                  # float32 elements: 4.3 GB
   header = {big_name: {"dtype": "F32", "shape": [big], "data_offsets": [0, 4 * big]}}
   offset = 4 * big

@@ -1,4 +1,3 @@
-# coding=utf-8
 """Which Keras 3 backend runs the model (tensorflow, jax or torch), known before Keras is
 imported, and TensorFlow imported (quietly) only where it is that backend.
 

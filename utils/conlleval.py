@@ -1,4 +1,3 @@
-# coding=utf-8
 """The CoNLL chunk score of conlleval (the CoNLL shared tasks' official script, version
 2004-01-26), in Python: chunk counts of gold against predicted tags, precision, recall and
 FB1 per type and overall, and conlleval's report.

@@ -1,4 +1,3 @@
-# coding=utf-8
 """The one net of every script's main(): a user's mistake reported as one line `error: ...`
 and exit status 1, never a traceback (one_line_errors; script_main for the scripts whose job
 is a run(FLAGS))."""

@@ -1,4 +1,3 @@
-# coding=utf-8
 """Files of every script: local paths with open(), paths with a scheme (gs://, file://, ...)
 through tf.io.gfile; outputs under a temporary name (.<name>.tmp-<pid>), renamed when complete
 (write_text_atomic); a directory replaced as a whole (replaced_directory: the new one written

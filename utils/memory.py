@@ -1,4 +1,3 @@
-# coding=utf-8
 """The host's memory, for the checks that refuse a model too large before it is built."""
 
 import os

@@ -1,4 +1,3 @@
-# coding=utf-8
 """Rewrites of the ONNX graph that tf2onnx writes of a transformer encoder, so that ONNX Runtime
 runs it as fast as an ONNX export of the same model from PyTorch (onnx is imported on use).
 

@@ -1,4 +1,3 @@
-# coding=utf-8
 """The one progress line of every long job: work done of a total, the rate, the ETA; on a
 terminal rewritten in place, otherwise an INFO log line at most every `interval` seconds."""
 

@@ -1,4 +1,3 @@
-# coding=utf-8
 """TensorFlow's checkpoint files (the V2 tensor bundle: PREFIX.index and
 PREFIX.data-SSSSS-of-NNNNN) read with NumPy alone, for Keras on JAX or PyTorch where TensorFlow
 is not imported (or not installed). TensorFlow's own reader (tf.train.load_checkpoint) stays

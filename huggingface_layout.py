@@ -1,0 +1,183 @@
+"""HuggingFace's layout of a BERT model, and sentence-transformers' of a bi-encoder, written:
+config.json (hf_config), model.safetensors (hf_state_dict: checkpoints' names through
+checkpoints.hf_name), vocab.txt and tokenizer_config.json; a bi-encoder's modules beside them
+(model_files.write_sentence_transformers_modules). What transformers and sentence-transformers
+load; checkpoints.load_model reads them back.
+
+  huggingface_layout.save_huggingface(model, "/tmp/hf", vocab_file="vocab.txt")
+  huggingface_layout.save_sentence_transformers(encoder, "/tmp/st", 128, "mean", True)
+"""
+
+import json
+import os
+
+import numpy as np
+
+from bert_keras import checkpoints
+from bert_keras import model_files
+from bert_keras import modeling
+from bert_keras import task_registry
+from bert_keras.utils import file_io
+from bert_keras.utils import weight_files
+
+# Our activation names -> HuggingFace's, so that each side computes the same function: the
+# original's (and our) "gelu" is the tanh form, HuggingFace's "gelu_new"; HuggingFace's "gelu"
+# is the exact erf form, our "gelu_exact".
+_HF_ACTIVATION_NAMES = {"gelu": "gelu_new", "gelu_exact": "gelu", "gelu_erf": "gelu",
+                        "relu": "relu", "tanh": "tanh", "silu": "silu", "swish": "silu"}
+_HF_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json")
+
+
+def hf_architecture(model):
+  """The transformers class name of `model` (BertModel, BertForPreTraining, ...): its task
+  kind's (task_registry); a TypeError for a model of no kind."""
+  try:
+    return task_registry.of_model(model).hf_architecture
+  except TypeError:
+    raise TypeError("no HuggingFace architecture for %s" % type(model).__name__) from None
+
+
+def hf_state_dict(model):
+  """{HuggingFace state-dict name: float32 array} of `model`: tf1_variable_map's names through
+  hf_name, Linear kernels transposed to [out, in]. A bare BertModel's names have no "bert."
+  prefix (as transformers' BertModel saves them); the MLM decoder weight is tied to the word
+  embeddings and written once, as its bias (transformers ties both on load)."""
+  prefix = "" if hf_architecture(model) == "BertModel" else "bert."
+  state = {}
+  for tf1, variable in checkpoints.tf1_variable_map(model).items():
+    name, transpose = checkpoints.hf_name(tf1)
+    if tf1.startswith("bert/"):
+      name = prefix + name[len("bert."):]
+    value = np.asarray(variable.numpy(), np.float32)
+    state[name] = np.ascontiguousarray(value.T if transpose else value)
+  if "cls.predictions.bias" in state:
+    state["cls.predictions.decoder.bias"] = state["cls.predictions.bias"]
+  return state
+
+
+def hf_config(model, label_names=None):
+  """transformers' config.json (a dict) of `model`: BertConfig's fields, model_type "bert",
+  the architecture, layer_norm_eps, hidden_act in HuggingFace's name of the same function,
+  for a classifier id2label / label2id (label_names, default LABEL_0...), and for one score
+  (outputs "score") sentence-transformers' CrossEncoder activation: the identity."""
+  config = checkpoints.encoder_of(model).config
+  act = config.hidden_act
+  if not isinstance(act, str) or act.lower() not in _HF_ACTIVATION_NAMES:
+    raise ValueError("hidden_act %r has no HuggingFace name" % (act,))
+  out = {k: v for k, v in config.to_dict().items() if k not in ("architectures", "model_type")}
+  out.update(model_type="bert", architectures=[hf_architecture(model)],
+             hidden_act=_HF_ACTIVATION_NAMES[act.lower()],
+             layer_norm_eps=float(getattr(config, "layer_norm_eps", 1e-12)))
+  head = getattr(model, "classifier", None)
+  if head is not None:
+    count = int(head.output_weights.shape[0])
+    if label_names is None:
+      label_names = getattr(model, "labels", None)  # a tagger's tags, from load_model
+    names = list(label_names) if label_names is not None else ["LABEL_%d" % i
+                                                               for i in range(count)]
+    if len(names) != count:
+      raise ValueError("%d label names for a head of %d labels" % (len(names), count))
+    out["id2label"] = {str(i): str(n) for i, n in enumerate(names)}
+    out["label2id"] = {str(n): i for i, n in enumerate(names)}
+  if task_registry.of_model(model).family.ranks:
+    # One score per pair (a regression, a reranker): sentence-transformers' CrossEncoder
+    # returns the logit itself (its default for one output is the sigmoid of it).
+    out["sentence_transformers"] = {"activation_fn": "torch.nn.modules.linear.Identity"}
+  return out
+
+
+def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, label_names=None):
+  """Writes `model` in HuggingFace's layout, for transformers' from_pretrained and
+  sentence-transformers: config.json (hf_config), model.safetensors (hf_state_dict, float32,
+  Linear weights [out, in]), vocab.txt and tokenizer_config.json (do_lower_case, the
+  tokenizer class, model_max_length: max_position_embeddings). Atomic as save_pretrained:
+  written into a temporary sibling, then renamed; an existing `directory` is replaced only
+  when it holds nothing but these files (else ValueError). A one-output classifier (a
+  regression, a reranker) is what sentence-transformers' CrossEncoder reads (hf_config).
+
+  Args:
+    model: a modeling.BertModel or a task model holding one (hf_architecture names its
+      transformers class).
+    directory: str or path-like, the directory to write.
+    vocab_file: str or None, copied as vocab.txt (default: what load_model set). Required.
+    do_lower_case: bool or None (default: what load_model set; left out when unknown).
+    label_names: list of str or None, a classifier's id2label / label2id (default:
+      model.labels, else LABEL_0, LABEL_1, ...); as many as the head's outputs.
+
+  Returns:
+    `directory` (str, without a trailing "/").
+  """
+  directory = os.fspath(directory).rstrip("/") or "/"
+  vocab_file = vocab_file or checkpoints.loaded_attribute(model, "vocab_file")
+  if do_lower_case is None:
+    do_lower_case = checkpoints.loaded_attribute(model, "do_lower_case")
+  if not vocab_file or not file_io.gfile.exists(vocab_file):
+    raise ValueError("save_huggingface: a vocab file is needed (%s)" % (vocab_file or "none"))
+  checkpoints.check_replaceable(directory, _HF_FILES)
+  config = hf_config(model, label_names)
+  with file_io.replaced_directory(directory) as tmp:  # (.<name>.tmp-<pid>)
+    _write_huggingface(model, tmp, config, vocab_file, do_lower_case)
+  return directory
+
+
+def _write_huggingface(model, directory, config, vocab_file, do_lower_case):
+  """save_huggingface's files, written into `directory` (which exists)."""
+  gfile = file_io.gfile
+  with gfile.GFile(os.path.join(directory, model_files.HF_CONFIG_FILE), "w") as f:
+    f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
+  weight_files.write_safetensors(os.path.join(directory, "model.safetensors"),
+                                 hf_state_dict(model))
+  gfile.copy(vocab_file, os.path.join(directory, model_files.VOCAB_FILE), overwrite=True)
+  # model_max_length: transformers truncates there (CrossEncoder's default length) instead
+  # of running past the position table.
+  positions = checkpoints.encoder_of(model).config.max_position_embeddings
+  tokenizer = {"tokenizer_class": "BertTokenizer", "model_max_length": int(positions)}
+  if do_lower_case is not None:
+    tokenizer["do_lower_case"] = bool(do_lower_case)
+  with gfile.GFile(os.path.join(directory, model_files.TOKENIZER_CONFIG_FILE), "w") as f:
+    f.write(json.dumps(tokenizer, indent=2, sort_keys=True) + "\n")
+
+
+def save_sentence_transformers(model, directory, max_seq_length, pooling=None, normalize=None,
+                               vocab_file=None, do_lower_case=None):
+  """Writes a bi-encoder in sentence-transformers' layout (model_files.py lists its files):
+  the transformer as save_huggingface writes it (BertModel) at the top level, and the
+  Transformer, Pooling and (when normalized) Normalize modules, so that
+  sentence_transformers.SentenceTransformer(directory).encode(texts) returns the vectors
+  `model` computes. Atomic as save_huggingface (an existing `directory` is replaced only when
+  it holds nothing but these files).
+
+  Args:
+    model: a modeling.BertSentenceEncoder, or a BertModel (then pass pooling).
+    directory: str or path-like, the directory to write.
+    max_seq_length: int, sentence_bert_config.json's truncation length (word pieces).
+    pooling, normalize: the Pooling and Normalize modules (default: the model's).
+    vocab_file, do_lower_case: as save_huggingface.
+
+  Returns:
+    `directory` (str, without a trailing "/").
+  """
+  directory = os.fspath(directory).rstrip("/") or "/"
+  pooling = pooling or getattr(model, "pooling", None)
+  normalize = bool(getattr(model, "normalize", False) if normalize is None else normalize)
+  if pooling not in modeling.POOLINGS:
+    raise ValueError("save_sentence_transformers: pooling must be one of %s, got %r"
+                     % (", ".join(modeling.POOLINGS), pooling))
+  encoder = checkpoints.encoder_of(model)
+  if not 0 < int(max_seq_length) <= encoder.config.max_position_embeddings:
+    raise ValueError("save_sentence_transformers: max_seq_length %s is not in 1..%d (the "
+                     "model's max_position_embeddings)"
+                     % (max_seq_length, encoder.config.max_position_embeddings))
+  vocab_file = vocab_file or checkpoints.loaded_attribute(model, "vocab_file")
+  if do_lower_case is None:
+    do_lower_case = checkpoints.loaded_attribute(model, "do_lower_case")
+  if not vocab_file or not file_io.gfile.exists(vocab_file):
+    raise ValueError("save_sentence_transformers: a vocab file is needed (%s)"
+                     % (vocab_file or "none"))
+  checkpoints.check_replaceable(directory, _HF_FILES + model_files.ST_FILES)
+  config = hf_config(encoder)
+  with file_io.replaced_directory(directory) as tmp:  # (.<name>.tmp-<pid>)
+    _write_huggingface(encoder, tmp, config, vocab_file, do_lower_case)
+    model_files.write_sentence_transformers_modules(
+        tmp, encoder.config.hidden_size, pooling, normalize, max_seq_length)
+  return directory
