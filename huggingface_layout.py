@@ -30,11 +30,15 @@ _HF_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.
 
 def hf_architecture(model):
   """The transformers class name of `model` (BertModel, BertForPreTraining, ...): its task
-  kind's (task_registry); a TypeError for a model of no kind."""
+  kind's (task_registry); a TypeError for a model of no kind, or of a kind without one."""
   try:
-    return task_registry.of_model(model).hf_architecture
+    kind = task_registry.of_model(model)
   except TypeError:
     raise TypeError("no HuggingFace architecture for %s" % type(model).__name__) from None
+  if kind.hf_architecture is None:
+    raise TypeError("a %s model has no HuggingFace form (its task kind names no transformers "
+                    "class)" % kind.name)
+  return kind.hf_architecture
 
 
 def hf_state_dict(model):

@@ -557,6 +557,9 @@ def _check_architectures(path, kind, directory):
   architectures = read_json_object(config_file).get("architectures")
   if isinstance(architectures, list) and architectures and all(
       isinstance(a, str) for a in architectures) and kind.hf_architecture not in architectures:
+    if kind.hf_architecture is None:
+      raise ValueError("%s: \"task\" says a %s model, which has no HuggingFace form, but %s "
+                       "names %s" % (path, kind.name, config_file, ", ".join(architectures)))
     raise ValueError("%s: \"task\" says a %s model (%s), but %s's \"architectures\" are %s" % (
         path, kind.name, kind.hf_architecture, config_file, ", ".join(architectures)))
 

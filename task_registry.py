@@ -48,7 +48,8 @@ class TaskKind:
     **model_options).
   outputs: the name of its outputs family (output_families: what serving, export, predict and
     the int8 measure do with them); `family` is that family.
-  hf_architecture: the transformers class it is written as (config.json's architectures).
+  hf_architecture: the transformers class it is written as (config.json's architectures), or
+    None: a kind with no HuggingFace form (huggingface_layout refuses to write it).
   labels: True when the model is built with num_labels named outputs (labels.txt beside it).
   num_labels: the fixed number of outputs (a regression's 1), or None.
   model_options: constructor keywords that make the kind (multi_label=True).
@@ -69,7 +70,7 @@ class TaskKind:
   name: str
   model: type
   outputs: str
-  hf_architecture: str
+  hf_architecture: Optional[str]
   labels: bool = False
   num_labels: Optional[int] = None
   model_options: types.MappingProxyType = dataclasses.field(

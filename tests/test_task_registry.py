@@ -428,6 +428,24 @@ def test_families_must_be_told_apart():
   assert "copy" not in output_families.names()
 
 
+def test_a_kind_without_a_huggingface_form(setup):
+  """A kind may name no transformers class: it builds and round-trips through TF1 names, and
+  writing it in HuggingFace's layout is one TypeError naming the kind."""
+  from bert_keras import huggingface_layout
+  kind = task_registry.register(task_registry.TaskKind(
+      "planted", PlantedHead, "classes", None, labels=True))
+  try:
+    check_build(kind, setup)
+    check_tf1_names(kind, setup)
+    with pytest.raises(TypeError, match="a planted model has no HuggingFace form"):
+      huggingface_layout.save_huggingface(_model(kind, setup), str(setup.root / "hf_none"),
+                                          vocab_file=setup.vocab)
+    assert not (setup.root / "hf_none").exists()
+  finally:
+    task_registry.unregister("planted")
+    setup.models.pop("planted", None)
+
+
 def test_names_and_aliases():
   assert task_registry.get("pretraining") is task_registry.get("pretrainer")
   with pytest.raises(ValueError, match="unknown task 'nope': one of encoder"):
