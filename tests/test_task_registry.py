@@ -255,8 +255,124 @@ def check_family(kind, setup):
   assert figures["agreement"] == pytest.approx(1.0), figures
 
 
+def check_text_model(kind, setup):
+  """load_model(..., text_input=True): raw text in, the task model's outputs through its
+  family's probabilities out (TextModel)."""
+  if not kind.text_input:
+    with pytest.raises(ValueError, match="text_input=True takes task"):
+      checkpoints.load_model(model_directory(kind, setup), task=kind.name, text_input=True)
+    return
+  text_model = checkpoints.load_model(model_directory(kind, setup), task=kind.name,
+                                      text_input=True, max_seq_length=S)
+  texts = {"text_a": np.array(["the dog is hairy", "who was jim"]),
+           "text_b": np.array(["hello world", ""])}
+  got = text_model(texts)
+  raw = text_model.task_model(text_model.preprocessor(texts), training=False)
+  if isinstance(raw, dict):
+    _assert_same({k: np.asarray(v) for k, v in got.items()},
+                 {k: np.asarray(v) for k, v in raw.items() if k != "hidden_states"})
+  else:  # (the model's own probabilities where it has them: what its logits mean)
+    model = text_model.task_model
+    want = (model.probabilities(raw) if kind.probabilities and hasattr(model, "probabilities")
+            else kind.family.to_probabilities(np.asarray(raw)))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
+
+
+def check_convert(kind, setup):
+  """convert_checkpoint.py --task=<the kind, or the kind it is a variant of> of the model
+  directory into HuggingFace's layout (a kind without one: its TF1 layout), read back."""
+  from bert_keras import convert_checkpoint
+  fmt = "huggingface" if kind.hf_architecture else "tf1"
+  output = setup.root / f"convert_{kind.name}"
+  convert_checkpoint.run(convert_checkpoint.options(
+      init_checkpoint=model_directory(kind, setup), output_dir=str(output), format=fmt,
+      task=kind.variant_of or kind.name, vocab_file=setup.vocab,
+      labels=",".join(LABELS) if kind.labels else None))
+  loaded = checkpoints.load_model(str(output), task=kind.name,
+                                  num_labels=len(LABELS) if kind.labels else None)
+  _assert_same(_outputs(loaded, setup.inputs), _outputs(_model(kind, setup), setup.inputs))
+
+
+def _assert_rows_close(got, want, where):
+  """predict rows (dicts, lists, numbers, strings) equal, numbers within 1e-4."""
+  if isinstance(want, dict):
+    assert sorted(got) == sorted(want), (where, got, want)
+    for key in want:
+      _assert_rows_close(got[key], want[key], f"{where}.{key}")
+  elif isinstance(want, list):
+    assert len(got) == len(want), (where, got, want)
+    for i, (g, w) in enumerate(zip(got, want)):
+      _assert_rows_close(g, w, f"{where}[{i}]")
+  elif isinstance(want, float):
+    assert got == pytest.approx(want, abs=1e-4), (where, got, want)
+  else:
+    assert got == want, (where, got, want)
+
+
+TEXTS = (["the dog is hairy", "who was jim"], ["hello world", "the dog"])
+
+
+def _model_dir_rows(kind, setup):
+  served = task_registry.served(kind)
+  own = served is kind and kind.task_json
+  predictor = predictors.load(model_directory(kind, setup), task=None if own else served.name,
+                              max_seq_length=S)
+  return predictor.predict(TEXTS[0], TEXTS[1] if served.pair != "no" else None)
+
+
+def check_token_id_model(kind, setup):
+  """export_saved_model.py --format=tflite of the model directory, read by predict.py's
+  token-id runner (tasks/quantized.load): the model directory's rows; a family without
+  TFLite outputs refuses the format, one that gives logits only refuses predict."""
+  from bert_keras.tasks import quantized
+  served = task_registry.served(kind)
+  export_dir = setup.root / f"tflite_{kind.name}"
+  export = lambda: export_saved_model.run(export_saved_model.options(  # noqa: E731
+      init_checkpoint=model_directory(kind, setup), export_dir=str(export_dir),
+      bert_config_file=os.path.join(model_directory(kind, setup), "bert_config.json"),
+      vocab_file=setup.vocab, max_seq_length=S, task=served.variant_of or served.name,
+      format="tflite"))
+  if not served.family.numeric:
+    with pytest.raises(ValueError, match="exports a SavedModel only"):
+      export()
+    return
+  export()
+  if served.family.answers:
+    with pytest.raises(ValueError, match="gives logits only"):
+      quantized.load(str(export_dir))
+    return
+  rows = quantized.load(str(export_dir)).predict(TEXTS[0],
+                                                 TEXTS[1] if served.pair != "no" else None)
+  _assert_rows_close(rows, _model_dir_rows(kind, setup), kind.name)
+
+
+def check_predict_beam(kind, setup):
+  """predict_beam.py (Beam's DirectRunner) on the model directory: predict.py's rows."""
+  from bert_keras import predict_beam
+  from bert_keras.runtime import beam_runner
+  served = task_registry.served(kind)
+  own = served is kind and kind.task_json
+  inputs = setup.root / f"beam_in_{kind.name}.jsonl"
+  inputs.write_text("".join(json.dumps({"id": str(i), "text_a": a, "text_b": b}) + "\n"
+                            for i, (a, b) in enumerate(zip(*TEXTS))), encoding="utf-8")
+  prefix = setup.root / f"beam_out_{kind.name}" / "pred"
+  prefix.parent.mkdir()
+  predict_beam.run(predict_beam.options(
+      model_dir=model_directory(kind, setup), input_file=str(inputs), output_file=str(prefix),
+      batch_size=4, max_seq_length=S, task=None if own else served.name,
+      text_a_column="text_a", text_b_column="text_b" if served.pair != "no" else None),
+      beam_runner.pipeline_options())
+  rows = {}
+  for shard in sorted(prefix.parent.glob("pred*")):
+    for line in shard.read_text(encoding="utf-8").splitlines():
+      row = json.loads(line)
+      rows[row.pop("id")] = {k: v for k, v in row.items() if k in served.family.row_fields}
+  _assert_rows_close([rows[str(i)] for i in range(len(TEXTS[0]))],
+                     _model_dir_rows(kind, setup), kind.name)
+
+
 FAST_SURFACES = (check_build, check_keras_round_trip, check_tf1_names, check_huggingface,
-                 check_model_directory, check_family)
+                 check_model_directory, check_family, check_text_model, check_convert)
 
 
 @pytest.mark.parametrize("surface", FAST_SURFACES, ids=lambda f: f.__name__[6:])
@@ -266,7 +382,8 @@ def test_every_kind_on_every_surface(setup, name, surface):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("surface", (check_saved_model, check_predict),
+@pytest.mark.parametrize("surface", (check_saved_model, check_predict, check_token_id_model,
+                                     check_predict_beam),
                          ids=lambda f: f.__name__[6:])
 @pytest.mark.parametrize("name", KINDS)
 def test_every_kind_is_served(setup, name, surface):
@@ -347,6 +464,9 @@ def test_a_head_that_declares_its_names_needs_no_table(setup):
     # a head with weights no checkpoint name table knows: TF1 and HuggingFace lose them
     (dict(model=PlantedExtraHead), check_tf1_names),
     (dict(model=PlantedExtraHead), check_huggingface),
+    (dict(model=PlantedExtraHead), check_convert),
+    # a family whose probabilities are not what the model's logits mean (sigmoid for softmax)
+    (dict(outputs="multi_label"), check_text_model),
 ])
 def test_a_kind_that_omits_a_surface_fails(setup, planted, surface):
   declaration = dict(name="planted", model=PlantedHead, outputs="classes",
