@@ -18,7 +18,7 @@
 #
 #   bash demo.sh             # built-in data, a tiny model (the summary gives each step's time)
 #   REAL=1 bash demo.sh      # real inputs: ../shared books, MRPC, SQuAD and WNUT-17,
-#                            # all-MiniLM-L6-v2 (docs/RESULTS.md#the-demo: its figures and time)
+#                            # all-MiniLM-L6-v2 (its summary: OUT/summary.md)
 #                            # (retrieval: the built-in set, ../shared has none)
 #
 # Environment: OUT (default /tmp/bert_keras_demo), INPUT, VOCAB_SIZE, STEPS (pretraining),

@@ -1,5 +1,5 @@
 """Two choices of modeling.py on JAX, each timed against its alternative in one process on this
-CPU (docs/BENCHMARKS.md, "Since those figures" under "On a GPU"):
+CPU (docs/BENCHMARKS.md, "The same two choices on a CPU" under "On a GPU"):
 
   attention  the encoder's forward pass (BERT-Small, float32, batch 32, seq 128) with the
              attention written out (what runs on a CPU) against jax.nn.dot_product_attention's

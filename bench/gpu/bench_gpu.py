@@ -29,7 +29,7 @@ does not fit is reported as skipped. A run that runs out of memory is retried at
 
   bash bench/gpu/run.sh                                  # on the GPU host, < 8 minutes
   python bench/gpu/bench_gpu.py --tiny                   # anywhere: tiny config, CPU
-Where the time goes (a few minutes more; kernel_profile.py; docs/BENCHMARKS.md has the plan):
+Where the time goes (a few minutes more; kernel_profile.py; docs/BENCHMARKS.md has the commands):
   bash bench/gpu/run.sh --runs=train:large:128:256,train:large:512:32 --profile_steps=3
   bash bench/gpu/run.sh --runs=train:large:128:256 --peers=jax --prng=rbg
 Prints a table; the last line is a JSON object with every figure.
