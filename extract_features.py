@@ -320,10 +320,9 @@ def _write(options, examples, tokenizer, config, layer_indexes, extract):
     raise _file_error("--output_file", directory, e) from None
   file_io.remove_stale_temporaries(directory or ".", log=logging.warning,
                                    finals={os.path.basename(options.output_file)})
-  tmp = file_io.temp_name(options.output_file)
   started = last_log = time.monotonic()
   try:
-    with tf.io.gfile.GFile(tmp, "w") as writer:
+    with file_io.atomic_output(options.output_file) as tmp, tf.io.gfile.GFile(tmp, "w") as writer:
       writer.write("")  # fail now, not after the first batch, if it cannot be written
       for start in range(0, len(examples), options.batch_size):
         features = [convert_single_example(i, examples[i], options.max_seq_length, tokenizer)
@@ -340,13 +339,8 @@ def _write(options, examples, tokenizer, config, layer_indexes, extract):
           logging.info("%d of %d lines written, %.1f lines/s, ETA %.0f s", done,
                        len(examples), rate, (len(examples) - done) / rate)
           last_log = now
-    tf.io.gfile.rename(tmp, options.output_file, overwrite=True)
-  except BaseException as e:
-    if tf.io.gfile.exists(tmp):
-      tf.io.gfile.remove(tmp)
-    if isinstance(e, _FILE_ERRORS):
-      raise _file_error("--output_file", options.output_file, e) from None
-    raise
+  except _FILE_ERRORS as e:
+    raise _file_error("--output_file", options.output_file, e) from None
   logging.info("Wrote %d lines to %s", len(examples), options.output_file)
   return len(examples)
 

@@ -84,9 +84,7 @@ def write_tokenizer_config(directory, do_lower_case):
 
 def copy_file(source, target):
   """`source` copied to `target` under a temporary name, then renamed."""
-  tmp = file_io.temp_name(target)
-  file_io.gfile.copy(source, tmp, overwrite=True)
-  file_io.gfile.rename(tmp, target, overwrite=True)
+  file_io.copy_atomic(source, target)
 
 
 def write_model_files(directory, options, config, task, labels=None, write_options=True,

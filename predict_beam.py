@@ -51,6 +51,7 @@ from bert_keras import task_registry
 from bert_keras.pretraining_data import tfrecord_encoding
 from bert_keras.runtime import beam_runner
 from bert_keras.runtime import common_flags
+from bert_keras.runtime import input_pipeline
 from bert_keras.tasks import predict_io
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
@@ -236,11 +237,8 @@ def row_id(row, id_column):
 
 def embedding_example(row, id_column):
   """A serialized tf.train.Example of an embeddings row: "id" bytes, "embedding" floats."""
-  feature = tf.train.Features(feature={
-      "id": tf.train.Feature(bytes_list=tf.train.BytesList(
-          value=[row_id(row, id_column).encode("utf-8")])),
-      "embedding": tf.train.Feature(float_list=tf.train.FloatList(value=row["embedding"]))})
-  return tf.train.Example(features=feature).SerializeToString()
+  return input_pipeline.example_bytes({
+      "id": [row_id(row, id_column)], "embedding": np.asarray(row["embedding"], np.float32)})
 
 
 _CRC = []  # the process's tfrecord_encoding.Crc32c (its tables grow to the longest record)

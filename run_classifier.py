@@ -236,19 +236,17 @@ def file_based_convert_examples_to_features(examples, label_list, max_seq_length
 def write_feature_records(features, label_list, output_file):
   """InputFeatures (an iterable) -> TFRecords in output_file (via a temporary name)."""
   multi = isinstance(label_list, multi_label_lib.MultiLabelList)
-  with file_io.atomic_output(output_file) as tmp, tf.io.TFRecordWriter(tmp) as writer:
+  with input_pipeline.RecordWriter(output_file) as writer:
     for feature in features:
-      record = {
-          "input_ids": input_pipeline.int64_feature(feature.input_ids),
-          "input_mask": input_pipeline.int64_feature(feature.input_mask),
-          "segment_ids": input_pipeline.int64_feature(feature.segment_ids),
-          "label_ids": (_float_feature(feature.label_id) if multi else
-                        _float_feature([feature.label_id]) if label_list is None
-                        else input_pipeline.int64_feature([feature.label_id])),
-          "is_real_example": input_pipeline.int64_feature([int(feature.is_real_example)]),
-      }
-      writer.write(tf.train.Example(
-          features=tf.train.Features(feature=record)).SerializeToString())
+      writer.write({
+          "input_ids": feature.input_ids,
+          "input_mask": feature.input_mask,
+          "segment_ids": feature.segment_ids,
+          "label_ids": (np.asarray(feature.label_id, np.float32) if multi else
+                        np.asarray([feature.label_id], np.float32) if label_list is None
+                        else [feature.label_id]),
+          "is_real_example": [int(feature.is_real_example)],
+      })
 
 
 def write_records(examples, label_list, options, tokenizer, output_file):
@@ -268,10 +266,6 @@ def write_records(examples, label_list, options, tokenizer, output_file):
   logging.info("--doc_stride=%d: %d examples -> %d windows", options.doc_stride, len(examples),
                len(documents))
   return np.array(documents, np.int64)
-
-
-def _float_feature(values):
-  return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
 
 
 def decode_fn(seq_length, is_regression=False, num_multi_labels=0):

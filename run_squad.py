@@ -156,41 +156,36 @@ _check_is_max_context = windows.check_is_max_context
 
 
 class FeatureWriter(object):
-  """Writes InputFeatures as tf.train.Examples to `filename` (via file_io.temp_name, renamed by
-  close()): int64 unique_ids [1], input_ids, input_mask, segment_ids [S] and, when training,
-  start_positions, end_positions and is_impossible (1/0) [1]."""
+  """Writes InputFeatures as tf.train.Examples to `filename` (input_pipeline.RecordWriter: a
+  temporary name, renamed by close()): int64 unique_ids [1], input_ids, input_mask,
+  segment_ids [S] and, when training, start_positions, end_positions and is_impossible (1/0)
+  [1]."""
 
   def __init__(self, filename, is_training):
     self.filename = filename
     self.is_training = is_training
     self.num_features = 0
-    self._tmp = file_io.temp_name(filename)
-    self._writer = tf.io.TFRecordWriter(self._tmp)
+    self._writer = input_pipeline.RecordWriter(filename)
 
   def process_feature(self, feature):
     self.num_features += 1
-    int64 = input_pipeline.int64_feature
     features = collections.OrderedDict()
-    features["unique_ids"] = int64([feature.unique_id])
-    features["input_ids"] = int64(feature.input_ids)
-    features["input_mask"] = int64(feature.input_mask)
-    features["segment_ids"] = int64(feature.segment_ids)
+    features["unique_ids"] = [feature.unique_id]
+    features["input_ids"] = feature.input_ids
+    features["input_mask"] = feature.input_mask
+    features["segment_ids"] = feature.segment_ids
     if self.is_training:
-      features["start_positions"] = int64([feature.start_position])
-      features["end_positions"] = int64([feature.end_position])
-      features["is_impossible"] = int64([1 if feature.is_impossible else 0])
-    self._writer.write(tf.train.Example(
-        features=tf.train.Features(feature=features)).SerializeToString())
+      features["start_positions"] = [feature.start_position]
+      features["end_positions"] = [feature.end_position]
+      features["is_impossible"] = [1 if feature.is_impossible else 0]
+    self._writer.write(features)
 
   def close(self):
     self._writer.close()
-    tf.io.gfile.rename(self._tmp, self.filename, overwrite=True)
 
   def abort(self):
     """Closes and removes the temporary if still there (after close(): nothing)."""
-    self._writer.close()
-    if tf.io.gfile.exists(self._tmp):
-      tf.io.gfile.remove(self._tmp)
+    self._writer.abort()
 
 
 def decode_fn(seq_length, is_training):

@@ -1,12 +1,15 @@
 """The run_* scripts' input pipelines over TFRecord files: the file list of --input_file,
 the seeded and seekable training pipeline, the evaluation pipeline, the per-replica batch
-size, and the int64 feature the record writers use."""
+size; and the one record writer (RecordWriter, example_bytes: features to tf.train.Examples in
+a TFRecord file written under a temporary name)."""
 
 import collections
 
+import numpy as np
 import tensorflow as tf
 
 from bert_keras.utils import errors
+from bert_keras.utils import file_io
 
 
 def expand_input_files(input_file, flag="--input_file"):
@@ -166,6 +169,62 @@ def int64_feature(values):
   """A tf.train.Feature holding the ints `values` (an int64_list), as the original's
   create_int_feature."""
   return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def _feature(values):
+  """A tf.train.Feature of `values`: a float array (np.floating) as a float_list, strings or
+  bytes as a bytes_list, anything else as ints (int64_feature), flattened."""
+  array = np.asarray(values)
+  if array.dtype.kind == "f":
+    return tf.train.Feature(float_list=tf.train.FloatList(value=array.reshape(-1).tolist()))
+  if array.dtype.kind in "SUO":
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[
+        v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in array.reshape(-1)]))
+  return int64_feature(array.reshape(-1).tolist())
+
+
+def example_bytes(features):
+  """{name: values} -> a serialized tf.train.Example: ints (lists or int arrays of any shape,
+  flattened) as int64 lists, float arrays as float lists, strings as bytes; the one way our
+  records are written."""
+  return tf.train.Example(features=tf.train.Features(feature={
+      name: _feature(values) for name, values in features.items()})).SerializeToString()
+
+
+class RecordWriter(object):
+  """A TFRecord file of tf.train.Examples written under a temporary name (file_io.temp_name):
+  write(features) adds one (example_bytes); close() renames it into place, abort() removes
+  it. As a context manager: closed when the body ends, aborted when it raises."""
+
+  def __init__(self, path):
+    self.path, self.records = path, 0
+    self._tmp = file_io.temp_name(path)
+    self._writer = tf.io.TFRecordWriter(self._tmp)
+
+  def write(self, features):
+    self._writer.write(example_bytes(features))
+    self.records += 1
+
+  def close(self):
+    self._writer.close()
+    try:
+      file_io.rename(self._tmp, self.path)
+    except BaseException:
+      file_io.remove_quietly(self._tmp)
+      raise
+
+  def abort(self):
+    self._writer.close()
+    file_io.remove_quietly(self._tmp)
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, error_type, error, traceback):
+    if error_type is None:
+      self.close()
+    else:
+      self.abort()
 
 
 def evaluation_dataset(files, decode_fn, per_replica_batch, input_context=None, id_check=None):

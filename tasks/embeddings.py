@@ -47,8 +47,7 @@ def write_records(columns, text_ids, path):
   dict [N, S]; "negative": encode_texts' dict [N*K, S] (row-major) or None}, text_ids {"anchor",
   "positive": int64 [N], "negative": int64 [N*K] or None}; written under a temporary name."""
   n = len(text_ids["anchor"])
-  tmp = file_io.temp_name(path)
-  with tf.io.TFRecordWriter(tmp) as writer:
+  with input_pipeline.RecordWriter(path) as writer:
     for row in range(n):
       features = {}
       for name in COLUMNS:
@@ -56,13 +55,9 @@ def write_records(columns, text_ids, path):
           continue
         k = len(text_ids[name]) // n
         for key in ("input_ids", "input_mask"):
-          features[f"{name}_{key}"] = input_pipeline.int64_feature(
-              columns[name][key][row * k:(row + 1) * k].reshape(-1))
-        features[f"{name}_text_id"] = input_pipeline.int64_feature(
-            text_ids[name][row * k:(row + 1) * k])
-      writer.write(tf.train.Example(
-          features=tf.train.Features(feature=features)).SerializeToString())
-  tf.io.gfile.rename(tmp, path, overwrite=True)
+          features[f"{name}_{key}"] = columns[name][key][row * k:(row + 1) * k]
+        features[f"{name}_text_id"] = text_ids[name][row * k:(row + 1) * k]
+      writer.write(features)
 
 
 def decode_fn(seq_length, num_negatives):

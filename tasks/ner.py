@@ -262,13 +262,9 @@ RECORD_FEATURES = ("input_ids", "input_mask", "segment_ids", "tag_ids")
 def write_records(arrays, path):
   """window_arrays' arrays -> a TFRecord file of tf.train.Examples (int64 features
   RECORD_FEATURES [S]), written under a temporary name."""
-  tmp = file_io.temp_name(path)
-  with tf.io.TFRecordWriter(tmp) as writer:
+  with input_pipeline.RecordWriter(path) as writer:
     for row in range(len(arrays["input_ids"])):
-      features = {k: input_pipeline.int64_feature(arrays[k][row]) for k in RECORD_FEATURES}
-      writer.write(tf.train.Example(
-          features=tf.train.Features(feature=features)).SerializeToString())
-  tf.io.gfile.rename(tmp, path, overwrite=True)
+      writer.write({k: arrays[k][row] for k in RECORD_FEATURES})
 
 
 def decode_fn(seq_length):

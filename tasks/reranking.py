@@ -33,7 +33,6 @@ from bert_keras.runtime import training
 from bert_keras.tasks import embedding_data
 from bert_keras.tasks import embeddings
 from bert_keras.tasks import retrieval_metrics
-from bert_keras.utils import file_io
 
 QUERY, PASSAGE, LABEL = "query", "passage", "label"
 LOSSES = ("pointwise", "listwise")
@@ -159,11 +158,6 @@ def encode_pairs(queries, passages, tokenizer, max_seq_length):
   return arrays
 
 
-def _example(features):
-  return tf.train.Example(features=tf.train.Features(feature={
-      k: input_pipeline.int64_feature(np.reshape(v, [-1])) for k, v in features.items()}))
-
-
 def write_records(pairs, tokenizer, max_seq_length, path, loss="pointwise"):
   """Writes the training rows as tf.train.Examples (a temporary name, renamed); returns
   (records, list size C: 1 for pointwise). pointwise: a record per pair, input_ids, input_mask,
@@ -173,13 +167,11 @@ def write_records(pairs, tokenizer, max_seq_length, path, loss="pointwise"):
   arrays = encode_pairs([p.query for p in pairs], [p.passage for p in pairs], tokenizer,
                         max_seq_length)
   index = {id(p): i for i, p in enumerate(pairs)}
-  tmp = file_io.temp_name(path)
-  with tf.io.TFRecordWriter(tmp) as writer:
+  with input_pipeline.RecordWriter(path) as writer:
     if loss == "pointwise":
       size = 1
       for i, pair in enumerate(pairs):
-        writer.write(_example({**{k: v[i] for k, v in arrays.items()},
-                               "label": [pair.label]}).SerializeToString())
+        writer.write({**{k: v[i] for k, v in arrays.items()}, "label": [pair.label]})
       records = len(pairs)
     else:
       groups = group_by_query(pairs)
@@ -194,9 +186,8 @@ def write_records(pairs, tokenizer, max_seq_length, path, loss="pointwise"):
                     for j, k in enumerate(_FEATURES)}
         features["labels"] = [p.label for p in group] + [0] * padding
         features["candidate_mask"] = [1] * len(rows) + [0] * padding
-        writer.write(_example(features).SerializeToString())
+        writer.write(features)
       records = len(groups)
-  tf.io.gfile.rename(tmp, path, overwrite=True)
   return records, size
 
 

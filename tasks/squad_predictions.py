@@ -176,7 +176,7 @@ class PredictionWriter(object):
     self.null_odds = collections.OrderedDict()
     self.best_non_null = collections.OrderedDict()
     self.nbest = collections.OrderedDict() if keep_nbest else None
-    self._nbest_tmp = output_nbest_file + ".tmp"
+    self._nbest_tmp = file_io.temp_name(output_nbest_file)
     self._nbest_out = tf.io.gfile.GFile(self._nbest_tmp, "w")
     self._next = 0  # the first example not written
     self._windows = []  # (feature, result) of example self._next
@@ -229,7 +229,7 @@ class PredictionWriter(object):
     self._nbest_out.close()
     prediction_file, nbest_file, null_odds_file = self._paths
     file_io.write_text_atomic(prediction_file, json.dumps(self.predictions, indent=4) + "\n")
-    tf.io.gfile.rename(self._nbest_tmp, nbest_file, overwrite=True)
+    file_io.rename(self._nbest_tmp, nbest_file)
     if self._settings[3]:
       file_io.write_text_atomic(null_odds_file, json.dumps(self.null_odds, indent=4) + "\n")
     return self.predictions, self.nbest, self.null_odds
@@ -237,5 +237,4 @@ class PredictionWriter(object):
   def abort(self):
     """Closes and removes the n-best temporary if still there (after close(): nothing)."""
     self._nbest_out.close()
-    if tf.io.gfile.exists(self._nbest_tmp):
-      tf.io.gfile.remove(self._nbest_tmp)
+    file_io.remove_quietly(self._nbest_tmp)

@@ -302,23 +302,23 @@ def atomic_output(path):
 
 def write_text_atomic(path, text):
   """Writes `text` (UTF-8) to temp_name(path) then renames it over path (open() for a local
-  path, tf.io.gfile for one with a scheme); the temporary is removed on an error."""
+  path, tf.io.gfile for one with a scheme): atomic_output's; the temporary is removed on an
+  error."""
   if not is_remote(path) and os.path.isdir(path):
     raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-  tmp = temp_name(path)
-  try:
+  with atomic_output(path) as tmp:
     if is_remote(path):
-      gfile = _gfile()
-      with gfile.GFile(tmp, "w") as f:
+      with _gfile().GFile(tmp, "w") as f:
         f.write(text)
-      gfile.rename(tmp, path, overwrite=True)
     else:
       with open(tmp, "w", encoding="utf-8", newline="") as f:
         f.write(text)
-      os.replace(tmp, path)
-  except BaseException as e:
-    remove_quietly(tmp)
-    _raise_naming(e, tmp, path)
+
+
+def copy_atomic(source, target):
+  """`source` copied to `target` under a temporary name, then renamed (atomic_output's)."""
+  with atomic_output(target) as tmp:
+    _gfile().copy(source, tmp, overwrite=True)
 
 
 def _raise_naming(error, tmp, path):
