@@ -3,6 +3,7 @@
 SavedModel export and predict.py. A kind that misses a surface fails here, not a user:
 test_a_kind_that_omits_a_surface_fails plants such kinds and shows the checks catch them."""
 
+import contextlib
 import json
 import os
 import types
@@ -440,16 +441,26 @@ class PlantedNamedHead(modeling.BertClassifier):
     return self.extra(super().call(inputs, training=training))
 
 
-def test_a_head_that_declares_its_names_needs_no_table(setup):
+@contextlib.contextmanager
+def planted_kind(setup, model=PlantedHead, outputs="classes",
+                 hf_architecture="BertForSequenceClassification", **declaration):
+  """A kind "planted" registered for the body (a labelled classifier unless told otherwise),
+  then unregistered and its cached model dropped."""
+  declaration.setdefault("labels", declaration.get("num_labels") is None)
   kind = task_registry.register(task_registry.TaskKind(
-      "planted", PlantedNamedHead, "classes", "BertForSequenceClassification", labels=True))
+      "planted", model, outputs, hf_architecture, **declaration))
   try:
-    check_build(kind, setup)
-    check_tf1_names(kind, setup)
-    check_huggingface(kind, setup)
+    yield kind
   finally:
     task_registry.unregister("planted")
     setup.models.pop("planted", None)
+
+
+def test_a_head_that_declares_its_names_needs_no_table(setup):
+  with planted_kind(setup, PlantedNamedHead) as kind:
+    check_build(kind, setup)
+    check_tf1_names(kind, setup)
+    check_huggingface(kind, setup)
 
 
 @pytest.mark.parametrize("planted, surface", [
@@ -469,30 +480,18 @@ def test_a_head_that_declares_its_names_needs_no_table(setup):
     (dict(outputs="multi_label"), check_text_model),
 ])
 def test_a_kind_that_omits_a_surface_fails(setup, planted, surface):
-  declaration = dict(name="planted", model=PlantedHead, outputs="classes",
-                     hf_architecture="BertForSequenceClassification", labels=True)
-  declaration.update(planted)
-  kind = task_registry.register(task_registry.TaskKind(**declaration))
-  try:
-    surface(kind, setup)  # the same declaration without the omission passes (below)
-  except (AssertionError, ValueError, TypeError, KeyError):
-    pass
-  else:
+  with planted_kind(setup, **planted) as kind:
+    try:
+      surface(kind, setup)  # the same declaration without the omission passes (below)
+    except (AssertionError, ValueError, TypeError, KeyError):
+      return
     pytest.fail(f"{surface.__name__} accepted the planted kind {planted}")
-  finally:
-    task_registry.unregister("planted")
-    setup.models.pop("planted", None)
 
 
 def test_the_planted_kind_without_its_omission_passes(setup):
-  kind = task_registry.register(task_registry.TaskKind(
-      "planted", PlantedHead, "classes", "BertForSequenceClassification", labels=True))
-  try:
+  with planted_kind(setup) as kind:
     check_build(kind, setup)
     check_keras_round_trip(kind, setup)
-  finally:
-    task_registry.unregister("planted")
-    setup.models.pop("planted", None)
 
 
 def _planted_family(omit):
@@ -521,6 +520,7 @@ def _planted_family(omit):
   return Planted()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("omit", ["signature", "numeric", "served_by", "row_fields",
                                   "serving_outputs", "rows", "measure"])
 def test_a_family_that_omits_its_behaviour_fails(setup, omit):
@@ -529,16 +529,14 @@ def test_a_family_that_omits_its_behaviour_fails(setup, omit):
   passes."""
   for omitted in (omit, None):
     output_families.register(_planted_family(omitted))
-    kind = task_registry.register(task_registry.TaskKind(
-        "planted", PlantedHead, "planted", "BertForSequenceClassification", num_labels=1))
     try:
-      if omitted is None:
-        check_family(kind, setup)
-        continue
-      with pytest.raises((AssertionError, ValueError, NotImplementedError, KeyError)):
-        check_family(kind, setup)
+      with planted_kind(setup, outputs="planted", num_labels=1) as kind:
+        if omitted is None:
+          check_family(kind, setup)
+          continue
+        with pytest.raises((AssertionError, ValueError, NotImplementedError, KeyError)):
+          check_family(kind, setup)
     finally:
-      task_registry.unregister("planted")
       output_families.unregister("planted")
 
 
@@ -552,18 +550,13 @@ def test_a_kind_without_a_huggingface_form(setup):
   """A kind may name no transformers class: it builds and round-trips through TF1 names, and
   writing it in HuggingFace's layout is one TypeError naming the kind."""
   from bert_keras import huggingface_layout
-  kind = task_registry.register(task_registry.TaskKind(
-      "planted", PlantedHead, "classes", None, labels=True))
-  try:
+  with planted_kind(setup, hf_architecture=None) as kind:
     check_build(kind, setup)
     check_tf1_names(kind, setup)
     with pytest.raises(TypeError, match="a planted model has no HuggingFace form"):
       huggingface_layout.save_huggingface(_model(kind, setup), str(setup.root / "hf_none"),
                                           vocab_file=setup.vocab)
     assert not (setup.root / "hf_none").exists()
-  finally:
-    task_registry.unregister("planted")
-    setup.models.pop("planted", None)
 
 
 def test_names_and_aliases():
