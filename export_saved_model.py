@@ -17,7 +17,7 @@ as --pooling says and --normalize, pooled_output, sequence_output; squad, text_a
 and text_b = context: start_logits, end_logits and the best span's start_index, end_index and
 answer text). --task=tagger (a run_ner model; its tags from --labels or the labels.txt beside
 --init_checkpoint; --format=saved_model only) has one signature, serving_default, taking
-text_a only: words, starts, ends, tags, scores and the entities (tasks/ner_serving.py). It
+text_a only: words, starts, ends, tags, scores and the entities (prediction/tagger.py). It
 loads with tf.saved_model.load
 in a process that imports only TensorFlow. Written to a temporary sibling directory and
 renamed when complete, holding a lock beside --export_dir (runtime/outputs.locked_output): a
@@ -51,8 +51,8 @@ from bert_keras.runtime import run_checks
 from bert_keras.runtime import training_checkpoints
 from bert_keras.tasks import multi_label as multi_label_lib
 from bert_keras.tasks import ner
-from bert_keras.tasks import ner_serving
-from bert_keras.tasks import quantized
+from bert_keras.prediction import tagger
+from bert_keras.prediction import tflite_onnx
 from bert_keras.utils import errors
 
 # run_classifier's GLUE tasks -> their number of labels (len(processor.get_labels()); STS-B
@@ -127,10 +127,10 @@ def define_flags(fv=flags.FLAGS):
 
 
 def define_quantization_flags(fv):
-  """The flags of the quantized exports' measure (tasks/quantized.py)."""
+  """The flags of the quantized exports' measure (prediction/tflite_onnx.py)."""
   flags.DEFINE_string("calibration_file", None, "--quantize: the texts (TSV / CSV with a "
                       "header, JSON Lines; the fields as predict.py reads them) whose first "
-                      f"{quantized.SAMPLE_ROWS} rows the quantized model is measured on against "
+                      f"{tflite_onnx.SAMPLE_ROWS} rows the quantized model is measured on against "
                       "the float one (default: the dev data the model directory's "
                       "run_options.json names).", flag_values=fv)
   flags.DEFINE_float("min_agreement", 0.99, "--quantize: the least agreement with the float "
@@ -379,7 +379,7 @@ def _export(options, config, labels, tags, preprocessor, multi_label=None):
   if options.format == "saved_model":  # (its outputs are 0 at the padding anyway)
     getattr(model, "bert", model).skip_padding = True
   if task_registry.get(options.task).family.served_by == "tagger":
-    module = ner_serving.TaggerModule(model, preprocessor, tags)
+    module = tagger.TaggerModule(model, preprocessor, tags)
     serving.save_atomic(module, options.export_dir, options.overwrite)
     logging.info("Wrote the SavedModel %s (task tagger, signature serving_default)",
                  options.export_dir)
@@ -423,7 +423,7 @@ def write_token_id_model(module, options, num_labels, directory):
   with tf.io.gfile.GFile(float_path, "wb") as f:
     f.write(data)
   if float_path != path:
-    quantized.onnx_int8(float_path, path)
+    tflite_onnx.onnx_int8(float_path, path)
     tf.io.gfile.remove(float_path)
   tf.io.gfile.copy(options.vocab_file, os.path.join(directory, "vocab.txt"))
   names = None
@@ -446,16 +446,16 @@ def write_token_id_model(module, options, num_labels, directory):
 
 def measure_quantized(module, options, path, directory):
   """The quantized model `path` against the float model (module.serve_token_ids) on the
-  sample (tasks/quantized.sample_texts): quantization.json in `directory`; a ValueError below
+  sample (prediction/tflite_onnx.sample_texts): quantization.json in `directory`; a ValueError below
   --min_agreement unless --force_quantized (the export is then not written)."""
-  texts_a, texts_b, source = quantized.sample_texts(options.init_checkpoint,
-                                                    options.calibration_file)
-  token_ids = quantized.TokenIds(options.vocab_file, options.do_lower_case,
-                                 options.max_seq_length)
-  figures = quantized.compare(module.serve_token_ids, path, token_ids, texts_a, texts_b)
+  texts_a, texts_b, source = tflite_onnx.sample_texts(options.init_checkpoint,
+                                                      options.calibration_file)
+  token_ids = tflite_onnx.TokenIds(options.vocab_file, options.do_lower_case,
+                                   options.max_seq_length)
+  figures = tflite_onnx.compare(module.serve_token_ids, path, token_ids, texts_a, texts_b)
   figures.update(format=options.format, quantize=options.quantize, sample=source)
-  quantized.gate(figures, directory, options.min_agreement, options.force_quantized,
-                 f"--format={options.format} --quantize={options.quantize}")
+  tflite_onnx.gate(figures, directory, options.min_agreement, options.force_quantized,
+                   f"--format={options.format} --quantize={options.quantize}")
 
 
 def tflite_tensors(data):

@@ -364,7 +364,7 @@ def check_model_files(directory, bert_config_file, config, vocab_file, do_lower_
 # The window parameters (the sliding windows over long texts: tasks/windows.py): the least
 # value of each, in option_checks.AT_LEAST's form {name: (minimum, why)}. The one table of
 # their bounds: task.json, run_options.json (check_description) and predict's flags
-# (tasks/predictors.py, through option_checks) are checked against it.
+# (prediction/predictors.py, through option_checks) are checked against it.
 WINDOW_LIMITS = {
     "max_seq_length": (3, "[CLS], a word piece and [SEP]"),
     "doc_stride": (1, "each window starts after the one before"),

@@ -2,7 +2,7 @@
 
 A task kind (task_registry) names its family in `outputs`. The family carries:
   signature       the serving_default outputs of its SavedModel (serving.ServingModule, or
-                  tasks/ner_serving.TaggerModule for tags), the outputs that tell it apart;
+                  prediction/tagger.TaggerModule for tags), the outputs that tell it apart;
   numeric         the outputs of its TFLite / ONNX model (serve_token_ids), () for none;
   probabilities   "softmax", "sigmoid" or None, and to_probabilities(logits) in NumPy;
   serving_outputs(module, features, outputs, numeric)  the SavedModel's outputs in the graph;
@@ -51,7 +51,7 @@ class OutputsFamily(object):
   signature = ()
   numeric = ()
   probabilities = None
-  # Served by serving.ServingModule ("serving"), tasks/ner_serving.TaggerModule ("tagger"),
+  # Served by serving.ServingModule ("serving"), prediction/tagger.TaggerModule ("tagger"),
   # or by no SavedModel of its own (None: a pretrained encoder is served as embeddings).
   served_by = None
   # The fields rows() gives each row (predict.py's output columns).

@@ -7,7 +7,7 @@ vocab.txt and newest checkpoint: runtime/model_dir.py), an export_saved_model.py
 (its serving_default; the label names from its label_names output, else labels.txt in its
 assets/ or beside it), an export_saved_model.py --format=tflite / onnx export (model.tflite
 or model.onnx, or its directory: tokenized with its vocab.txt and model_config.json, run in
-TFLite or ONNX Runtime, the same rows as its SavedModel's: tasks/quantized.py), a
+TFLite or ONNX Runtime, the same rows as its SavedModel's: prediction/tflite_onnx.py), a
 sentence-transformers directory (embeddings, pooled and normalized as its modules say unless
 --pooling / --normalize), or with --task=embeddings any checkpoint
 directory checkpoints.load_model reads (Google's, HuggingFace's, or a model.safetensors /
@@ -65,9 +65,9 @@ from bert_keras import modeling
 from bert_keras import task_registry
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import option_checks as checks
-from bert_keras.tasks import predict_io
-from bert_keras.tasks import predictors
-from bert_keras.tasks import quantized
+from bert_keras.prediction import row_io
+from bert_keras.prediction import predictors
+from bert_keras.prediction import tflite_onnx
 from bert_keras.tasks import reranking
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
@@ -92,7 +92,7 @@ def define_flags(fv=flags.FLAGS):
                       flag_values=fv)
   flags.DEFINE_string("output_file", None, "JSON Lines to write (default or -: stdout).",
                       flag_values=fv)
-  flags.DEFINE_enum("input_format", None, predict_io.FORMATS,
+  flags.DEFINE_enum("input_format", None, row_io.FORMATS,
                     "The input's format (default: by extension; stdin: by its first line).",
                     flag_values=fv)
   flags.DEFINE_string("text_a_column", None, "The field of the first text (default: as in "
@@ -141,7 +141,7 @@ def check_options(options):
   """Flag problems as one-line ValueErrors, before the model is loaded."""
   if not options.model_dir or not (tf.io.gfile.isdir(options.model_dir)
                                    or checkpoints.is_weight_file(options.model_dir)
-                                   or quantized.is_token_id_model(options.model_dir)):
+                                   or tflite_onnx.is_token_id_model(options.model_dir)):
     raise ValueError(f"--model_dir {options.model_dir}: no such directory")
   if options.rerank_run:
     _check_rerank_options(options)
@@ -150,7 +150,7 @@ def check_options(options):
     raise ValueError("--input_file is required (a file, or - for standard input)")
   if options.input_file != "-" and not tf.io.gfile.exists(options.input_file):
     raise ValueError(f"--input_file {options.input_file}: no such file")
-  predict_io.format_of(options.input_file, options.input_format)
+  row_io.format_of(options.input_file, options.input_format)
   if options.batch_size < 1:
     raise ValueError(f"--batch_size={options.batch_size}: must be at least 1")
   if options.max_row_bytes < 0:
@@ -165,7 +165,7 @@ def check_options(options):
   if ((options.pooling is not None or options.normalize)
       and not (options.task and task_registry.get(options.task).family.pooled)
       and not predictors.is_saved_model(options.model_dir)
-      and not quantized.is_token_id_model(options.model_dir)
+      and not tflite_onnx.is_token_id_model(options.model_dir)
       and not predictors.is_embeddings_model_dir(options.model_dir)):
     raise ValueError("--pooling / --normalize are for --task=embeddings (or an embeddings "
                      "model directory or SavedModel)")
@@ -251,7 +251,7 @@ class Columns(object):
 
 
 def row_texts(row, reader, columns):
-  """(texts, None) of a row of predict_io.Reader `reader` (Columns `columns` resolved on the
+  """(texts, None) of a row of row_io.Reader `reader` (Columns `columns` resolved on the
   first good row), or (None, why it is a bad row): the rule predict.py and predict_beam.py
   share."""
   if row.error is not None:
@@ -295,7 +295,7 @@ def predict_stream(predictor, reader, write, options):
     texts_b = [b for _, _, b in batch] if columns.b else None
     results = predictor.predict([a for _, a, _ in batch], texts_b)
     for (row, _, _), prediction in zip(batch, results):
-      bad = predict_io.non_finite(prediction)
+      bad = row_io.non_finite(prediction)
       if bad is not None:
         raise ValueError(f"{reader.where(row.line)}: the model of --model_dir "
                          f"{options.model_dir} outputs {bad[0]} = {bad[1]} for this row, not a "
@@ -303,7 +303,7 @@ def predict_stream(predictor, reader, write, options):
       fields = {k: v for k, v in row.fields.items() if k not in prediction}
       fields.update(prediction)
       try:
-        line = predict_io.json_line(fields)
+        line = row_io.json_line(fields)
       except (RecursionError, ValueError) as e:  # (a field nested almost too deeply to read)
         raise ValueError(f"{reader.where(row.line)}: the row cannot be written as JSON: "
                          f"{type(e).__name__}") from None
@@ -319,10 +319,10 @@ def predict_stream(predictor, reader, write, options):
 
 
 def load_predictor(options):
-  """The tasks/predictors.Predictor of --model_dir and the model options."""
-  if quantized.is_token_id_model(options.model_dir):  # a TFLite / ONNX export (token ids in)
-    return quantized.load(options.model_dir, pooling=options.pooling,
-                          normalize=options.normalize, threshold=options.threshold)
+  """The prediction/predictors.Predictor of --model_dir and the model options."""
+  if tflite_onnx.is_token_id_model(options.model_dir):  # a TFLite / ONNX export (token ids in)
+    return tflite_onnx.load(options.model_dir, pooling=options.pooling,
+                            normalize=options.normalize, threshold=options.threshold)
   predictor = predictors.load(
       options.model_dir, task=options.task, max_seq_length=options.max_seq_length,
       pooling=options.pooling, normalize=options.normalize, threshold=options.threshold,
@@ -348,8 +348,8 @@ def load_predictor(options):
 def predict_file(predictor, options):
   """Streams --input_file through `predictor` to --output_file (atomically) or stdout;
   returns the counts {"rows", "bad", "written"}."""
-  reader = predict_io.Reader(options.input_file,
-                             predict_io.format_of(options.input_file, options.input_format),
+  reader = row_io.Reader(options.input_file,
+                             row_io.format_of(options.input_file, options.input_format),
                              max_row_bytes=options.max_row_bytes)
   start = time.perf_counter()
   output = options.output_file

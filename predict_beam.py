@@ -8,7 +8,7 @@ runner.
 The same model directories, tasks, text fields, flags and output rows as predict.py (which
 see), as a Beam pipeline: locally with the DirectRunner, or on Dataflow, Flink or Spark (an
 argument that is not one of our flags goes to Beam's PipelineOptions). It is the same job on
-another runner, so it imports predict (its checks, Columns, load_predictor) and predict_io
+another runner, so it imports predict (its checks, Columns, load_predictor) and row_io
 (the row reader and the JSON line) instead of rewriting them.
 --input_file: a file pattern, or several separated by commas (TSV, CSV, JSON Lines, each as
 predict.py reads one; the text fields are resolved per file from its first good row).
@@ -52,7 +52,7 @@ from bert_keras.pretraining_data import tfrecord_encoding
 from bert_keras.runtime import beam_runner
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import input_pipeline
-from bert_keras.tasks import predict_io
+from bert_keras.prediction import row_io
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
 
@@ -159,7 +159,7 @@ class ReadRows(_DoFn):
       raise PredictError(str(e)) from None
 
   def _rows(self, path):
-    reader = predict_io.Reader(path, predict_io.format_of(path, self.input_format))
+    reader = row_io.Reader(path, row_io.format_of(path, self.input_format))
     columns = predict.Columns(self.info, self.text_a_column, self.text_b_column)
     for row in reader:
       self.c_rows.inc()
@@ -169,7 +169,7 @@ class ReadRows(_DoFn):
           raise PredictError(f"{reader.where(row.line)}: {error} (--skip_bad_rows skips "
                              "such rows)")
         self.c_bad.inc()
-        yield beam.pvalue.TaggedOutput("bad", predict_io.json_line(
+        yield beam.pvalue.TaggedOutput("bad", row_io.json_line(
             {"file": path, "line": row.line, "reason": error}).rstrip("\n"))
         continue
       yield path, row.line, row.fields, texts[0], texts[1] if columns.b else None
@@ -333,7 +333,7 @@ def build_pipeline(pipeline, files, info, options):
               PredictorHandler(model_options, options.id_column)))
   written = (
       rows
-      | "JsonLines" >> beam.Map(lambda row: _count_written(predict_io.json_line(row)[:-1]))
+      | "JsonLines" >> beam.Map(lambda row: _count_written(row_io.json_line(row)[:-1]))
       | "Write" >> beam.io.WriteToText(options.output_file, file_name_suffix=".jsonl", **shards))
   if options.output_tfrecord:
     (rows

@@ -46,7 +46,7 @@ from bert_keras import task_registry
 from bert_keras.utils import file_io
 from bert_keras.utils import onnx_graph
 
-# The outputs families ServingModule serves (the tagger's is tasks/ner_serving.TaggerModule).
+# The outputs families ServingModule serves (the tagger's is prediction/tagger.TaggerModule).
 OUTPUTS = output_families.names(served_by="serving")
 # export_saved_model's --task values served by ServingModule (a multi-label or regression
 # classifier is --task=classifier with its flags).

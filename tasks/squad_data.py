@@ -2,7 +2,7 @@
 whitespace rule) and the examples turned into the model's windows (InputFeatures: the
 question, then doc_stride windows of the paragraph's word pieces, tasks/windows.py).
 
-run_squad.py (training, prediction), predict.py's SQuAD predictor (tasks/predictors.py) and
+run_squad.py (training, prediction), predict.py's SQuAD predictor (prediction/predictors.py) and
 the benchmarks read through this module; run_squad re-exports its names (read_squad_examples,
 convert_examples_to_features, SquadExample, InputFeatures, ...) under the original's module.
 

@@ -3,7 +3,7 @@ original run_squad's doc_stride windows and its max-context choice, written once
 
 SQuAD (tasks/squad_data.py) windows a paragraph's word pieces after the question, NER
 (tasks/ner.py) a sentence's pieces, run_classifier --doc_stride (tasks/doc_windows.py) a
-long text_a, and predict.py's SQuAD predictor (tasks/predictors.py) a context: all with
+long text_a, and predict.py's SQuAD predictor (prediction/predictors.py) a context: all with
 doc_spans, and each piece is predicted from the window where it has the most context
 (check_is_max_context / max_context_windows).
 

@@ -20,7 +20,8 @@ ALLOWED = {
     "pretraining_data": {"utils", "root"},
     "runtime": {"utils", "root"},
     "tasks": {"utils", "runtime", "root"},
-    "script": {"utils", "root", "runtime", "pretraining_data", "tasks", "script"},
+    "prediction": {"utils", "runtime", "root", "tasks"},
+    "script": {"utils", "root", "runtime", "pretraining_data", "tasks", "prediction", "script"},
 }
 # The scripts that import another script, each for a stated reason: the Beam twin is
 # create_pretraining_data's job on another runner; run_squad scores itself with the official

@@ -22,7 +22,7 @@ from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import predict
 from bert_keras.runtime import model_dir
-from bert_keras.tasks import predictors
+from bert_keras.prediction import predictors
 
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "is", "hairy", ".", "who",
          "was", "jim", "henson", "?", "a", "puppet", "hello", "world"]

@@ -1,4 +1,4 @@
-"""tasks/ner_serving.py and export_saved_model.py --task=tagger: the words and byte offsets of
+"""prediction/tagger.py and export_saved_model.py --task=tagger: the words and byte offsets of
 raw text against the original BasicTokenizer, the tags against ner.tag_sentences (run_ner's
 path) on sentences of plain words, the entities against conlleval's chunk rules in Python,
 and the SavedModel loaded back."""
@@ -14,7 +14,7 @@ from bert_keras import export_saved_model
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras.tasks import ner
-from bert_keras.tasks import ner_serving
+from bert_keras.prediction import tagger
 from bert_keras import tokenization
 from bert_keras.utils import conlleval
 
@@ -39,7 +39,7 @@ def setup(tmp_path_factory):
   tokenizer = tokenization.FullTokenizer(str(root / "vocab.txt"), do_lower_case=True)
   preprocessor = preprocessing.BertPreprocessor(str(root / "vocab.txt"), True, MAX_SEQ_LENGTH,
                                                 core_ops_only=True)
-  module = ner_serving.TaggerModule(model, preprocessor, LABELS)
+  module = tagger.TaggerModule(model, preprocessor, LABELS)
   return root, model, tokenizer, module
 
 
@@ -54,8 +54,8 @@ def test_words_and_offsets_are_the_basic_tokenizers():
   texts = ["", "   ", "John Smith lives in Paris.", "\x00\x01"]
   texts += ["".join(rng.choice(pieces + [" "] * 4) for _ in range(rng.randint(1, 15)))
             for _ in range(60)]
-  table = tuple(tf.constant(x) for x in ner_serving.character_table())
-  words, starts, ends = ner_serving.split_words(tf.constant(texts), table)
+  table = tuple(tf.constant(x) for x in tagger.character_table())
+  words, starts, ends = tagger.split_words(tf.constant(texts), table)
   basic = tokenization.BasicTokenizer(do_lower_case=False)
   for text, row, row_starts, row_ends in zip(texts, words.to_list(), starts.to_list(),
                                              ends.to_list()):

@@ -22,7 +22,7 @@ from bert_keras import predict
 from bert_keras import preprocessing
 from bert_keras.runtime import model_dir
 from bert_keras.tasks import ner
-from bert_keras.tasks import predict_io
+from bert_keras.prediction import row_io
 from bert_keras import tokenization
 from bert_keras.utils import conlleval
 
@@ -136,12 +136,12 @@ def test_reader_formats_agree(tmp_path, monkeypatch):
            "a.jsonl": "".join(json.dumps(r) + "\n\n" for r in rows)}
   for name, text in texts.items():
     (tmp_path / name).write_text(text, encoding="utf-8", newline="")
-    got = [r.fields for r in predict_io.Reader(str(tmp_path / name))]
+    got = [r.fields for r in row_io.Reader(str(tmp_path / name))]
     want = [dict(r, sentence2="Hello\nworld") if name == "a.csv" and i == 0 else r
             for i, r in enumerate(rows)]
     assert got == want, name
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode("utf-8"))))
-    reader = predict_io.Reader("-")
+    reader = row_io.Reader("-")
     assert reader.format == name.split(".")[1] and [r.fields for r in reader] == want
 
 
@@ -402,7 +402,7 @@ def test_outputs_of_each_task_without_a_model():
   thresholds, regression, a SavedModel's label_names and its squad answer placed in the
   context, a tagger's byte offsets turned into characters."""
   import tensorflow as tf
-  from bert_keras.tasks import predictors
+  from bert_keras.prediction import predictors
   logits = np.array([[2.0, -1.0, 0.1], [-3.0, 0.0, 3.0]], np.float32)
   fake = lambda outputs: lambda a, b: {k: tf.constant(v) for k, v in outputs.items()}  # noqa
   multi = predictors.GraphPredictor(fake({"probabilities": logits, "logits": logits}),
@@ -444,7 +444,7 @@ def test_non_finite_outputs_are_refused_naming_the_row(tmp_path):
   checked cheaply) is refused at the first such row, naming it: NaN is not JSON. An input row
   holding NaN is a bad row; json_line never writes one."""
   import tensorflow as tf
-  from bert_keras.tasks import predictors
+  from bert_keras.prediction import predictors
   good = np.array([[0.5, 0.25, 0.25]], np.float32)
   calls = []
 
@@ -461,12 +461,12 @@ def test_non_finite_outputs_are_refused_naming_the_row(tmp_path):
         model_dir="m", input_file=str(path), output_file=str(tmp_path / "out.jsonl"),
         batch_size=1))
   assert not (tmp_path / "out.jsonl").exists()
-  assert predict_io.non_finite({"a": [1, 2.5, {"b": [float("-inf")]}]}) == ("a.2.b.0", -np.inf)
-  assert predict_io.non_finite({"a": [1, np.float32(2.5)], "b": "nan"}) is None
+  assert row_io.non_finite({"a": [1, 2.5, {"b": [float("-inf")]}]}) == ("a.2.b.0", -np.inf)
+  assert row_io.non_finite({"a": [1, np.float32(2.5)], "b": "nan"}) is None
   with pytest.raises(ValueError, match="Out of range float"):
-    predict_io.json_line({"x": float("nan")})
+    row_io.json_line({"x": float("nan")})
   path.write_text('{"sentence": "a", "n": NaN}\n', encoding="utf-8")
-  rows = list(predict_io.Reader(str(path), "jsonl"))
+  rows = list(row_io.Reader(str(path), "jsonl"))
   assert rows[0].fields is None and "NaN is not a JSON value" in rows[0].error
 
 

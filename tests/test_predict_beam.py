@@ -24,7 +24,7 @@ from bert_keras import predict_beam  # noqa: E402
 from bert_keras import task_registry  # noqa: E402
 from bert_keras.runtime import beam_runner  # noqa: E402
 from bert_keras.runtime import model_dir  # noqa: E402
-from bert_keras.tasks import predict_io  # noqa: E402
+from bert_keras.prediction import row_io  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "is", "hairy", ".", "who",
@@ -124,7 +124,7 @@ def _expected(setup, name, tmp_path, **overrides):
         dict(model_dir=setup.paths[name], input_file=path, output_file=str(out),
              batch_size=4, **MODELS[name][2], **_squad_columns(name)), **overrides))
     predict.predict_file(predict.load_predictor(options), options)
-    lines = [row.line for row in predict_io.Reader(path) if row.error is None]
+    lines = [row.line for row in row_io.Reader(path) if row.error is None]
     for line, text in zip(lines, out.read_text(encoding="utf-8").splitlines(), strict=True):
       row = json.loads(text)
       expected[row["id"] if "id" in row else f"{path}:{line}"] = row

@@ -1,4 +1,4 @@
-"""predict.py on TFLite and ONNX exports (tasks/quantized.py) against the SavedModel's rows,
+"""predict.py on TFLite and ONNX exports (prediction/tflite_onnx.py) against the SavedModel's rows,
 and the quantized exports' measure and gate (quantization.json, --min_agreement)."""
 
 import json
@@ -12,7 +12,7 @@ from bert_keras import export_saved_model
 from bert_keras import modeling
 from bert_keras import output_families
 from bert_keras import predict
-from bert_keras.tasks import quantized
+from bert_keras.prediction import tflite_onnx
 from conftest import randomize
 
 WORDS = [f"w{i}" for i in range(995)]
@@ -85,7 +85,7 @@ def test_token_ids_equal_the_graph_preprocessor(tmp_path, max_seq_length):
   texts_a = ["The cats sat!", "", "Na\u00efve caf\u00e9s, running", "\u65e5\u672c\u8a9e the",
              "cat " * 40, "\x00odd\u200b\tmat\r\n", "unknownword mat"]
   texts_b = ["mat", "the cat", "", "sat " * 30, "on", "", "cat\u65e5"]
-  tokens = quantized.TokenIds(str(vocab), True, max_seq_length)
+  tokens = tflite_onnx.TokenIds(str(vocab), True, max_seq_length)
   graph = preprocessing.BertPreprocessor(str(vocab), True, max_seq_length)
   for b in (None, texts_b):
     got = tokens(texts_a, b)
@@ -132,10 +132,10 @@ def test_one_onnx_model_runs_batches_of_different_lengths(exports, source):
   assert {"LayerNormalization", "BiasGelu"} <= set(ops), ops
   assert ops.count("Attention") == 2 and ops.count("Softmax") == 1, ops  # (the head's)
   assert not set(ops) & {"GlobalAveragePool", "Erf", "Gelu", "SkipLayerNormalization"}, ops
-  runner = quantized.runner(path)
+  runner = tflite_onnx.runner(path)
   assert runner.dynamic_length
-  config = quantized.read_config(exports["onnx"])
-  tokens = quantized.TokenIds(os.path.join(exports["onnx"], "vocab.txt"), True, SEQ)
+  config = tflite_onnx.read_config(exports["onnx"])
+  tokens = tflite_onnx.TokenIds(os.path.join(exports["onnx"], "vocab.txt"), True, SEQ)
   short, longer = ["w1 w2", "w3"], ["w4 " * 15, "w5 w6 w7", "w8"]
   for texts in (short, longer):
     features = tokens(texts)
@@ -156,7 +156,7 @@ def test_int8_rows_agree_with_the_saved_model_as_export_measured(exports, source
   calibration = source["common"]["calibration_file"]
   want = [row["label"] for row in _rows(exports["saved_model"], calibration, tmp_path, "sm")]
   for name in ("tflite_int8", "onnx_int8"):
-    with open(os.path.join(exports[name], quantized.QUANTIZATION_FILE)) as f:
+    with open(os.path.join(exports[name], tflite_onnx.QUANTIZATION_FILE)) as f:
       record = json.load(f)
     assert record["measure"] == "label_agreement" and record["examples"] == 200
     assert record["accepted"] and record["min_agreement"] == 0.9
@@ -165,10 +165,10 @@ def test_int8_rows_agree_with_the_saved_model_as_export_measured(exports, source
     got = [row["label"] for row in _rows(exports[name], calibration, tmp_path, name)]
     agreement = np.mean([a == b for a, b in zip(got, want)])
     assert agreement >= record["agreement"] - 1e-9, (name, agreement, record)
-  sizes = {k: os.path.getsize(os.path.join(exports[k], quantized.model_file(exports[k])))
+  sizes = {k: os.path.getsize(os.path.join(exports[k], tflite_onnx.model_file(exports[k])))
            for k in ("tflite", "tflite_int8", "onnx", "onnx_int8")}
   assert sizes["onnx_int8"] < 0.5 * sizes["onnx"], sizes
-  assert not os.path.exists(os.path.join(exports["tflite"], quantized.QUANTIZATION_FILE))
+  assert not os.path.exists(os.path.join(exports["tflite"], tflite_onnx.QUANTIZATION_FILE))
 
 
 @pytest.mark.slow
@@ -188,7 +188,7 @@ def test_the_gate_refuses_a_corrupted_quantization_and_leaves_nothing(source, mo
         model.graph.initializer[i].CopyFrom(numpy_helper.from_array(scrambled, tensor.name))
     onnx.save(model, int8_path)
 
-  monkeypatch.setattr(quantized, "onnx_int8", corrupt)
+  monkeypatch.setattr(tflite_onnx, "onnx_int8", corrupt)
   export_dir = tmp_path / "bad"
   options = dict(source["common"], format="onnx", quantize="dynamic", export_dir=str(export_dir))
   with pytest.raises(ValueError, match=r"label_agreement 0\.\d+ against the float model on "
@@ -196,7 +196,7 @@ def test_the_gate_refuses_a_corrupted_quantization_and_leaves_nothing(source, mo
     export_saved_model.run(export_saved_model.options(**options))
   assert os.listdir(tmp_path) == []  # no export, no temporary, no lock left
   export_saved_model.run(export_saved_model.options(force_quantized=True, **options))
-  with open(export_dir / quantized.QUANTIZATION_FILE) as f:
+  with open(export_dir / tflite_onnx.QUANTIZATION_FILE) as f:
     record = json.load(f)
   assert record["accepted"] and record["agreement"] < 0.9, record
 
@@ -213,16 +213,16 @@ def test_min_agreement_above_one_refuses_a_good_tflite_int8(source, tmp_path):
 
 def test_a_quantized_export_needs_a_sample(tmp_path):
   with pytest.raises(ValueError, match="give --calibration_file"):
-    quantized.sample_texts(str(tmp_path))
+    tflite_onnx.sample_texts(str(tmp_path))
   with pytest.raises(ValueError, match="--calibration_file .*: no such file"):
-    quantized.sample_texts(str(tmp_path), str(tmp_path / "missing.tsv"))
+    tflite_onnx.sample_texts(str(tmp_path), str(tmp_path / "missing.tsv"))
 
 
 def test_sample_texts_reads_pairs_up_to_the_limit(tmp_path):
   path = tmp_path / "dev.tsv"
   path.write_text("sentence1\tsentence2\tlabel\n" + "".join(f"a{i}\tb{i}\t1\n"
                                                             for i in range(9)))
-  texts_a, texts_b, where = quantized.sample_texts(str(tmp_path), str(path), limit=5)
+  texts_a, texts_b, where = tflite_onnx.sample_texts(str(tmp_path), str(path), limit=5)
   assert texts_a == [f"a{i}" for i in range(5)] and texts_b == [f"b{i}" for i in range(5)]
   assert where == str(path)
 
@@ -232,13 +232,13 @@ def test_measures_of_each_kind():
   p = rng.rand(10, 3)
   q = p.copy()
   q[0] = q[0][::-1] if q[0].argmax() != 1 else q[0][[1, 0, 2]]
-  assert quantized.measure("classes", {"probabilities": p}, {"probabilities": q}) == {
+  assert tflite_onnx.measure("classes", {"probabilities": p}, {"probabilities": q}) == {
       "measure": "label_agreement", "agreement": 0.9}
   v = rng.randn(4, 8)
-  figures = quantized.measure("vectors", {"embeddings": v}, {"embeddings": -v})
+  figures = tflite_onnx.measure("vectors", {"embeddings": v}, {"embeddings": -v})
   assert figures["measure"] == "mean_cosine" and figures["agreement"] == pytest.approx(-1)
   s = rng.randn(50)
-  figures = quantized.measure("score", {"predictions": s}, {"predictions": np.exp(s)})
+  figures = tflite_onnx.measure("score", {"predictions": s}, {"predictions": np.exp(s)})
   assert figures["spearman"] == pytest.approx(1) and figures["pearson"] < 0.99
   assert figures["agreement"] == figures["pearson"]
   tags = [["B-PER", "I-PER", "O", "B-LOC"], ["O", "B-ORG"]]
@@ -246,17 +246,17 @@ def test_measures_of_each_kind():
   assert output_families.entity_f1(tags, [["B-PER", "O", "O", "B-LOC"], ["O", "B-ORG"]]) == (
       pytest.approx(2 / 3))
   predicted = np.array([[1, 0], [0, 1]])
-  assert quantized.measure("multi_label", {"predicted": predicted},
-                           {"predicted": np.array([[1, 0], [1, 1]])})["agreement"] == 0.5
+  assert tflite_onnx.measure("multi_label", {"predicted": predicted},
+                             {"predicted": np.array([[1, 0], [1, 1]])})["agreement"] == 0.5
 
 
 def test_gate_writes_the_record_and_refuses_below_the_minimum(tmp_path, capsys):
   figures = {"measure": "mean_cosine", "agreement": 0.95, "examples": 7}
   with pytest.raises(ValueError, match=r"mean_cosine 0.950000 .* 7 rows is below "
                      r"--min_agreement 0.99"):
-    quantized.gate(figures, str(tmp_path), 0.99, False, "x")
-  record = quantized.gate(figures, str(tmp_path), 0.99, True, "x")
-  assert json.loads((tmp_path / quantized.QUANTIZATION_FILE).read_text()) == record == dict(
+    tflite_onnx.gate(figures, str(tmp_path), 0.99, False, "x")
+  record = tflite_onnx.gate(figures, str(tmp_path), 0.99, True, "x")
+  assert json.loads((tmp_path / tflite_onnx.QUANTIZATION_FILE).read_text()) == record == dict(
       figures, min_agreement=0.99, accepted=True)
   assert "mean_cosine 0.950000 against the float model on 7 rows" in capsys.readouterr().out
 
@@ -268,7 +268,7 @@ def test_a_classifier_directory_is_measured_on_its_dev_examples(tmp_path):
                                                   "labels": ["other_topic", "same_topic"]}))
   (tmp_path / "run_options.json").write_text(json.dumps({"task_name": "custom",
                                                          "data_dir": pairs}))
-  texts_a, texts_b, where = quantized.sample_texts(str(tmp_path), "ignored.tsv", limit=10)
+  texts_a, texts_b, where = tflite_onnx.sample_texts(str(tmp_path), "ignored.tsv", limit=10)
   with open(os.path.join(pairs, "dev.tsv")) as f:
     rows = [line.rstrip("\n").split("\t") for line in f][1:11]
   assert texts_a == [r[0] for r in rows] and texts_b == [r[1] for r in rows]

@@ -20,7 +20,7 @@ from bert_keras import convert_checkpoint
 from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import preprocessing
-from bert_keras.tasks import predictors
+from bert_keras.prediction import predictors
 from conftest import randomize
 
 import numpy_bert

@@ -21,8 +21,8 @@ from bert_keras import preprocessing
 from bert_keras import serving
 from bert_keras.runtime import model_dir
 from bert_keras import task_registry
-from bert_keras.tasks import ner_serving
-from bert_keras.tasks import predictors
+from bert_keras.prediction import tagger
+from bert_keras.prediction import predictors
 
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "is", "hairy", ".", "who",
          "was", "jim", "henson", "?", "a", "puppet", "hello", "world", "b", "##ark", "##ed"]
@@ -232,7 +232,7 @@ def check_family(kind, setup):
   preprocessor = preprocessing.BertPreprocessor(setup.vocab, True, S)
   texts_a, texts_b = ["the dog is hairy", "who was jim"], ["hello world", "the dog"]
   if family.served_by == "tagger":
-    module = ner_serving.TaggerModule(model, preprocessor, ["O", "B-X", "I-X"])
+    module = tagger.TaggerModule(model, preprocessor, ["O", "B-X", "I-X"])
     serve = lambda a, b: module.serve(a)  # noqa: E731
   else:
     assert family.served_by == "serving", family.served_by
@@ -323,9 +323,9 @@ def _model_dir_rows(kind, setup):
 
 def check_token_id_model(kind, setup):
   """export_saved_model.py --format=tflite of the model directory, read by predict.py's
-  token-id runner (tasks/quantized.load): the model directory's rows; a family without
+  token-id runner (prediction/tflite_onnx.load): the model directory's rows; a family without
   TFLite outputs refuses the format, one that gives logits only refuses predict."""
-  from bert_keras.tasks import quantized
+  from bert_keras.prediction import tflite_onnx
   served = task_registry.served(kind)
   export_dir = setup.root / f"tflite_{kind.name}"
   export = lambda: export_saved_model.run(export_saved_model.options(  # noqa: E731
@@ -340,10 +340,10 @@ def check_token_id_model(kind, setup):
   export()
   if served.family.answers:
     with pytest.raises(ValueError, match="gives logits only"):
-      quantized.load(str(export_dir))
+      tflite_onnx.load(str(export_dir))
     return
-  rows = quantized.load(str(export_dir)).predict(TEXTS[0],
-                                                 TEXTS[1] if served.pair != "no" else None)
+  rows = tflite_onnx.load(str(export_dir)).predict(TEXTS[0],
+                                                   TEXTS[1] if served.pair != "no" else None)
   _assert_rows_close(rows, _model_dir_rows(kind, setup), kind.name)
 
 

@@ -34,8 +34,8 @@ from bert_keras.runtime import model_dir
 from bert_keras import serving
 from bert_keras import task_registry
 from bert_keras.tasks import classifier_data
-from bert_keras.tasks import predict_io
-from bert_keras.tasks import predictors
+from bert_keras.prediction import row_io
+from bert_keras.prediction import predictors
 from bert_keras import tokenization
 
 MODEL_FILES = ("model.tflite", "model.onnx")
@@ -271,7 +271,7 @@ def _classifier_dev_examples(options, limit):
 
 def _read_texts(path, columns, limit):
   """(texts_a, texts_b or None) of the first `limit` good rows of `path`."""
-  reader = predict_io.Reader(path, predict_io.format_of(path))
+  reader = row_io.Reader(path, row_io.format_of(path))
   a_name, b_name = columns
   texts_a, texts_b = [], []
   for row in reader:

@@ -8,13 +8,13 @@ Predictor whose predict(texts_a, texts_b) gives each row's prediction fields.
   regression   score
   tagger       entities [{"type", "text", "start", "end", "score"}]: character offsets into
                text_a (text_a[start:end] == text), the score the mean probability of the
-               entity's words' tags (tasks/ner_serving.py's TaggerModule, one window)
+               entity's words' tags (prediction/tagger.py's TaggerModule, one window)
   squad        answer {"text", "start", "end"}: character offsets into the context (text_b),
                context[start:end] == text; long contexts in doc_stride windows as run_squad
   embeddings   embedding [H floats] (modeling.pool_embeddings: --pooling, --normalize)
 
 Classifiers, regressions, embeddings and taggers run the exported graph itself
-(serving.ServingModule / ner_serving.TaggerModule: tokenization in the graph, padding trimmed
+(serving.ServingModule / tagger.TaggerModule: tokenization in the graph, padding trimmed
 per batch); squad tokenizes in Python (tokenization.FullTokenizer) to keep each word's
 characters, windows the context and picks the best span in NumPy.
 """
@@ -39,7 +39,7 @@ from bert_keras import serving
 from bert_keras import task_registry
 from bert_keras.tasks import doc_windows
 from bert_keras.tasks import multi_label
-from bert_keras.tasks import ner_serving
+from bert_keras.prediction import tagger
 from bert_keras.tasks import squad_data
 from bert_keras.tasks import windows as windows_lib
 from bert_keras import tokenization
@@ -432,7 +432,7 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
         thresholds=_thresholds(description, labels, threshold), text_columns=columns)
   preprocessor = preprocessing.BertPreprocessor(model.vocab_file, do_lower_case, max_seq_length)
   if kind.family.served_by == "tagger":
-    module = ner_serving.TaggerModule(model, preprocessor, labels)
+    module = tagger.TaggerModule(model, preprocessor, labels)
     predictor = GraphPredictor(lambda a, b: module.serve(a), kind.name, labels=labels,
                                text_columns=columns)
   else:  # a multi-label classifier's sigmoid and thresholds are applied by the predictor
