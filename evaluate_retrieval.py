@@ -8,7 +8,7 @@ r"""Scores a retrieval run against qrels, as trec_eval does, under BEIR's measur
 table of NDCG@k, MAP@k, Recall@k, P@k, MRR@k and Accuracy@k, averaged over the qrels' queries
 with a relevant document (one the run lacks scores 0), and --output_json writes the same
 figures as one JSON object {"NDCG@10": ..}. The conventions are trec_eval's (ties, cut-offs,
-graded gains): tasks/retrieval_metrics.py, which run_* scripts call too. A malformed line is a
+graded gains): tasks/retrieval/metrics.py, which run_* scripts call too. A malformed line is a
 one-line error naming the file and line.
 """
 
@@ -24,7 +24,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from bert_keras.tasks import retrieval_metrics
+from bert_keras.tasks.retrieval import metrics as retrieval_metrics
 from bert_keras.utils import file_io
 
 DEFAULTS = dict(qrels=None, run=None, output_json=None,

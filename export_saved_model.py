@@ -49,8 +49,8 @@ from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training_checkpoints
-from bert_keras.tasks import multi_label as multi_label_lib
-from bert_keras.tasks import ner
+from bert_keras.tasks.classifier import multi_label as multi_label_lib
+from bert_keras.tasks.ner import tagging as ner
 from bert_keras.prediction import tagger
 from bert_keras.prediction import tflite_onnx
 from bert_keras.utils import errors

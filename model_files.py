@@ -391,7 +391,7 @@ _CLASSIFIER_OPTIONS = ("window_pooling", "label_separator")
 _BOOL_FIELDS = ("multi_label", "do_lower_case", "normalize", "pair")
 _STR_FIELDS = ("window_pooling", "label_separator", "task_name")
 _COLUMN_OPTIONS = ("text_a_column", "text_b_column")
-# The entries run_classifier alone writes (tasks/classifier_options.model_description): in the
+# The entries run_classifier alone writes (tasks/classifier/options.py.model_description): in the
 # task.json of another kind, the directory is a classifier's with its "task" changed.
 _CLASSIFIER_ENTRIES = ("task_name", "thresholds", "label_separator", "window_pooling")
 
@@ -427,9 +427,9 @@ def window_problem(name, value):
 
 
 def stride_problem(doc_stride, max_seq_length, length="--max_seq_length"):
-  """Why `doc_stride` cannot step run_classifier's windows (tasks/doc_windows.py) over a text
-  at `max_seq_length` (named `length` in the words): a stride not smaller than a window's
-  room, max_seq_length - 2 ([CLS] and [SEP]), would skip word pieces. None when it can, or
+  """Why `doc_stride` cannot step run_classifier's windows (tasks/classifier/doc_windows.py)
+  over a text at `max_seq_length` (named `length` in the words): a stride not smaller than a
+  window's room, max_seq_length - 2 ([CLS] and [SEP]), would skip word pieces. None when it can, or
   when doc_stride is 0 or None (no windows). The one home of the rule: run_classifier's flags,
   task.json, run_options.json and predict's --max_seq_length are checked with it."""
   if doc_stride and max_seq_length is not None and doc_stride >= max_seq_length - 2:

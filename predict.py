@@ -33,7 +33,7 @@ A reranker (run_reranker.py's model directory or its SavedModel) also reranks a 
   python predict.py --model_dir=/tmp/reranker_output --rerank_run=dev_run.trec \
     --corpus=corpus.jsonl --queries=queries.jsonl --output_file=reranked.trec
 the first --rerank_top_k candidates of each query of the run scored (the BEIR corpus and
-queries JSON lines), written as a TREC run (tasks/reranking.rerank_file).
+queries JSON lines), written as a TREC run (tasks/retrieval/reranking.py.rerank_file).
 It streams: rows are read, predicted in batches of --batch_size and written one batch at a
 time (memory does not grow with the input), into a temporary file (.<name>.tmp-<pid>,
 utils/file_io.temp_name) renamed when complete; a temporary that a killed run left is
@@ -68,7 +68,7 @@ from bert_keras.runtime import option_checks as checks
 from bert_keras.prediction import row_io
 from bert_keras.prediction import predictors
 from bert_keras.prediction import tflite_onnx
-from bert_keras.tasks import reranking
+from bert_keras.tasks.retrieval import reranking
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
 from bert_keras.utils import progress as progress_lib

@@ -16,7 +16,7 @@ training.py's loop and strategies (checkpoints model.ckpt-N in --output_dir, res
 Read top to bottom: flags; features (convert_single_example, the TFRecords); the model
 (create_model, ClassifierTask, predict_logits); run() and main. The examples and processors
 (InputExample, DataProcessor, MrpcProcessor, ..., PROCESSORS, get_processor) live in
-tasks/classifier_data.py; this module re-exports them under the original's names.
+tasks/classifier/data.py; this module re-exports them under the original's names.
 """
 
 try:  # outside the venv: a one-line hint, not a traceback
@@ -46,13 +46,13 @@ from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
 from bert_keras.runtime import training_checkpoints
-from bert_keras.tasks import class_weights as class_weights_lib
-from bert_keras.tasks import classifier_data
-from bert_keras.tasks import classifier_options
-from bert_keras.tasks import doc_windows
-from bert_keras.tasks import metrics
-from bert_keras.tasks import multi_label as multi_label_lib
-from bert_keras.tasks import prediction_files
+from bert_keras.tasks.classifier import class_weights as class_weights_lib
+from bert_keras.tasks.classifier import data as classifier_data
+from bert_keras.tasks.classifier import options as classifier_options
+from bert_keras.tasks.classifier import doc_windows
+from bert_keras.tasks.classifier import metrics
+from bert_keras.tasks.classifier import multi_label as multi_label_lib
+from bert_keras.tasks.classifier import prediction_files
 from bert_keras.tasks import tfds_input
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
@@ -127,7 +127,7 @@ MODEL_KINDS = ("classifier", "regression")
 
 
 # ----------------------------------------------------------------------------
-# Examples and processors: tasks/classifier_data.py, under the original's names.
+# Examples and processors: tasks/classifier/data.py, under the original's names.
 
 InputExample = classifier_data.InputExample
 PaddingInputExample = classifier_data.PaddingInputExample
@@ -411,7 +411,8 @@ def classifier_inference_fn(model, strategy, use_xla=False, is_regression=False)
   return inference.make_inference_fn(strategy, forward, use_xla)
 
 
-# The original's eval results from the logits (tasks/metrics.py; tests call it by this name).
+# The original's eval results from the logits (tasks/classifier/metrics.py; tests call it by
+# this name).
 eval_metrics = metrics.classifier_eval_results
 
 

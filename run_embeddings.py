@@ -19,8 +19,8 @@ are searched (as BEIR's loader keeps them). Beside or instead of it, sts_dev.tsv
 similarities (eval_pearson, eval_spearman).
 
 Each anchor must pick its positive among all positives and negatives of its batch (scale x
-cosine, cross-entropy; tasks/embeddings.py, retrieval.py); a text that occurs twice in a batch
-is not counted as a negative of itself (duplicate masking by text). --symmetric adds the
+cosine, cross-entropy; tasks/retrieval/embeddings.py, retrieval.py); a text that occurs twice
+in a batch is not counted as a negative of itself (duplicate masking by text). --symmetric adds the
 positive -> anchor direction, --matryoshka_dims trains truncated embeddings too,
 --mini_batch_size > 0 computes the same loss with the encoder on that many texts at a time
 (the gradient cache: the batch's memory is that of a mini-batch).
@@ -57,9 +57,9 @@ from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
 from bert_keras.runtime import training_checkpoints
-from bert_keras.tasks import embedding_data
-from bert_keras.tasks import embeddings
-from bert_keras.tasks import retrieval_metrics
+from bert_keras.tasks.retrieval import embedding_data
+from bert_keras.tasks.retrieval import embeddings
+from bert_keras.tasks.retrieval import metrics as retrieval_metrics
 from bert_keras.utils import errors
 from bert_keras.utils import memory
 

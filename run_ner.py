@@ -11,7 +11,7 @@ tagging task in CoNLL files, the way run_classifier.py fine-tunes on sentences.
 --data_dir holds train.txt, dev.txt and test.txt (or train.conll, dev.conll and test.conll)
 in CoNLL format: one token a line, its tag in the LAST column (tab- or space-separated), blank
 lines between sentences, -DOCSTART- lines skipped; tags in BIO (IOB2), IOB1 or IOE
-(tasks/ner.py). test.txt may be untagged (one column). The tag set is --labels, else the
+(tasks/ner/tagging.py). test.txt may be untagged (one column). The tag set is --labels, else the
 tags of train.txt (sorted, "O" first); it is saved in output_dir/labels.txt and reused by
 --do_eval / --do_predict (also with another output_dir and --init_checkpoint=<that
 output_dir>) and checkpoints.load_model(output_dir, task="tagger"). --init_checkpoint may
@@ -53,7 +53,7 @@ from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
 from bert_keras.runtime import training_checkpoints
-from bert_keras.tasks import ner
+from bert_keras.tasks.ner import tagging as ner
 from bert_keras import tokenization
 from bert_keras.utils import conlleval
 from bert_keras.utils import errors

@@ -21,7 +21,7 @@ grouped by query (all rows of a query text, in first-appearance order; every que
 positive); per query, logsumexp over its candidates' logits minus the mean logit of its
 positives (the softmax cross-entropy against the uniform distribution over the positives),
 the mean over the batch's queries (--train_batch_size queries a step, each padded to the
-longest list with masked-out candidates). tasks/reranking.py, retrieval.py.
+longest list with masked-out candidates). tasks/retrieval/reranking.py, retrieval.py.
 
 Evaluation reranks the first --rerank_top_k candidates of each judged query of
 --candidates_file (dev; --do_predict: --test_candidates_file, default --candidates_file) in
@@ -57,10 +57,10 @@ from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
 from bert_keras.runtime import training_checkpoints
-from bert_keras.tasks import embedding_data
-from bert_keras.tasks import embeddings
-from bert_keras.tasks import reranking
-from bert_keras.tasks import retrieval_metrics
+from bert_keras.tasks.retrieval import embedding_data
+from bert_keras.tasks.retrieval import embeddings
+from bert_keras.tasks.retrieval import reranking
+from bert_keras.tasks.retrieval import metrics as retrieval_metrics
 from bert_keras.utils import errors
 
 TRAIN_FILES = ("train.tsv", "train.jsonl")

@@ -18,8 +18,8 @@ and, when --predict_file has the answers, evaluates itself with evaluate_squad.p
 Read top to bottom: flags; the TFRecords of the features (FeatureWriter, decode_fn);
 training and prediction (create_model, SpanPredictor); run(); evaluation. Reading the SQuAD
 JSON (SquadExample, read_squad_examples) and the windows (InputFeatures,
-convert_examples_to_features) live in tasks/squad_data.py, the post-processing
-(write_predictions, PredictionWriter, get_final_text) in tasks/squad_predictions.py; this
+convert_examples_to_features) live in tasks/squad/data.py, the post-processing
+(write_predictions, PredictionWriter, get_final_text) in tasks/squad/predictions.py; this
 module re-exports them under the original's names.
 """
 
@@ -53,8 +53,8 @@ from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training
 from bert_keras.runtime import training_checkpoints
-from bert_keras.tasks import squad_data
-from bert_keras.tasks import squad_predictions
+from bert_keras.tasks.squad import data as squad_data
+from bert_keras.tasks.squad import predictions as squad_predictions
 from bert_keras.tasks import tfds_input
 from bert_keras.tasks import windows
 from bert_keras.utils import errors
@@ -136,7 +136,7 @@ DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
 # ----------------------------------------------------------------------------
-# Examples and features: tasks/squad_data.py (reading the SQuAD JSON, the doc_stride windows),
+# Examples and features: tasks/squad/data.py (reading the SQuAD JSON, the doc_stride windows),
 # under the original's names.
 
 SquadExample = squad_data.SquadExample

@@ -4,8 +4,8 @@ The repository root *is* the package directory (package_dir maps bert_keras to
 "."), so `python run_pretraining.py ...` works from a clone exactly like the
 original, and `from bert_keras import modeling` works from anywhere after
 `pip install .` (or `pip install -e .`). Its subpackages (utils, runtime,
-pretraining_data, tasks, prediction) are the directories of the same names. A built wheel
-holds the package alone: not setup.py, tests/, bench/, results/ or demo.sh.
+pretraining_data, tasks and its families, prediction) are the directories of the same names.
+A built wheel holds the package alone: not setup.py, tests/, bench/, results/ or demo.sh.
 """
 
 import hashlib
@@ -14,7 +14,8 @@ import re
 from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
-SUBPACKAGES = ("utils", "runtime", "pretraining_data", "tasks", "prediction")
+SUBPACKAGES = ("utils", "runtime", "pretraining_data", "tasks", "tasks.classifier", "tasks.squad",
+               "tasks.ner", "tasks.retrieval", "prediction")
 
 # The one version string is __init__.py's.
 with open("__init__.py", encoding="utf-8") as f:

@@ -75,7 +75,7 @@ def ner_part(model_dir, data_dir, tmp):
   import tensorflow as tf
   from bert_keras import modeling, optimization, run_ner, tokenization
   from bert_keras.runtime import distribution, input_pipeline, training
-  from bert_keras.tasks import ner
+  from bert_keras.tasks.ner import tagging as ner
   path = next((os.path.join(data_dir, f"train.{e}") for e in ("txt", "conll")
                if os.path.exists(os.path.join(data_dir, f"train.{e}"))), None)
   if path is None:

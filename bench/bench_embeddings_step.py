@@ -62,8 +62,8 @@ def main():
   from bert_keras import tokenization
   from bert_keras.runtime import distribution
   from bert_keras.runtime import training
-  from bert_keras.tasks import embedding_data
-  from bert_keras.tasks import embeddings
+  from bert_keras.tasks.retrieval import embedding_data
+  from bert_keras.tasks.retrieval import embeddings
 
   pairs = squad_retrieval_data.build(args.squad_dir, max_train=args.max_train)["train"]
   tokenizer = tokenization.FullTokenizer(os.path.join(model_dir, "vocab.txt"), True)

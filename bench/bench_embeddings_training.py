@@ -11,7 +11,7 @@ decay), --max_seq_length, scale 20. A text twice in a batch: run_embeddings mask
 own negatives; sentence-transformers' loss does not, so its side uses the batch sampler its
 documentation gives for this loss, NO_DUPLICATES. Each side then embeds the 462 paragraphs and
 the held-out test questions (64 texts a step) and writes its top 100 as a TREC run, which
-tasks/retrieval_metrics scores (NDCG@10, MRR@10, Recall@10/100) against qrels/test.tsv. Wall
+tasks/retrieval/metrics.py scores (NDCG@10, MRR@10, Recall@10/100) against qrels/test.tsv. Wall
 time is end to end (process start to the run file), the sides timed one after the other; the
 training time beside it is the trainer's construction and training (ours: from run_embeddings'
 log, "Running training" to "Running evaluation"), of the last round.
@@ -88,8 +88,8 @@ print(json.dumps({"train_s": train_s, "steps": trainer.state.global_step,
 
 
 def _score(data, run_file):
-  """The MEASURES of a TREC run on qrels/test.tsv (tasks/retrieval_metrics)."""
-  from bert_keras.tasks import retrieval_metrics
+  """The MEASURES of a TREC run on qrels/test.tsv (tasks/retrieval/metrics.py)."""
+  from bert_keras.tasks.retrieval import metrics as retrieval_metrics
   figures = retrieval_metrics.evaluate(
       retrieval_metrics.read_qrels(os.path.join(data, "qrels", "test.tsv")),
       retrieval_metrics.read_run(run_file))

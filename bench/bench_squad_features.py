@@ -2,7 +2,7 @@
 
 Times read_squad_examples + convert_examples_to_features (the doc_stride windows, the
 answer spans, token_is_max_context) of the original run_squad (PyPI bert-tensorflow, with
-its FullTokenizer) and of ours (tasks/squad_data.py with tokenization.py), on the same SQuAD
+its FullTokenizer) and of ours (tasks/squad/data.py with tokenization.py), on the same SQuAD
 file and settings, in interleaved rounds (best of --repeats each); checks that both give the
 same features (every field of every window). Records are collected in memory, not written.
 Training mode reads a copy of the file that keeps each question's first answer (dev files
@@ -51,7 +51,7 @@ def _fields(feature):
 
 
 def main(_):
-  from bert_keras.tasks import squad_data
+  from bert_keras.tasks.squad import data as squad_data
   from bert_keras import tokenization
   logging.set_verbosity(logging.WARNING)  # both log their first 20 examples at INFO
   FLAGS.version_2_with_negative = FLAGS.v2

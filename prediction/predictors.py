@@ -37,10 +37,10 @@ from bert_keras.runtime import model_dir
 from bert_keras.runtime import option_checks as checks
 from bert_keras import serving
 from bert_keras import task_registry
-from bert_keras.tasks import doc_windows
-from bert_keras.tasks import multi_label
+from bert_keras.tasks.classifier import doc_windows
+from bert_keras.tasks.classifier import multi_label
 from bert_keras.prediction import tagger
-from bert_keras.tasks import squad_data
+from bert_keras.tasks.squad import data as squad_data
 from bert_keras.tasks import windows as windows_lib
 from bert_keras import tokenization
 from bert_keras.utils import conlleval
@@ -266,9 +266,9 @@ def _saved_model_labels(path):
 
 class WindowPredictor(Predictor):
   """A classifier trained with --doc_stride (task.json's doc_stride and window_pooling): each
-  text_a split into run_classifier's windows (tasks/doc_windows.py; text_b whole beside each),
-  the model run on every window, the windows' logits pooled per row, so that a long text gets
-  the prediction run_classifier's --do_predict gives it."""
+  text_a split into run_classifier's windows (tasks/classifier/doc_windows.py; text_b whole
+  beside each), the model run on every window, the windows' logits pooled per row, so that a
+  long text gets the prediction run_classifier's --do_predict gives it."""
 
   def __init__(self, model, tokenizer, max_seq_length, doc_stride, window_pooling="mean",
                batch_size=32, pair="optional", **kwargs):

@@ -33,7 +33,7 @@ from bert_keras import preprocessing
 from bert_keras.runtime import model_dir
 from bert_keras import serving
 from bert_keras import task_registry
-from bert_keras.tasks import classifier_data
+from bert_keras.tasks.classifier import data as classifier_data
 from bert_keras.prediction import row_io
 from bert_keras.prediction import predictors
 from bert_keras import tokenization

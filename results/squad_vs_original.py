@@ -55,7 +55,7 @@ from bert_keras import tokenization  # noqa: E402
 from bert_keras.runtime import distribution  # noqa: E402
 from bert_keras.runtime import input_pipeline  # noqa: E402
 from bert_keras.runtime import training  # noqa: E402
-from bert_keras.tasks import squad_data  # noqa: E402
+from bert_keras.tasks.squad import data as squad_data  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))

@@ -17,7 +17,7 @@ STS-B's float32 scores are written back as their shortest decimal ("3.8" for "3.
 run_squad: `--tfds_name=squad/v1.1` or `squad/v2.0` reads the train split for training and the
 validation split for prediction. squad_data() rebuilds the SQuAD JSON "data" list (articles by
 title, paragraphs by context, in TFDS's order: TFDS does not keep the file order) and
-read_squad_examples() runs tasks/squad_data.py's reader over it, so the SquadExamples are the
+read_squad_examples() runs tasks/squad/data.py's reader over it, so the SquadExamples are the
 JSON reader's for the same questions (in TFDS's order). v1.1 questions with several answers
 keep them all (TFDS merges duplicated ids' answers, as the official dev file has none).
 

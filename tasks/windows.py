@@ -1,11 +1,11 @@
 """The sliding-window rule of every task that reads a sequence longer than the model: the
 original run_squad's doc_stride windows and its max-context choice, written once.
 
-SQuAD (tasks/squad_data.py) windows a paragraph's word pieces after the question, NER
-(tasks/ner.py) a sentence's pieces, run_classifier --doc_stride (tasks/doc_windows.py) a
-long text_a, and predict.py's SQuAD predictor (prediction/predictors.py) a context: all with
-doc_spans, and each piece is predicted from the window where it has the most context
-(check_is_max_context / max_context_windows).
+SQuAD (tasks/squad/data.py) windows a paragraph's word pieces after the question, NER
+(tasks/ner/tagging.py) a sentence's pieces, run_classifier --doc_stride
+(tasks/classifier/doc_windows.py) a long text_a, and predict.py's SQuAD predictor
+(prediction/predictors.py) a context: all with doc_spans, and each piece is predicted from
+the window where it has the most context (check_is_max_context / max_context_windows).
 
   doc_spans(10, 4, 2) == [(0, 4), (2, 4), (4, 4), (6, 4)]
   max_context_windows(doc_spans(10, 4, 2), 10) == [0, 0, 0, 1, 1, 2, 2, 3, 3, 3]

@@ -18,9 +18,9 @@ from test_run_pretraining import ENV
 from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import run_classifier
-from bert_keras.tasks import class_weights
-from bert_keras.tasks import doc_windows
-from bert_keras.tasks import multi_label
+from bert_keras.tasks.classifier import class_weights
+from bert_keras.tasks.classifier import doc_windows
+from bert_keras.tasks.classifier import multi_label
 
 WORDS = ("the a cat dog sat on mat ran fast slow good bad movie is was not very it he she "
          "what why how who question answer yes no").split()

@@ -18,7 +18,7 @@ from bert_keras import run_ner
 from bert_keras.runtime import distribution
 from bert_keras.runtime import training
 from bert_keras.runtime import training_checkpoints
-from bert_keras.tasks import class_weights
+from bert_keras.tasks.classifier import class_weights
 from bert_keras.utils import errors
 
 WORDS = "the a cat dog sat on mat ran fast slow good bad".split()

@@ -1,4 +1,4 @@
-"""tasks/retrieval_metrics.py and evaluate_retrieval.py: every measure against pytrec_eval
+"""tasks/retrieval/metrics.py and evaluate_retrieval.py: every measure against pytrec_eval
 (trec_eval's code) on random runs with ties, missing queries, graded relevance, empty rankings,
 queries without relevant documents and cut-offs below and above the run length; the file
 formats, their errors, and the script in process and as a command."""
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bert_keras import evaluate_retrieval
-from bert_keras.tasks import retrieval_metrics
+from bert_keras.tasks.retrieval import metrics as retrieval_metrics
 from conftest import REPO
 
 K_VALUES = (1, 2, 3, 5, 7, 10, 100)

@@ -18,7 +18,7 @@ from conftest import shared_path
 from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import run_classifier
-from bert_keras.tasks import metrics
+from bert_keras.tasks.classifier import metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")

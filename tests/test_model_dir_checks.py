@@ -236,7 +236,7 @@ _RECORD = {"labels": CLASSES, "thresholds": [0.5, 0.25, 0.5], "label_separator":
     (None, r"not a thresholds file .*: null$"),
     ("{", r"not a thresholds file \(not JSON")])
 def test_thresholds_json_is_checked_naming_the_file_and_field(base, tmp_path, content, message):
-  from bert_keras.tasks import multi_label
+  from bert_keras.tasks.classifier import multi_label
   directory = _copy(base, "classifier", tmp_path, multi_label=True)
   (directory / "run_options.json").write_text(json.dumps({"_task_kind": "multi_label"}))
   path = directory / "thresholds.json"
@@ -393,7 +393,7 @@ def _classifier_options(directory, **flags):
   """run_classifier's options for a run on the model directory `directory` (its --output_dir),
   resolved as run_classifier.run resolves them."""
   from bert_keras import run_classifier
-  from bert_keras.tasks import classifier_options
+  from bert_keras.tasks.classifier import options as classifier_options
   return model_dir.resolve_options(
       run_classifier.options(output_dir=str(directory), do_predict=True, **flags),
       run_classifier.DEFAULTS, pin=classifier_options.TASK_JSON_OPTIONS,

@@ -1,5 +1,5 @@
-"""tasks/ner.py: the CoNLL reader (both layouts, -DOCSTART-, IOB1, its one-line errors), the tag
-set, the BERT paper's alignment and the windows of long sentences (every word back once, in
+"""tasks/ner/tagging.py: the CoNLL reader (both layouts, -DOCSTART-, IOB1, its one-line errors),
+the tag set, the BERT paper's alignment and the windows of long sentences (every word back once, in
 order, for sentences up to 5,000 words), and the token loss (modeling.token_classifier_loss)."""
 
 import random
@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from bert_keras import modeling
 from bert_keras import tokenization
-from bert_keras.tasks import ner
+from bert_keras.tasks.ner import tagging as ner
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "john", "smith", "lives", "in", "paris", "new",
          "york", "un", "##believ", "##able", ".", ",", "the", "a", "b", "c"]

@@ -77,7 +77,7 @@ def test_tag_sentences_equals_the_windows_argmax(tmp_path):
   """ner.tag_sentences on words: the argmax of the model's logits at each word's first piece,
   long lists through windows, a word without pieces O."""
   from bert_keras import tokenization
-  from bert_keras.tasks import ner
+  from bert_keras.tasks.ner import tagging as ner
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("".join(t + "\n" for t in ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "a", "b",
                                               "##c"]), encoding="utf-8")

@@ -13,7 +13,7 @@ from bert_keras import checkpoints
 from bert_keras import export_saved_model
 from bert_keras import modeling
 from bert_keras import preprocessing
-from bert_keras.tasks import ner
+from bert_keras.tasks.ner import tagging as ner
 from bert_keras.prediction import tagger
 from bert_keras import tokenization
 from bert_keras.utils import conlleval

@@ -80,8 +80,9 @@ def test_the_wheel_holds_the_package_and_nothing_else(wheel):
   names = set(zipfile.ZipFile(wheel).namelist())
   files = {n for n in names if ".dist-info/" not in n}
   expected = {str(p.relative_to(ROOT)) for p in ROOT.glob("*.py") if p.name != "setup.py"}
-  for init in ROOT.glob("*/__init__.py"):  # every subpackage (tests/ has none)
-    expected |= {str(p.relative_to(ROOT)) for p in init.parent.glob("*.py")}
+  for top in ROOT.glob("*/__init__.py"):  # every subpackage, nested ones too (tests/ has none)
+    for init in top.parent.rglob("__init__.py"):
+      expected |= {str(p.relative_to(ROOT)) for p in init.parent.glob("*.py")}
   expected = {"bert_keras/" + n for n in expected} | {"bert_keras/sample_text.txt"}
   extension = {n for n in files if n.startswith("bert_keras/_word_table") and n.endswith(".so")}
   assert extension, "no C extension in the wheel"

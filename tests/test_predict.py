@@ -21,7 +21,7 @@ from bert_keras import modeling
 from bert_keras import predict
 from bert_keras import preprocessing
 from bert_keras.runtime import model_dir
-from bert_keras.tasks import ner
+from bert_keras.tasks.ner import tagging as ner
 from bert_keras.prediction import row_io
 from bert_keras import tokenization
 from bert_keras.utils import conlleval

@@ -13,9 +13,9 @@ import pytest
 from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import run_embeddings
-from bert_keras.tasks import embedding_data
-from bert_keras.tasks import embeddings
-from bert_keras.tasks import retrieval_metrics
+from bert_keras.tasks.retrieval import embedding_data
+from bert_keras.tasks.retrieval import embeddings
+from bert_keras.tasks.retrieval import metrics as retrieval_metrics
 
 ENTITIES = ["apple", "river", "castle", "violin", "tiger", "rocket", "garden", "winter",
             "copper", "island", "forest", "desert", "bridge", "candle", "mirror", "planet"]

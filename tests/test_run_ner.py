@@ -18,7 +18,7 @@ from bert_keras import checkpoints
 from bert_keras import huggingface_layout
 from bert_keras import modeling
 from bert_keras import run_ner
-from bert_keras.tasks import ner
+from bert_keras.tasks.ner import tagging as ner
 from bert_keras import tokenization
 from bert_keras.utils import conlleval
 

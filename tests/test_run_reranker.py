@@ -20,8 +20,8 @@ from bert_keras import retrieval
 from bert_keras import run_reranker
 from bert_keras import task_registry
 from bert_keras import tokenization
-from bert_keras.tasks import reranking
-from bert_keras.tasks import retrieval_metrics
+from bert_keras.tasks.retrieval import reranking
+from bert_keras.tasks.retrieval import metrics as retrieval_metrics
 
 ENTITIES = ["apple", "river", "castle", "violin", "tiger", "rocket", "garden", "winter",
             "copper", "island", "forest", "desert", "bridge", "candle", "mirror", "planet"]

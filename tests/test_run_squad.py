@@ -24,8 +24,8 @@ from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import run_squad
 from bert_keras import tokenization
-from bert_keras.tasks import squad_data
-from bert_keras.tasks import squad_predictions
+from bert_keras.tasks.squad import data as squad_data
+from bert_keras.tasks.squad import predictions as squad_predictions
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")

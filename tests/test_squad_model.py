@@ -17,7 +17,7 @@ from bert_keras import run_squad
 from bert_keras.runtime import distribution
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import training
-from bert_keras.tasks import squad_data
+from bert_keras.tasks.squad import data as squad_data
 from test_run_squad import TINY
 
 

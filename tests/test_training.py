@@ -109,7 +109,7 @@ def test_build_trainer_skips_the_padding_where_nothing_reads_it(task_name, use_x
   import tensorflow as tf
   from bert_keras import modeling, run_classifier, run_ner, run_squad
   from bert_keras.runtime import training
-  from bert_keras.tasks import ner
+  from bert_keras.tasks.ner import tagging as ner
   config = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1,
                                num_attention_heads=2, intermediate_size=20)
   make, task = {

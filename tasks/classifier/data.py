@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import tokenization
-from bert_keras.tasks import multi_label as multi_label_lib
+from bert_keras.tasks.classifier import multi_label as multi_label_lib
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
 

@@ -4,7 +4,7 @@ label's probability (regression: the predicted score)."""
 
 import numpy as np
 
-from bert_keras.tasks import multi_label
+from bert_keras.tasks.classifier import multi_label
 
 
 def prediction_tsv(guids, outputs, label_list, gold=None, thresholds=None):

@@ -4,7 +4,7 @@ cached (gradient-cache) step, and retrieval evaluation.
 Read top to bottom:
   1. records        write_records / decode_fn: per training row the anchor, the positive and K
                     negatives as input_ids / input_mask [S] (negatives [K*S]) and their text ids
-                    (tasks/embedding_data.TextIds) for duplicate masking
+                    (tasks/retrieval/embedding_data.py.TextIds) for duplicate masking
   2. the loss       EmbeddingTask: the shared encoder embeds anchors, positives and negatives in
                     one call ([b(2+K), S]) and retrieval.in_batch_negatives_loss scores them;
                     ColumnTrainer: one encoder call per column, each column cut to its own
@@ -31,7 +31,7 @@ from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import outputs
 from bert_keras.runtime import training
-from bert_keras.tasks import retrieval_metrics
+from bert_keras.tasks.retrieval import metrics as retrieval_metrics
 from bert_keras.utils import file_io
 
 COLUMNS = ("anchor", "positive", "negative")
@@ -210,7 +210,7 @@ def retrieval_run(query_ids, query_embeddings, doc_ids, doc_embeddings, top_k=TO
 
 
 def retrieval_results(qrels, run, prefix="eval_"):
-  """The scorer's measures (tasks/retrieval_metrics.evaluate at K_VALUES) as {prefix + name:
+  """The scorer's measures (tasks/retrieval/metrics.py.evaluate at K_VALUES) as {prefix + name:
   value}, e.g. eval_NDCG@10, eval_MAP@100, eval_Recall@100, eval_MRR@10."""
   return {prefix + name: value for name, value in
           retrieval_metrics.evaluate(qrels, run, K_VALUES).items()}

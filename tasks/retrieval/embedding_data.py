@@ -8,7 +8,7 @@ Read top to bottom:
   2. BEIR              read_corpus (corpus.jsonl: `_id`, `title`, `text`; the text embedded is
                        (title + " " + text).strip(), as BEIR's SentenceBERT.encode_corpus),
                        read_queries (queries.jsonl: `_id`, `text`), read_qrels (qrels/*.tsv
-                       through tasks/retrieval_metrics, then every id checked against the
+                       through tasks/retrieval/metrics.py, then every id checked against the
                        corpus and queries, an unknown one naming its line)
   3. STS               read_sts (sts_dev.tsv / sts_test.tsv: a header naming `sentence1`,
                        `sentence2` and `score`) -> (texts_a, texts_b, scores float64 [N])
@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import preprocessing
-from bert_keras.tasks import retrieval_metrics
+from bert_keras.tasks.retrieval import metrics as retrieval_metrics
 from bert_keras.utils import file_io
 
 ANCHOR, POSITIVE, NEGATIVE = "anchor", "positive", "negative"

@@ -30,9 +30,9 @@ from bert_keras import retrieval
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import training
-from bert_keras.tasks import embedding_data
-from bert_keras.tasks import embeddings
-from bert_keras.tasks import retrieval_metrics
+from bert_keras.tasks.retrieval import embedding_data
+from bert_keras.tasks.retrieval import embeddings
+from bert_keras.tasks.retrieval import metrics as retrieval_metrics
 
 QUERY, PASSAGE, LABEL = "query", "passage", "label"
 LOSSES = ("pointwise", "listwise")

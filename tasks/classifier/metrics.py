@@ -17,7 +17,7 @@ degenerate model never looks like the best checkpoint nor breaks a comparison). 
 
 import numpy as np
 
-from bert_keras.tasks import multi_label
+from bert_keras.tasks.classifier import multi_label
 
 
 def accuracy(labels, predictions):

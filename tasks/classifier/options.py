@@ -11,9 +11,9 @@ import numpy as np
 
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import option_checks as checks
-from bert_keras.tasks import class_weights as class_weights_lib
-from bert_keras.tasks import doc_windows
-from bert_keras.tasks import multi_label as multi_label_lib
+from bert_keras.tasks.classifier import class_weights as class_weights_lib
+from bert_keras.tasks.classifier import doc_windows
+from bert_keras.tasks.classifier import multi_label as multi_label_lib
 
 
 def define_flags(fv=flags.FLAGS):
