@@ -21,10 +21,10 @@ import csv
 import json
 import math
 import numbers
-import re
 import sys
 
 from bert_keras.utils import file_io
+from bert_keras.utils import json_lines
 
 FORMATS = ("tsv", "csv", "jsonl")
 _EXTENSIONS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl",
@@ -32,7 +32,6 @@ _EXTENSIONS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"
 _BOM = b"\xef\xbb\xbf"
 # A JSON escape of a UTF-16 surrogate (U+D800..U+DFFF): a line holding one is checked for a
 # lone surrogate (a pair decodes to one character).
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 class Row(object):
@@ -138,25 +137,9 @@ class Reader(object):
       if error is not None:
         yield Row(None, number, error)
         continue
-      try:
-        text = raw.decode("utf-8")
-      except UnicodeDecodeError as e:
-        yield Row(None, number, f"not UTF-8 (byte {e.start + 1} of the line)")
-        continue
-      try:
-        value = json.loads(text, parse_constant=_not_json)
-      except ValueError as e:
-        yield Row(None, number, f"not valid JSON ({e})")
-        continue
-      except RecursionError:
-        yield Row(None, number, "JSON nested too deeply")
-        continue
-      if not isinstance(value, dict):
-        yield Row(None, number, "not a JSON object")
-        continue
-      if _SURROGATE_ESCAPE.search(raw) and not _is_unicode(value):
-        yield Row(None, number, "a string holds a lone surrogate (a \\ud800-\\udfff escape "
-                  "that is not half of a pair): not Unicode text")
+      value, why = json_lines.parse_object(raw)
+      if why is not None:
+        yield Row(None, number, why)
         continue
       yield Row(value, number)
 
@@ -206,22 +189,6 @@ class Reader(object):
         yield Row(None, line, f"{len(values)} fields, the header has {len(header)}")
       else:
         yield Row(dict(zip(header, values)), line)
-
-
-def _is_unicode(value):
-  """Whether every string in the JSON value `value` (keys too) is encodable as UTF-8 (holds
-  no lone surrogate)."""
-  try:
-    json.dumps(value, ensure_ascii=False).encode("utf-8")
-  except UnicodeEncodeError:
-    return False
-  return True
-
-
-def _not_json(constant):
-  """json.loads's parse_constant: NaN, Infinity and -Infinity (Python's extension) are not
-  JSON; a row holding one is a bad row (its echo could not be written as JSON)."""
-  raise ValueError(f"{constant} is not a JSON value")
 
 
 def non_finite(value, where=""):

@@ -20,7 +20,6 @@ Read top to bottom:
 import csv
 import dataclasses
 import io
-import json
 import os
 
 import numpy as np
@@ -29,6 +28,7 @@ import tensorflow as tf
 from bert_keras import preprocessing
 from bert_keras.tasks.retrieval import metrics as retrieval_metrics
 from bert_keras.utils import file_io
+from bert_keras.utils import json_lines
 
 ANCHOR, POSITIVE, NEGATIVE = "anchor", "positive", "negative"
 
@@ -61,17 +61,8 @@ def text_lines(path):
 
 def json_rows(path):
   """(line number, dict) of a JSON-lines file; blank lines skipped; a line that is not a JSON
-  object is a ValueError naming it."""
-  for number, line in text_lines(path):
-    if not line.strip():
-      continue
-    try:
-      row = json.loads(line)
-    except ValueError as e:
-      raise ValueError(f"{path} line {number}: not JSON ({e.msg})") from None
-    if not isinstance(row, dict):
-      raise ValueError(f"{path} line {number}: not a JSON object")
-    yield number, row
+  object is a ValueError naming it (utils/json_lines, predict.py's rule)."""
+  return json_lines.read_objects(path)
 
 
 def required_text(path, number, name, value):
