@@ -140,3 +140,38 @@ def config_file(tmp_path, name="big.json", **overrides):
   path = tmp_path / name
   path.write_text(json.dumps(dict(config, **overrides)))
   return path
+
+
+# The retrieval tests' tiny world: 16 entities, each a document "a story of <entity> ." and a
+# query "tell me about <entity>"; its vocab.
+ENTITIES = ["apple", "river", "castle", "violin", "tiger", "rocket", "garden", "winter",
+            "copper", "island", "forest", "desert", "bridge", "candle", "mirror", "planet"]
+FILLERS = ["the", "a", "story", "of", "what", "is", "about", "tell", "me", "old", "new", "."]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + ENTITIES + FILLERS
+
+
+def write_beir(directory):
+  """A BEIR-layout set in `directory`: corpus.jsonl (d<i>: entity i's story), queries.jsonl
+  (q<i>), qrels/dev.tsv (q0-q7 -> d0-d7) and qrels/test.tsv (q8-q15 -> d8-d15)."""
+  import json
+  (directory / "qrels").mkdir()
+  corpus = [{"_id": f"d{i}", "title": entity, "text": f"a story of {entity} ."}
+            for i, entity in enumerate(ENTITIES)]
+  queries = [{"_id": f"q{i}", "text": f"tell me about {entity}"}
+             for i, entity in enumerate(ENTITIES)]
+  (directory / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in corpus))
+  (directory / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+  for split, ids in (("dev", range(0, 8)), ("test", range(8, 16))):
+    (directory / "qrels" / f"{split}.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in ids))
+
+
+def write_tiny_model_files(root, vocab):
+  """vocab.txt (the tokens `vocab`) and bert_config.json (2 layers, hidden 32, 32 positions)
+  in `root`, as the run_* tests' checkpoint-less models read them."""
+  from bert_keras import modeling
+  (root / "vocab.txt").write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
+  config = modeling.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, intermediate_size=64,
+                               max_position_embeddings=32)
+  (root / "bert_config.json").write_text(config.to_json_string(), encoding="utf-8")

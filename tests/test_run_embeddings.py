@@ -10,6 +10,8 @@ import re
 import numpy as np
 import pytest
 
+import conftest
+
 from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import run_embeddings
@@ -17,10 +19,7 @@ from bert_keras.tasks.retrieval import embedding_data
 from bert_keras.tasks.retrieval import embeddings
 from bert_keras.tasks.retrieval import metrics as retrieval_metrics
 
-ENTITIES = ["apple", "river", "castle", "violin", "tiger", "rocket", "garden", "winter",
-            "copper", "island", "forest", "desert", "bridge", "candle", "mirror", "planet"]
-FILLERS = ["the", "a", "story", "of", "what", "is", "about", "tell", "me", "old", "new", "."]
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + ENTITIES + FILLERS
+ENTITIES, VOCAB = conftest.ENTITIES, conftest.VOCAB
 
 
 def _pairs(negatives=False):
@@ -35,31 +34,14 @@ def _pairs(negatives=False):
   return "\n".join(rows) + "\n"
 
 
-def _write_beir(directory):
-  (directory / "qrels").mkdir()
-  corpus = [{"_id": f"d{i}", "title": entity, "text": f"a story of {entity} ."}
-            for i, entity in enumerate(ENTITIES)]
-  queries = [{"_id": f"q{i}", "text": f"tell me about {entity}"}
-             for i, entity in enumerate(ENTITIES)]
-  (directory / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in corpus))
-  (directory / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
-  for split, ids in (("dev", range(0, 8)), ("test", range(8, 16))):
-    (directory / "qrels" / f"{split}.tsv").write_text(
-        "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in ids))
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
   root = tmp_path_factory.mktemp("embeddings")
   data = root / "data"
   data.mkdir()
   (data / "train.tsv").write_text(_pairs())
-  _write_beir(data)
-  (root / "vocab.txt").write_text("".join(t + "\n" for t in VOCAB), encoding="utf-8")
-  config = modeling.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
-                               num_attention_heads=2, intermediate_size=64,
-                               max_position_embeddings=32)
-  (root / "bert_config.json").write_text(config.to_json_string(), encoding="utf-8")
+  conftest.write_beir(data)
+  conftest.write_tiny_model_files(root, VOCAB)
   return root
 
 
@@ -243,7 +225,7 @@ def test_trimmed_columns_give_the_stacked_loss_and_gradients(num_negatives):
 def test_bad_input_is_one_line_error_before_any_output(files, tmp_path, where, text, message):
   data = tmp_path / "data"
   data.mkdir()
-  _write_beir(data)
+  conftest.write_beir(data)
   if not where.startswith("train"):
     (data / "train.tsv").write_text(_pairs())
   (data / where).write_text(text)

@@ -13,6 +13,8 @@ import sys
 import numpy as np
 import pytest
 
+import conftest
+
 from conftest import config_file
 from bert_keras import checkpoints
 from bert_keras import huggingface_layout
@@ -59,11 +61,7 @@ def files(tmp_path_factory):
   write_conll(data / "dev.txt", dev)
   write_conll(data / "test.txt", [sentence(rng, 5) for _ in range(4)] + [sentence(rng, 30)],
               tagged=False, docstart=False)
-  (root / "vocab.txt").write_text("".join(t + "\n" for t in VOCAB), encoding="utf-8")
-  config = modeling.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
-                               num_attention_heads=2, intermediate_size=64,
-                               max_position_embeddings=32)
-  (root / "bert_config.json").write_text(config.to_json_string(), encoding="utf-8")
+  conftest.write_tiny_model_files(root, VOCAB)
   return root
 
 

@@ -12,6 +12,8 @@ import re
 import numpy as np
 import pytest
 
+import conftest
+
 from bert_keras import checkpoints
 from bert_keras import huggingface_layout
 from bert_keras import modeling
@@ -23,10 +25,7 @@ from bert_keras import tokenization
 from bert_keras.tasks.retrieval import reranking
 from bert_keras.tasks.retrieval import metrics as retrieval_metrics
 
-ENTITIES = ["apple", "river", "castle", "violin", "tiger", "rocket", "garden", "winter",
-            "copper", "island", "forest", "desert", "bridge", "candle", "mirror", "planet"]
-FILLERS = ["the", "a", "story", "of", "what", "is", "about", "tell", "me", "old", "new", "."]
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"] + ENTITIES + FILLERS
+ENTITIES, VOCAB = conftest.ENTITIES, conftest.VOCAB
 
 
 def _train_rows():
@@ -37,19 +36,6 @@ def _train_rows():
     rows.append(f"what is {entity}\tthe story of {entity}\t1")
     rows.append(f"what is {entity}\tthe story of {ENTITIES[(i + 1) % 16]}\t0")
   return "\n".join(rows) + "\n"
-
-
-def _write_beir(directory):
-  (directory / "qrels").mkdir()
-  corpus = [{"_id": f"d{i}", "title": entity, "text": f"a story of {entity} ."}
-            for i, entity in enumerate(ENTITIES)]
-  queries = [{"_id": f"q{i}", "text": f"tell me about {entity}"}
-             for i, entity in enumerate(ENTITIES)]
-  (directory / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in corpus))
-  (directory / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
-  for split, ids in (("dev", range(0, 8)), ("test", range(8, 16))):
-    (directory / "qrels" / f"{split}.tsv").write_text(
-        "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in ids))
 
 
 def _candidates(queries, num_docs=6):
@@ -69,14 +55,10 @@ def files(tmp_path_factory):
   data = root / "data"
   data.mkdir()
   (data / "train.tsv").write_text(_train_rows())
-  _write_beir(data)
+  conftest.write_beir(data)
   (root / "dev.trec").write_text(_candidates(range(0, 8)) + _candidates([12], 2))
   (root / "test.trec").write_text(_candidates(range(8, 16)))
-  (root / "vocab.txt").write_text("".join(t + "\n" for t in VOCAB), encoding="utf-8")
-  config = modeling.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
-                               num_attention_heads=2, intermediate_size=64,
-                               max_position_embeddings=32)
-  (root / "bert_config.json").write_text(config.to_json_string(), encoding="utf-8")
+  conftest.write_tiny_model_files(root, VOCAB)
   return root
 
 
