@@ -41,23 +41,16 @@ import keras
 import tensorflow as tf
 
 from bert_keras import modeling
-from bert_keras import output_families
 from bert_keras import task_registry
 from bert_keras.utils import file_io
 from bert_keras.utils import onnx_graph
 
-# The outputs families ServingModule serves (the tagger's is prediction/tagger.TaggerModule).
-OUTPUTS = output_families.names(served_by="serving")
 # export_saved_model's --task values served by ServingModule (a multi-label or regression
 # classifier is --task=classifier with its flags).
 TASKS = tuple(kind.name for kind in task_registry.kinds(servable=True, variant_of=None)
-              if kind.outputs in OUTPUTS)
+              if kind.family.served_by == "serving")
 SIGNATURES = ("serving_default", "preprocess")
 PER_POSITION = ("sequence_output", "start_logits", "end_logits")
-
-
-best_spans = output_families.best_spans
-span_text = output_families.span_text
 
 
 # The signatures' text inputs: tf.string [B], or a scalar (one text: a batch of one, B = 1).
@@ -82,7 +75,7 @@ class ServingModule(tf.Module):
   def __init__(self, model, preprocessor, task, max_answer_length=30, regression=False,
                trim_padding=True, pooling="mean", normalize=False, multi_label=None,
                labels=None):
-    """task: a kind of task_registry whose outputs are in OUTPUTS (regression=True or
+    """task: a kind of task_registry whose family ServingModule serves (regression=True or
     multi_label make a "classifier" the regression or multi_label kind). multi_label: None,
     or (label names [N], thresholds [N], separator) of a multi-label classifier. labels: a
     (single-label) classifier's label names [N], or None."""

@@ -29,8 +29,6 @@ from bert_keras import modeling
 from bert_keras import output_families
 from bert_keras import retrieval
 
-# What a kind's outputs are: the outputs families (output_families), each with its behaviour.
-OUTPUTS = output_families.names()
 # How a second text goes in: never, when given, always.
 PAIRS = ("no", "optional", "required")
 

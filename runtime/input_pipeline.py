@@ -175,6 +175,8 @@ def _feature(values):
   """A tf.train.Feature of `values`: a float array (np.floating) as a float_list, strings or
   bytes as a bytes_list, anything else as ints (int64_feature), flattened."""
   array = np.asarray(values)
+  if array.size == 0:  # (no values: an int64 list, whatever NumPy's default dtype)
+    return int64_feature([])
   if array.dtype.kind == "f":
     return tf.train.Feature(float_list=tf.train.FloatList(value=array.reshape(-1).tolist()))
   if array.dtype.kind in "SUO":

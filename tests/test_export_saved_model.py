@@ -355,7 +355,7 @@ def test_span_text_glues_word_pieces():
                                    "b", "##ark", "##ed", "[SEP]")]] * 5
   start = tf.constant([4, 3, 5, 8, -1])
   end = tf.constant([6, 5, 6, 10, -1])
-  got = serving.span_text(tf.constant(ids), start, end, vocabulary).numpy().astype(str)
+  got = output_families.span_text(tf.constant(ids), start, end, vocabulary).numpy().astype(str)
   assert got.tolist() == ["puppeteers", "jim puppeteer", "eers", "arked [SEP]", ""]
 
 
