@@ -341,7 +341,8 @@ def run(options):
     raise ValueError(f"--task {options.task}: not one of {', '.join(TASKS)}")
   model_files.check_output(options.export_dir, "--export_dir", options.init_checkpoint,
                            "--init_checkpoint")
-  config = run_checks.load_and_check_config(options)
+  model_source = common_flags.model_source(options)
+  config = run_checks.load_and_check_config(model_source)
   if (options.multi_label or options.threshold is not None) and not _has_variants(options.task):
     raise ValueError(f"--multi_label / --threshold are for --task=classifier, not "
                      f"--task={options.task}")
@@ -359,7 +360,7 @@ def run(options):
   preprocessor = preprocessing.BertPreprocessor(
       options.vocab_file, options.do_lower_case, options.max_seq_length,
       core_ops_only=not options.tensorflow_text_ops)
-  run_checks.check_vocab_fits(config, len(preprocessor.vocabulary), options)
+  run_checks.check_vocab_fits(config, len(preprocessor.vocabulary), model_source)
   with outputs.locked_output(options.export_dir, "--export_dir"):  # one export at a time
     serving.check_export_dir(options.export_dir, options.overwrite)  # (again, holding it)
     _export(options, config, labels, tags, preprocessor, head)

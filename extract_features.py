@@ -269,7 +269,8 @@ def run(options, strategy=None):
   checks.check(options, {checks.REQUIRED: dict(
       input_file=None, output_file=None, bert_config_file=checks.MODEL_DIR_CHECKPOINT,
       init_checkpoint=None, vocab_file=checks.MODEL_DIR_CHECKPOINT)})
-  config = run_checks.load_and_check_config(options)
+  model_source, placement = common_flags.model_source(options), common_flags.placement(options)
+  config = run_checks.load_and_check_config(model_source, use_tpu=placement.use_tpu)
   layer_indexes = parse_layers(options.layers, config.num_hidden_layers)
   checks.check(options, {checks.AT_LEAST: {"max_seq_length": (3, "[CLS] a [SEP] b [SEP]")}})
   if options.max_seq_length > config.max_position_embeddings:
@@ -283,7 +284,7 @@ def run(options, strategy=None):
                                          do_lower_case=options.do_lower_case)
   tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
                            required=("[UNK]", "[CLS]", "[SEP]"))
-  run_checks.check_vocab_fits(config, tokenizer.vocab, options)
+  run_checks.check_vocab_fits(config, tokenizer.vocab, model_source)
   if tf.io.gfile.isdir(options.output_file):
     raise ValueError(f"--output_file {options.output_file}: is a directory")
   if os.path.dirname(options.output_file):  # not below a regular file (before the model)
@@ -294,7 +295,7 @@ def run(options, strategy=None):
                        f"{os.path.dirname(options.output_file)} is, or is below, a file") from None
   examples = read_examples(options.input_file)
 
-  strategy = distribution.strategy_for(options, strategy)
+  strategy = distribution.strategy_for(placement, strategy)
   distribution.set_dtype_policy(options.dtype)
   with strategy.scope():
     model = modeling.BertModel(config)

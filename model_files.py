@@ -28,6 +28,7 @@ written for a bi-encoder by convert_checkpoint.py and read as a run_embeddings m
 Each is written atomically (file_io.write_text_atomic, a copy under a temporary name).
 """
 
+import collections.abc
 import json
 import math
 import os
@@ -65,8 +66,10 @@ def json_value(value):
 
 
 def options_dict(options):
-  """The run's options (a namespace of run() options) as a JSON-ready dict, sorted."""
-  return {key: json_value(value) for key, value in sorted(vars(options).items())
+  """The run's options (a namespace of run() options, or a {name: value} mapping:
+  settings.RunSettings.recorded) as a JSON-ready dict, sorted."""
+  values = options if isinstance(options, collections.abc.Mapping) else vars(options)
+  return {key: json_value(value) for key, value in sorted(values.items())
           if not key.startswith("_")}
 
 
@@ -94,13 +97,15 @@ def write_model_files(directory, options, config, task, labels=None, write_optio
   options have do_lower_case), labels.txt (when `labels`), task.json and (when
   write_options) run_options.json.
 
-  options: the run's options namespace (vocab_file, do_lower_case, max_seq_length are read).
+  options: the run's options, a namespace or a {name: value} mapping (options_dict; its
+  vocab_file, do_lower_case and max_seq_length are read).
   config: the modeling.BertConfig. task: the task.json "task" (runtime/model_dir.TASKS).
   labels: the output labels in order, or None. task_options: further task.json entries
   (multi_label, thresholds, doc_stride, ...).
   """
   join = lambda name: os.path.join(directory, name)  # noqa: E731
-  do_lower_case = getattr(options, "do_lower_case", None)
+  values = options_dict(options)
+  do_lower_case = values.get("do_lower_case")
   do_lower_case = None if do_lower_case is None else bool(do_lower_case)
   if labels is not None:
     write_labels(directory, labels)
@@ -113,16 +118,16 @@ def write_model_files(directory, options, config, task, labels=None, write_optio
         ", ".join(repr(name) for name in unknown), ", ".join(TASK_FIELDS)))
   description = {"task": task, "multi_label": False,
                  "labels": list(labels) if labels is not None else None,
-                 "max_seq_length": getattr(options, "max_seq_length", None),
+                 "max_seq_length": values.get("max_seq_length"),
                  "do_lower_case": do_lower_case}
   description.update(task_options)
   file_io.write_text_atomic(join(TASK_FILE),
                             json.dumps(json_value(description), indent=2) + "\n")
   if write_options:
-    recorded = dict(options_dict(options))
+    recorded = dict(values)
     recorded[RECORDED_KIND] = task_registry.of_description(description).name
     file_io.write_text_atomic(join(OPTIONS_FILE), json.dumps(recorded, indent=2) + "\n")
-  vocab_file = getattr(options, "vocab_file", None)
+  vocab_file = values.get("vocab_file")
   if vocab_file and os.path.abspath(vocab_file) != os.path.abspath(join(VOCAB_FILE)):
     copy_file(vocab_file, join(VOCAB_FILE))
 

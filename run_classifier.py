@@ -249,22 +249,22 @@ def write_feature_records(features, label_list, output_file):
       })
 
 
-def write_records(examples, label_list, options, tokenizer, output_file):
+def write_records(examples, label_list, classification, tokenizer, output_file):
   """The examples' records in output_file -> the example (document) of each record, int [R].
   --doc_stride 0: one record per example (file_based_convert_examples_to_features); else one
   per window of text_a (doc_windows.windows), each with the example's label."""
-  if not options.doc_stride:
-    file_based_convert_examples_to_features(examples, label_list, options.max_seq_length,
+  if not classification.doc_stride:
+    file_based_convert_examples_to_features(examples, label_list, classification.max_seq_length,
                                             tokenizer, output_file)
     return np.arange(len(examples))
   documents = []
   features = doc_windows.window_features(
-      examples, tokenizer, options.max_seq_length, options.doc_stride, documents,
+      examples, tokenizer, classification.max_seq_length, classification.doc_stride, documents,
       lambda i, example, a, b: features_of_tokens(i, example, a, b, label_list,
-                                                  options.max_seq_length, tokenizer))
+                                                  classification.max_seq_length, tokenizer))
   write_feature_records(features, label_list, output_file)
-  logging.info("--doc_stride=%d: %d examples -> %d windows", options.doc_stride, len(examples),
-               len(documents))
+  logging.info("--doc_stride=%d: %d examples -> %d windows", classification.doc_stride,
+               len(examples), len(documents))
   return np.array(documents, np.int64)
 
 
@@ -439,7 +439,6 @@ def _validate(options):
                         "iterations_per_loop", "gradient_accumulation_steps", "max_seq_length"),
       checks.REQUIRES: checks.EVAL_EVERY_STEPS,
       checks.AT_LEAST: {"max_seq_length": (3, "[CLS] a [SEP] b [SEP]")}})
-  training.check_training_numbers(options)
   classifier_options.validate(options)
 
 
@@ -455,60 +454,70 @@ def run(options, strategy=None):
       options, DEFAULTS, pin=classifier_options.TASK_JSON_OPTIONS, writes=MODEL_KINDS)
   _fill_task_from(options, model)
   _validate(options)
-  config = run_checks.load_and_check_config(options)
-  run_checks.check_max_seq_length(config, options)
+  return _run(common_flags.settings_of(options),
+              common_flags.typed(classifier_options.Classification, options), model, strategy)
+
+
+def _run(run, classification, model, strategy):
+  """run() on the typed settings (run: settings.RunSettings; classification: the task's
+  classifier_options.Classification; model: the model directory read, or None)."""
+  training.check_training_numbers(run.training)
+  config = run_checks.run_config(run)
+  run_checks.check_max_seq_length(config, run.model)
   task_name = None
-  if options.tfds_name:
-    task_name = tfds_input.glue_task_name(options.tfds_name, options.task_name, PROCESSORS)
+  if classification.tfds_name:
+    task_name = tfds_input.glue_task_name(classification.tfds_name, classification.task_name,
+                                          PROCESSORS)
     task_name = TASK_ALIASES.get(task_name, task_name)
     processor = PROCESSORS[task_name]()
   else:
-    processor = get_processor(options)
+    processor = get_processor(classification)
   label_list = processor.get_labels()
-  if model is not None and (model["source"] == "output_dir" or not options.do_train):
-    model_dir.check_labels(label_list, model, "--labels" if options.labels else "--task_name")
+  if model is not None and (model["source"] == "output_dir" or not run.training.do_train):
+    model_dir.check_labels(label_list, model,
+                           "--labels" if classification.labels else "--task_name")
   if label_list is None:
     logging.info("Labels: none (a regression task)")
   else:
     logging.info("Labels (%d%s): %s", len(label_list),
-                 ", multi-label" if options.multi_label else "",
+                 ", multi-label" if classification.multi_label else "",
                  errors.error_line(", ".join(map(repr, label_list))))
-  if options.class_weights and label_list is None:
+  if classification.class_weights and label_list is None:
     raise ValueError("--class_weights: not for a regression task")
-  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
-                                         do_lower_case=options.do_lower_case)
-  tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
+  tokenizer = tokenization.FullTokenizer(vocab_file=run.model.vocab_file,
+                                         do_lower_case=run.model.do_lower_case)
+  tokenization.check_vocab(tokenizer.vocab, run.model.vocab_file,
                            required=("[UNK]", "[CLS]", "[SEP]"))
-  run_checks.check_vocab_fits(config, tokenizer.vocab, options)
+  run_checks.check_vocab_fits(config, tokenizer.vocab, run.model)
   task_processor = processor  # its is_regression and metric_name, also under --tfds_name
-  if options.tfds_name:
-    processor = tfds_input.GlueReader(options.tfds_name, options.tfds_data_dir, processor,
-                                      task_name)
-  examples = read_examples(options, processor, label_list)
+  if classification.tfds_name:
+    processor = tfds_input.GlueReader(classification.tfds_name, classification.tfds_data_dir,
+                                      processor, task_name)
+  examples = read_examples(classification, processor, label_list)
   for split, split_examples in examples.items():
     if split_examples and any(example.text_b for example in split_examples):
-      run_checks.check_segments(config, options, f"the {split} examples of " + (
-          f"--tfds_name {options.tfds_name}" if options.tfds_name
-          else f"--task_name={options.task_name}"))
+      run_checks.check_segments(config, run.model, f"the {split} examples of " + (
+          f"--tfds_name {classification.tfds_name}" if classification.tfds_name
+          else f"--task_name={classification.task_name}"))
       break
   multi = isinstance(label_list, multi_label_lib.MultiLabelList)
   task = ClassifierTask(
       task_processor.is_regression, "eval_micro_f1" if multi else task_processor.metric_name,
-      multi, classifier_options.weights_of(options, label_list, examples["train"]))
-  thresholds = classifier_options.thresholds(options, label_list)  # (stale ones: now)
-  if options.doc_stride:
-    classifier_options.check_text_b_fits(options, examples, tokenizer)
-  keras.utils.set_random_seed(options.seed)
-  strategy = distribution.strategy_for(options, strategy)
-  with outputs.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
+      multi, classifier_options.weights_of(classification, label_list, examples["train"]))
+  thresholds = classifier_options.thresholds(classification, label_list)  # (stale ones: now)
+  if classification.doc_stride:
+    classifier_options.check_text_b_fits(classification, examples, tokenizer)
+  keras.utils.set_random_seed(run.training.seed)
+  strategy = distribution.strategy_for(run.placement, strategy)
+  with outputs.output_directory(strategy, run.output.output_dir) as record_dir:  # (locked)
     kind, labels, task_options = classifier_options.model_description(
-        options, task.is_regression, label_list, thresholds)
+        classification, task.is_regression, label_list, thresholds)
     if examples["train"] is not None:  # a model trained on pairs reads pairs (predict.py)
       task_options["pair"] = any(example.text_b for example in examples["train"])
-    model_dir.prepare(options, distribution.is_chief(strategy), config, kind, labels,
+    model_dir.prepare(run, distribution.is_chief(strategy), config, kind, labels,
                       **task_options)
-    return _train_eval_predict(options, strategy, config, examples, label_list, tokenizer,
-                               distribution.is_chief(strategy), record_dir, task)
+    return _train_eval_predict(run, classification, strategy, config, examples, label_list,
+                               tokenizer, distribution.is_chief(strategy), record_dir, task)
 
 
 def _fill_task_from(options, model):
@@ -530,8 +539,8 @@ def _fill_task_from(options, model):
     options.labels = ",".join(model["labels"])
 
 
-def _train_eval_predict(options, strategy, config, examples, label_list, tokenizer, chief,
-                        record_dir, task=None):
+def _train_eval_predict(run, classification, strategy, config, examples, label_list, tokenizer,
+                        chief, record_dir, task=None):
   """run() after the checks: train, eval and predict as the flags ask. task: the
   ClassifierTask (regression or not, official metric; default a classification by
   accuracy). label_list None: regression (one output); a MultiLabelList: multi-label."""
@@ -541,83 +550,81 @@ def _train_eval_predict(options, strategy, config, examples, label_list, tokeniz
   train_examples = examples["train"]
   num_train_steps = None
   num_warmup_steps = None
-  if options.do_train:
+  if run.training.do_train:
     train_file = os.path.join(record_dir, "train.tf_record")
     num_records = len(train_examples)
-    if options.doc_stride:  # (the windows decide the step count)
-      num_records = len(write_records(train_examples, label_list, options, tokenizer,
+    if classification.doc_stride:  # (the windows decide the step count)
+      num_records = len(write_records(train_examples, label_list, classification, tokenizer,
                                       train_file))
-    num_train_steps = int(num_records / options.train_batch_size * options.num_train_epochs)
-    num_warmup_steps = int(num_train_steps * options.warmup_proportion)
-    if num_train_steps < 1:
-      raise ValueError(
-          f"--num_train_epochs={options.num_train_epochs}: {num_records} training "
-          f"examples / --train_batch_size={options.train_batch_size} x epochs gives 0 "
-          "training steps")
+    num_train_steps, num_warmup_steps = training.train_steps(run.training, num_records,
+                                                             "examples")
 
   trainer = training.build_trainer(
-      options, strategy, lambda: modeling.BertClassifier(config, num_labels, multi_label=multi),
-      task, num_train_steps or 1, num_warmup_steps or 0)
+      run.training, strategy,
+      lambda: modeling.BertClassifier(config, num_labels, multi_label=multi), task,
+      num_train_steps or 1, num_warmup_steps or 0)
 
-  if options.do_train:
-    if not options.doc_stride:
-      write_records(train_examples, label_list, options, tokenizer, train_file)
+  if run.training.do_train:
+    if not classification.doc_stride:
+      write_records(train_examples, label_list, classification, tokenizer, train_file)
     if task.class_weights is not None and chief:
-      class_weights_lib.write_weights(options.output_dir, label_list, task.class_weights)
+      class_weights_lib.write_weights(run.output.output_dir, label_list, task.class_weights)
     logging.info("***** Running training *****")
     logging.info("  Num examples = %d", len(train_examples))
-    logging.info("  Batch size = %d", options.train_batch_size)
+    logging.info("  Batch size = %d", run.training.train_batch_size)
     logging.info("  Num steps = %d", num_train_steps)
-    training.fine_tune(trainer, options, train_file,
-                       decode_fn(options.max_seq_length, task.is_regression,
+    training.fine_tune(trainer, run.training, train_file,
+                       decode_fn(classification.max_seq_length, task.is_regression,
                                  num_labels if multi else 0), num_train_steps,
-                       **_eval_during_training(options, trainer, examples["dev"], label_list,
-                                               tokenizer, chief, record_dir, task))
+                       **_eval_during_training(run, classification, trainer, examples["dev"],
+                                               label_list, tokenizer, chief, record_dir, task))
   else:
-    training_checkpoints.restore_for_inference(trainer, options.output_dir,
-                                               options.init_checkpoint)
-  if options.do_eval or options.do_predict:
-    training.restore_best(options, trainer)
+    training_checkpoints.restore_for_inference(trainer, run.output.output_dir,
+                                               run.model.init_checkpoint)
+  if run.evaluation.do_eval or run.evaluation.do_predict:
+    training.restore_best(run.training, trainer)
   results = {"eval": None, "predict": None}
-  thresholds = classifier_options.thresholds(options, label_list)
-  if options.do_eval:
-    results["eval"], thresholds = _evaluate(options, trainer, examples["dev"], label_list,
-                                            tokenizer, chief, record_dir, thresholds)
-  if options.do_predict:
-    results["predict"] = _predict(options, trainer, examples["test"], label_list, tokenizer,
-                                  chief, record_dir, thresholds)
-  results["task_options"] = classifier_options.task_options(options, label_list, thresholds)
+  thresholds = classifier_options.thresholds(classification, label_list)
+  if run.evaluation.do_eval:
+    results["eval"], thresholds = _evaluate(run, classification, trainer, examples["dev"],
+                                            label_list, tokenizer, chief, record_dir, thresholds)
+  if run.evaluation.do_predict:
+    results["predict"] = _predict(run, classification, trainer, examples["test"], label_list,
+                                  tokenizer, chief, record_dir, thresholds)
+  results["task_options"] = classifier_options.task_options(classification, label_list,
+                                                            thresholds)
   return results
 
 
-def _eval_during_training(options, trainer, eval_examples, label_list, tokenizer, chief,
+def _eval_during_training(run, classification, trainer, eval_examples, label_list, tokenizer, chief,
                           record_dir, task):
   """--eval_every_steps: the Trainer.train arguments that evaluate on the dev set
   (eval.tf_record) during training, keep the best model by the task's metric_name in
   output_dir/best (TF1 names: checkpoints.save_tf1_checkpoint) and stop early after
   --early_stopping_patience evaluations without improvement (training.EvalHook); {} when
   --eval_every_steps is 0."""
-  if not options.eval_every_steps:
+  if not run.training.eval_every_steps:
     return {}
   record_file = os.path.join(record_dir, "eval.tf_record")
-  documents = write_records(eval_examples, label_list, options, tokenizer, record_file)
+  documents = write_records(eval_examples, label_list, classification, tokenizer, record_file)
   infer = classifier_inference_fn(trainer.model, trainer.strategy, trainer.use_xla,
                                   task.is_regression)
-  thresholds = classifier_options.thresholds(options, label_list)
+  thresholds = classifier_options.thresholds(classification, label_list)
 
   def evaluate(step):
+    batch_size = run.evaluation.eval_batch_size
     outputs = predict_logits(
-        trainer.model, record_file, options.max_seq_length, options.eval_batch_size,
-        trainer.strategy, trainer.use_xla, task.is_regression, options.trim_eval_batches, infer)
-    outputs = classifier_options.per_document(outputs, documents, options, options.eval_batch_size)
+        trainer.model, record_file, classification.max_seq_length, batch_size, trainer.strategy,
+        trainer.use_xla, task.is_regression, run.evaluation.trim_eval_batches, infer)
+    outputs = classifier_options.per_document(outputs, documents, classification, batch_size)
     return eval_metrics(*outputs, step, task.metric_name, task.is_regression, thresholds)
 
   hook = training.EvalHook(
-      evaluate, options.output_dir, metric_name=task.metric_name,
-      patience=options.early_stopping_patience, chief=chief,
+      evaluate, run.output.output_dir, metric_name=task.metric_name,
+      patience=run.training.early_stopping_patience, chief=chief,
       save_best=lambda d: checkpoints.save_tf1_checkpoint(trainer.model,
                                                           os.path.join(d, "model.ckpt")))
-  return {"eval_every_steps": options.eval_every_steps, "eval_fn": hook}
+  return {"eval_every_steps": run.training.eval_every_steps, "eval_fn": hook}
 
 
 def _scores(logits, label_list):
@@ -630,34 +637,34 @@ def _scores(logits, label_list):
   return softmax(logits)
 
 
-def _evaluate(options, trainer, eval_examples, label_list, tokenizer, chief, record_dir,
+def _evaluate(run, classification, trainer, eval_examples, label_list, tokenizer, chief, record_dir,
               thresholds=None):
   """--do_eval: the dev set through eval.tf_record; logs the original's eval results, writes
   them to eval_results.txt (chief) and returns (them, thresholds). Multi-label with
   --tune_threshold: the thresholds are tuned on these logits first (written to
   output_dir/thresholds.json) and the results use them."""
   logits, labels, real, sizes = _logits_over(
-      eval_examples, "eval", "***** Running evaluation *****", options.eval_batch_size,
-      options, trainer, label_list, tokenizer, record_dir)
-  if thresholds is not None and options.tune_threshold:
+      eval_examples, "eval", "***** Running evaluation *****", run.evaluation.eval_batch_size,
+      run, classification, trainer, label_list, tokenizer, record_dir)
+  if thresholds is not None and classification.tune_threshold:
     thresholds = multi_label_lib.tune_thresholds(
         multi_label_lib.sigmoid(logits[real.astype(bool)]), labels[real.astype(bool)] > 0.5,
-        options.threshold)
+        classification.threshold)
     logging.info("Tuned thresholds: %s", ", ".join(
         f"{label}: {t:.6g}" for label, t in zip(label_list, thresholds)))
     if chief:
-      multi_label_lib.write_thresholds(options.output_dir, label_list, thresholds, tuned=True)
+      multi_label_lib.write_thresholds(run.output.output_dir, label_list, thresholds, tuned=True)
   results = eval_metrics(logits, labels, real, sizes, int(trainer.global_step.numpy()),
                          trainer.task.metric_name, trainer.task.is_regression, thresholds)
   logging.info("***** Eval results *****")
   for key in sorted(results):
     logging.info("  %s = %s", key, str(results[key]))
   if chief:
-    file_io.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
+    file_io.write_text_atomic(os.path.join(run.output.output_dir, "eval_results.txt"),
                               outputs.format_results(results))
     real = real.astype(bool)
     file_io.write_text_atomic(
-        os.path.join(options.output_dir, "eval_predictions.tsv"),
+        os.path.join(run.output.output_dir, "eval_predictions.tsv"),
         prediction_files.prediction_tsv([e.guid for e in eval_examples],
                                         _scores(logits, label_list)[real], label_list,
                                         gold=[e.label for e in eval_examples],
@@ -665,32 +672,33 @@ def _evaluate(options, trainer, eval_examples, label_list, tokenizer, chief, rec
   return results, thresholds
 
 
-def _logits_over(examples, split, heading, batch_size, options, trainer, label_list, tokenizer,
-                 record_dir):
+def _logits_over(examples, split, heading, batch_size, run, classification, trainer, label_list,
+                 tokenizer, record_dir):
   """Writes the examples to <split>.tf_record (write_records), logs the original's heading
   for them, and returns predict_logits over the records (logits, labels, real, sizes), per
   example (classifier_options.per_document)."""
   record_file = os.path.join(record_dir, "%s.tf_record" % split)
-  documents = write_records(examples, label_list, options, tokenizer, record_file)
+  documents = write_records(examples, label_list, classification, tokenizer, record_file)
   logging.info(heading)
   logging.info("  Num examples = %d (%d actual, %d padding)", len(examples), len(examples), 0)
   logging.info("  Batch size = %d", batch_size)
-  outputs = predict_logits(trainer.model, record_file, options.max_seq_length, batch_size,
+  outputs = predict_logits(trainer.model, record_file, classification.max_seq_length, batch_size,
                            trainer.strategy, trainer.use_xla, label_list is None,
-                           options.trim_eval_batches)
-  return classifier_options.per_document(outputs, documents, options, batch_size)
+                           run.evaluation.trim_eval_batches)
+  return classifier_options.per_document(outputs, documents, classification, batch_size)
 
 
-def _predict(options, trainer, predict_examples, label_list, tokenizer, chief, record_dir,
-             thresholds=None):
+def _predict(run, classification, trainer, predict_examples, label_list, tokenizer, chief,
+             record_dir, thresholds=None):
   """--do_predict: the test set through predict.tf_record; writes the class probabilities of
   each real example to test_results.tsv (chief) and returns them (float32 [N, labels]); for
   regression (label_list None) the predicted score, one a line (float32 [N]); multi-label:
   each label's sigmoid probability (test_predictions.tsv: the labels reaching thresholds)."""
   num_actual = len(predict_examples)
   logits, _, real, _ = _logits_over(
-      predict_examples, "predict", "***** Running prediction*****", options.predict_batch_size,
-      options, trainer, label_list, tokenizer, record_dir)
+      predict_examples, "predict", "***** Running prediction*****",
+      run.evaluation.predict_batch_size, run, classification, trainer, label_list, tokenizer,
+      record_dir)
   probabilities = _scores(logits, label_list)[real.astype(bool)]
   if label_list is None:
     lines = ["%s\n" % score for score in probabilities]
@@ -699,9 +707,10 @@ def _predict(options, trainer, predict_examples, label_list, tokenizer, chief, r
   assert len(lines) == num_actual
   logging.info("***** Predict results *****")
   if chief:
-    file_io.write_text_atomic(os.path.join(options.output_dir, "test_results.tsv"), "".join(lines))
+    file_io.write_text_atomic(os.path.join(run.output.output_dir, "test_results.tsv"),
+                              "".join(lines))
     file_io.write_text_atomic(
-        os.path.join(options.output_dir, "test_predictions.tsv"),
+        os.path.join(run.output.output_dir, "test_predictions.tsv"),
         prediction_files.prediction_tsv([e.guid for e in predict_examples], probabilities,
                                         label_list, thresholds=thresholds))
   return probabilities

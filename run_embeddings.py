@@ -38,6 +38,7 @@ try:  # outside the venv: a one-line hint, not a traceback
   from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
 except ImportError as e:
   raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
+import dataclasses
 import os
 
 from absl import app
@@ -148,6 +149,20 @@ def parse_matryoshka_dims(text, hidden_size=None):
   return dims
 
 
+@dataclasses.dataclass(frozen=True)
+class Embedding:
+  """run_embeddings' own flags, typed (common_flags.typed): the data, the loss (--scale,
+  --symmetric, --matryoshka_dims, --mini_batch_size), the model's pooling and the metric."""
+  data_dir: str
+  pooling: str
+  normalize: bool
+  scale: float
+  symmetric: bool
+  matryoshka_dims: str | None
+  mini_batch_size: int
+  metric: str
+
+
 def _validate(options):
   checks.check(options, {checks.REQUIRED: dict(
       data_dir=None, vocab_file=checks.MODEL_DIR, bert_config_file=checks.MODEL_DIR,
@@ -166,7 +181,6 @@ def _validate(options):
   if not options.scale > 0:
     raise ValueError(f"--scale={options.scale}: must be > 0")
   retrieval_metrics.check_metric(options.metric, embeddings.K_VALUES, also=STS_MEASURES)
-  training.check_training_numbers(options)
 
 
 def read_eval_set(data_dir, split):
@@ -192,37 +206,37 @@ def read_retrieval_set(data_dir, split):
           "qrels": qrels}
 
 
-def read_data(options, tokenizer):
+def read_data(run, data_dir, tokenizer):
   """The training rows ("train": {"pairs", "columns", "text_ids", "num_negatives"}) and the
   retrieval sets ("dev", "test"), each None where the flags do not ask for it; every file is
   read and checked here, before a model is built."""
   data = {"train": None, "dev": None, "test": None}
-  if options.do_train:
-    path = embedding_data.train_file(options.data_dir, TRAIN_FILES)
+  if run.training.do_train:
+    path = embedding_data.train_file(data_dir, TRAIN_FILES)
     pairs = embedding_data.read_pairs(path)
     text_ids = embedding_data.TextIds()
     ids = {"anchor": text_ids.ids([p.anchor for p in pairs]),
            "positive": text_ids.ids([p.positive for p in pairs])}
     negatives = [n for p in pairs for n in p.negatives]
     ids["negative"] = text_ids.ids(negatives) if negatives else None
-    encoded = embedding_data.encode_texts(text_ids.texts, tokenizer, options.max_seq_length)
+    encoded = embedding_data.encode_texts(text_ids.texts, tokenizer, run.model.max_seq_length)
     columns = {name: None if value is None else {k: v[value] for k, v in encoded.items()}
                for name, value in ids.items()}
     data["train"] = dict(pairs=pairs, columns=columns, text_ids=ids, path=path,
                          num_negatives=len(pairs[0].negatives))
-  if options.do_eval:
-    data["dev"] = read_eval_set(options.data_dir, "dev")
-  if options.do_predict:
-    data["test"] = read_eval_set(options.data_dir, "test")
+  if run.evaluation.do_eval:
+    data["dev"] = read_eval_set(data_dir, "dev")
+  if run.evaluation.do_predict:
+    data["test"] = read_eval_set(data_dir, "test")
   return data
 
 
-def check_eval_memory(options, config, data):
+def check_eval_memory(data_dir, max_seq_length, config, data):
   """A ValueError, before any training, when a split's texts encoded at once (input_ids and
   input_mask int32 [N, --max_seq_length]) and embedded (float32 [N, hidden_size]) need more
   than the memory available now: it names the corpus and the flags that size it."""
   available = memory.available_bytes()
-  per_text = 2 * 4 * options.max_seq_length + 4 * config.hidden_size
+  per_text = 2 * 4 * max_seq_length + 4 * config.hidden_size
   for split, flag in (("dev", "--do_eval"), ("test", "--do_predict")):
     found = data[split]
     if found is None:
@@ -232,9 +246,9 @@ def check_eval_memory(options, config, data):
     need = count * per_text
     if need > available:
       raise ValueError(
-          f"{flag}: the {split} set of --data_dir {options.data_dir} ({count:,} texts) "
+          f"{flag}: the {split} set of --data_dir {data_dir} ({count:,} texts) "
           f"needs {need / 1e9:.3g} GB to encode and embed at --max_seq_length="
-          f"{options.max_seq_length}, more than the {available / 1e9:.3g} GB of memory "
+          f"{max_seq_length}, more than the {available / 1e9:.3g} GB of memory "
           "available")
 
 
@@ -249,46 +263,55 @@ def run(options, strategy=None):
   options, _ = model_dir.resolve_options(options, DEFAULTS, fill=("pooling", "normalize"),
                                          writes=("embeddings",))
   _validate(options)
-  config, tokenizer = run_checks.config_and_tokenizer(options)
-  dims = parse_matryoshka_dims(options.matryoshka_dims, config.hidden_size)
-  data = read_data(options, tokenizer)
-  check_eval_memory(options, config, data)
-  training.train_steps(options, len(data["train"]["pairs"]) if data["train"] else 0)
-  keras.utils.set_random_seed(options.seed)
-  strategy = distribution.strategy_for(options, strategy)
-  with outputs.output_directory(strategy, options.output_dir) as record_dir:
+  return _run(common_flags.settings_of(options), common_flags.typed(Embedding, options),
+              strategy)
+
+
+def _run(run, embedding, strategy):
+  """run() on the typed settings: the config, vocab and data checked, then the output
+  directory made and locked, and the work done."""
+  training.check_training_numbers(run.training)
+  config, tokenizer = run_checks.config_and_tokenizer(run)
+  dims = parse_matryoshka_dims(embedding.matryoshka_dims, config.hidden_size)
+  data = read_data(run, embedding.data_dir, tokenizer)
+  check_eval_memory(embedding.data_dir, run.model.max_seq_length, config, data)
+  training.train_steps(run.training, len(data["train"]["pairs"]) if data["train"] else 0)
+  keras.utils.set_random_seed(run.training.seed)
+  strategy = distribution.strategy_for(run.placement, strategy)
+  with outputs.output_directory(strategy, run.output.output_dir) as record_dir:
     chief = distribution.is_chief(strategy)
-    model_dir.prepare(options, chief, config, "embeddings", pooling=options.pooling,
-                      normalize=bool(options.normalize))
-    return _train_eval_predict(options, strategy, config, data, tokenizer, dims, chief,
+    model_dir.prepare(run, chief, config, "embeddings", pooling=embedding.pooling,
+                      normalize=bool(embedding.normalize))
+    return _train_eval_predict(run, embedding, strategy, config, data, tokenizer, dims, chief,
                                record_dir)
 
 
-def _train_eval_predict(options, strategy, config, data, tokenizer, dims, chief, record_dir):
+def _train_eval_predict(run, embedding, strategy, config, data, tokenizer, dims, chief,
+                        record_dir):
   train = data["train"]
   num_train_steps, num_warmup_steps = training.train_steps(
-      options, len(train["pairs"]) if train else 0)
-  task = embeddings.EmbeddingTask(options.max_seq_length, train["num_negatives"] if train else 0,
-                                  scale=options.scale, symmetric=options.symmetric,
+      run.training, len(train["pairs"]) if train else 0)
+  task = embeddings.EmbeddingTask(run.model.max_seq_length, train["num_negatives"] if train else 0,
+                                  scale=embedding.scale, symmetric=embedding.symmetric,
                                   matryoshka_dims=dims)
   trainer = training.build_trainer(
-      options, strategy, lambda: modeling.BertSentenceEncoder(
-          config, pooling=options.pooling, normalize=options.normalize),
+      run.training, strategy, lambda: modeling.BertSentenceEncoder(
+          config, pooling=embedding.pooling, normalize=embedding.normalize),
       task, num_train_steps or 1, num_warmup_steps or 0)
   # Each column cut to its own longest text, the encoder called per column, where shapes may
   # change from step to step (not under XLA or on TPUs, as for BertModel.skip_padding).
   task.trim = not trainer.use_xla and not isinstance(trainer.strategy, tf.distribute.TPUStrategy)
-  if task.trim or options.mini_batch_size:
-    trainer = embeddings.ColumnTrainer.of(trainer, options.mini_batch_size)
+  if task.trim or embedding.mini_batch_size:
+    trainer = embeddings.ColumnTrainer.of(trainer, embedding.mini_batch_size)
   infer = embeddings.embedding_fn(trainer.model, trainer.strategy, trainer.use_xla)
-  trim = options.trim_eval_batches and not isinstance(strategy, tf.distribute.TPUStrategy)
+  trim = run.evaluation.trim_eval_batches and not isinstance(strategy, tf.distribute.TPUStrategy)
 
   def evaluate(split, batch_size, step):
     """(The results of a split at `step`: retrieval's and/or STS's, the retrieval run or
     None)."""
     dataset, results, run_ = data[split], {}, None
     embed = lambda texts: embeddings.embed(  # noqa: E731
-        infer, embedding_data.encode_texts(texts, tokenizer, options.max_seq_length),
+        infer, embedding_data.encode_texts(texts, tokenizer, run.model.max_seq_length),
         batch_size, trim)
     if "qrels" in dataset:
       doc_ids, query_ids = list(dataset["corpus"]), list(dataset["queries"])
@@ -302,31 +325,31 @@ def _train_eval_predict(options, strategy, config, data, tokenizer, dims, chief,
     results["global_step"] = int(step)
     return results, run_
 
-  if options.do_train:
-    _train(options, trainer, train, num_train_steps, record_dir,
-           lambda step: evaluate("dev", options.eval_batch_size, step)[0], chief,
+  if run.training.do_train:
+    _train(run, embedding, trainer, train, num_train_steps, record_dir,
+           lambda step: evaluate("dev", run.evaluation.eval_batch_size, step)[0], chief,
            lambda d: checkpoints.save_tf1_checkpoint(trainer.model,
                                                      os.path.join(d, "model.ckpt")))
   else:
-    training_checkpoints.restore_for_inference(trainer, options.output_dir,
-                                               options.init_checkpoint)
-  if options.do_eval or options.do_predict:
-    training.restore_best(options, trainer)
+    training_checkpoints.restore_for_inference(trainer, run.output.output_dir,
+                                               run.model.init_checkpoint)
+  if run.evaluation.do_eval or run.evaluation.do_predict:
+    training.restore_best(run.training, trainer)
   results = {"eval": None, "predict": None}
   step = int(trainer.global_step.numpy())
-  for split, key, batch_size in (("dev", "eval", options.eval_batch_size),
-                                 ("test", "predict", options.predict_batch_size)):
+  for split, key, batch_size in (("dev", "eval", run.evaluation.eval_batch_size),
+                                 ("test", "predict", run.evaluation.predict_batch_size)):
     if data[split] is None:
       continue
     logging.info("***** Running evaluation on %s: %d queries, %d documents, %d STS pairs "
                  "*****", split, len(data[split].get("queries", ())),
                  len(data[split].get("corpus", ())), len(data[split].get("sts", [()])[0]))
     results[key], run_ = evaluate(split, batch_size, step)
-    embeddings.write_results(options.output_dir, split, results[key], run_, "bert_keras", chief)
+    embeddings.write_results(run.output.output_dir, split, results[key], run_, "bert_keras", chief)
   return results
 
 
-def _train(options, trainer, train, num_train_steps, record_dir, evaluate, chief, save_best):
+def _train(run, embedding, trainer, train, num_train_steps, record_dir, evaluate, chief, save_best):
   """--do_train: the training rows through train.tf_record; with --eval_every_steps,
   evaluate(step) on the dev set, the best model by eval_<--metric> in output_dir/best."""
   train_file = os.path.join(record_dir, "train.tf_record")
@@ -334,17 +357,17 @@ def _train(options, trainer, train, num_train_steps, record_dir, evaluate, chief
   logging.info("***** Running training *****")
   logging.info("  Num rows = %d (%d negatives each) from %s", len(train["pairs"]),
                train["num_negatives"], train["path"])
-  logging.info("  Batch size = %d%s", options.train_batch_size,
-               f" (mini-batches of {options.mini_batch_size})" if options.mini_batch_size
+  logging.info("  Batch size = %d%s", run.training.train_batch_size,
+               f" (mini-batches of {embedding.mini_batch_size})" if embedding.mini_batch_size
                else "")
   logging.info("  Num steps = %d", num_train_steps)
   extra = {}
-  if options.eval_every_steps:
-    extra = {"eval_every_steps": options.eval_every_steps, "eval_fn": training.EvalHook(
-        evaluate, options.output_dir, metric_name="eval_" + options.metric,
-        patience=options.early_stopping_patience, chief=chief, save_best=save_best)}
-  training.fine_tune(trainer, options, train_file,
-                     embeddings.decode_fn(options.max_seq_length, train["num_negatives"]),
+  if run.training.eval_every_steps:
+    extra = {"eval_every_steps": run.training.eval_every_steps, "eval_fn": training.EvalHook(
+        evaluate, run.output.output_dir, metric_name="eval_" + embedding.metric,
+        patience=run.training.early_stopping_patience, chief=chief, save_best=save_best)}
+  training.fine_tune(trainer, run.training, train_file,
+                     embeddings.decode_fn(run.model.max_seq_length, train["num_negatives"]),
                      num_train_steps, **extra)
 
 

@@ -35,6 +35,7 @@ try:  # outside the venv: a one-line hint, not a traceback
   from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
 except ImportError as e:
   raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
+import dataclasses
 import os
 
 from absl import app
@@ -106,6 +107,15 @@ def define_flags(fv=flags.FLAGS):
 DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
+@dataclasses.dataclass(frozen=True)
+class Tagging:
+  """run_ner's own flags, typed (common_flags.typed): the CoNLL files' directory, the tag set
+  given (comma-separated, or None) and how far apart a long sentence's windows start."""
+  data_dir: str
+  labels: str | None
+  doc_stride: int
+
+
 # ----------------------------------------------------------------------------
 # The data and the tag set.
 
@@ -125,39 +135,41 @@ def split_file(data_dir, split):
   raise ValueError(f"--data_dir {data_dir}: no {' or '.join(names)} ({held})")
 
 
-def read_data(options):
+def read_data(run, tagging):
   """{"train", "dev", "test": list of ner.Sentence, or None where the flags do not ask for
   it}, each read from split_file's file; test.txt may be untagged. Errors name the file and
-  line."""
-  wanted = {"train": options.do_train, "dev": options.do_eval, "test": options.do_predict}
+  line. run: the settings.RunSettings; tagging: the Tagging."""
+  wanted = {"train": run.training.do_train, "dev": run.evaluation.do_eval,
+            "test": run.evaluation.do_predict}
   data = {}
   for split, asked in wanted.items():
-    data[split] = ner.read_conll(split_file(options.data_dir, split),
+    data[split] = ner.read_conll(split_file(tagging.data_dir, split),
                                  tags_required=split != "test") if asked else None
   return data
 
 
-def resolve_labels(options, data):
+def resolve_labels(run, tagging, data):
   """The tag set: --labels, else output_dir/labels.txt (a run's saved set), else the
   labels.txt beside --init_checkpoint (a run_ner output_dir), else the tags of train.txt;
   every tag of the data must be in it (a ValueError naming file and line)."""
-  moved = getattr(options, "_move_aside", False)  # (--overwrite_output_dir: not its labels)
-  saved = None if moved else checkpoints.read_labels(options.output_dir)
-  given = ner.parse_labels(options.labels) if options.labels else None
-  saved_file = os.path.join(options.output_dir, checkpoints.LABELS_FILE)
-  if saved is None and options.init_checkpoint:
-    path = options.init_checkpoint.rstrip("/")
+  output_dir = run.output.output_dir
+  # (--overwrite_output_dir: not the labels of the run moved aside)
+  saved = None if run.output.move_aside else checkpoints.read_labels(output_dir)
+  given = ner.parse_labels(tagging.labels) if tagging.labels else None
+  saved_file = os.path.join(output_dir, checkpoints.LABELS_FILE)
+  if saved is None and run.model.init_checkpoint:
+    path = run.model.init_checkpoint.rstrip("/")
     directory = path if tf.io.gfile.isdir(path) else os.path.dirname(path)
     saved = checkpoints.read_labels(directory)
     saved_file = os.path.join(directory, checkpoints.LABELS_FILE)
   if given and saved and given != saved:
-    raise ValueError(f"--labels={options.labels} differs from the tag set the model was "
+    raise ValueError(f"--labels={tagging.labels} differs from the tag set the model was "
                      f"trained with ({saved_file}: {','.join(saved)})")
   if given or saved:
     labels, source = given or saved, "--labels" if given else saved_file
   elif data["train"]:
     labels = ner.tag_list(data["train"])
-    source = os.path.basename(split_file(options.data_dir, "train"))
+    source = os.path.basename(split_file(tagging.data_dir, "train"))
   else:
     raise ValueError(f"no tag set: give --labels, or --do_train (train.txt's tags), or an "
                      f"--output_dir or --init_checkpoint with a {checkpoints.LABELS_FILE}")
@@ -206,7 +218,6 @@ def _validate(options):
                         "iterations_per_loop", "gradient_accumulation_steps", "doc_stride"),
       checks.AT_LEAST: {"max_seq_length": (3, "[CLS] a piece [SEP]")},
       checks.REQUIRES: checks.EVAL_EVERY_STEPS})
-  training.check_training_numbers(options)
 
 
 def run(options, strategy=None):
@@ -218,89 +229,98 @@ def run(options, strategy=None):
   options, _ = model_dir.resolve_options(options, DEFAULTS, fill=("doc_stride",),
                                          writes=("tagger",))
   _validate(options)
-  config, tokenizer = run_checks.config_and_tokenizer(options)
-  data = read_data(options)
-  labels = resolve_labels(options, data)
+  return _run(common_flags.settings_of(options), common_flags.typed(Tagging, options), strategy)
+
+
+def _run(run, tagging, strategy):
+  """run() on the typed settings: the config, vocab, data and tag set checked, then the output
+  directory made and locked, and the work done."""
+  training.check_training_numbers(run.training)
+  config, tokenizer = run_checks.config_and_tokenizer(run)
+  data = read_data(run, tagging)
+  labels = resolve_labels(run, tagging, data)
   windows = {split: None if sentences is None else ner.convert_sentences(
-      sentences, tokenizer, labels, options.max_seq_length, options.doc_stride)
+      sentences, tokenizer, labels, run.model.max_seq_length, tagging.doc_stride)
       for split, sentences in data.items()}
   # (0 steps: an error before any output)
-  training.train_steps(options, len(windows["train"] or ()), "windows")
-  keras.utils.set_random_seed(options.seed)
-  strategy = distribution.strategy_for(options, strategy)
-  with outputs.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
+  training.train_steps(run.training, len(windows["train"] or ()), "windows")
+  keras.utils.set_random_seed(run.training.seed)
+  strategy = distribution.strategy_for(run.placement, strategy)
+  with outputs.output_directory(strategy, run.output.output_dir) as record_dir:  # (locked)
     chief = distribution.is_chief(strategy)
-    model_dir.prepare(options, chief, config, "tagger", labels, doc_stride=options.doc_stride)
-    return _train_eval_predict(options, strategy, config, data, windows, labels, chief,
+    model_dir.prepare(run, chief, config, "tagger", labels, doc_stride=tagging.doc_stride)
+    return _train_eval_predict(run, strategy, config, data, windows, labels, chief,
                                record_dir)
 
 
-def _train_eval_predict(options, strategy, config, data, windows, labels, chief, record_dir):
-  """run() after the checks: train, eval and predict as the flags ask."""
+def _train_eval_predict(run, strategy, config, data, windows, labels, chief, record_dir):
+  """_run() after the checks: train, eval and predict as the flags ask."""
   num_train_steps, num_warmup_steps = training.train_steps(
-      options, len(windows["train"] or ()), "windows")
+      run.training, len(windows["train"] or ()), "windows")
   trainer = training.build_trainer(
-      options, strategy, lambda: modeling.BertTokenClassifier(config, len(labels)),
+      run.training, strategy, lambda: modeling.BertTokenClassifier(config, len(labels)),
       ner.TaggerTask(), num_train_steps or 1, num_warmup_steps or 0)
   infer = ner.tagger_inference_fn(trainer.model, trainer.strategy, trainer.use_xla)
-  trim = options.trim_eval_batches and not isinstance(strategy, tf.distribute.TPUStrategy)
+  trim = run.evaluation.trim_eval_batches and not isinstance(strategy,
+                                                              tf.distribute.TPUStrategy)
+  max_seq_length = run.model.max_seq_length
 
   def tag(split, batch_size):
     """The predicted tags of a split's sentences, and (loss sum, tagged pieces)."""
-    arrays = ner.window_arrays(windows[split], options.max_seq_length)
+    arrays = ner.window_arrays(windows[split], max_seq_length)
     predictions, loss_sum, tagged, _ = ner.predict(infer, arrays, batch_size, trim)
     return ner.assemble_tags(data[split], windows[split], predictions, labels), loss_sum, tagged
 
   def evaluate(step):
     """(The eval results of the dev set at `step`, its predicted tags)."""
-    predicted, loss_sum, tagged = tag("dev", options.eval_batch_size)
+    predicted, loss_sum, tagged = tag("dev", run.evaluation.eval_batch_size)
     return ner.eval_results(data["dev"], predicted, loss_sum, tagged, step), predicted
 
-  if options.do_train:
-    _train(options, trainer, data, windows, num_train_steps, record_dir,
+  if run.training.do_train:
+    _train(run.training, max_seq_length, trainer, data, windows, num_train_steps, record_dir,
            lambda step: evaluate(step)[0], chief,
            lambda d: checkpoints.save_tf1_checkpoint(trainer.model,
                                                      os.path.join(d, "model.ckpt")))
   else:
-    training_checkpoints.restore_for_inference(trainer, options.output_dir,
-                                               options.init_checkpoint)
-  if options.do_eval or options.do_predict:
-    training.restore_best(options, trainer)
+    training_checkpoints.restore_for_inference(trainer, run.output.output_dir,
+                                               run.model.init_checkpoint)
+  if run.evaluation.do_eval or run.evaluation.do_predict:
+    training.restore_best(run.training, trainer)
   results = {"eval": None, "predict": None}
-  if options.do_eval:
+  if run.evaluation.do_eval:
     logging.info("***** Running evaluation *****")
     logging.info("  Num sentences = %d (%d windows)", len(data["dev"]), len(windows["dev"]))
     results["eval"], predicted = evaluate(int(trainer.global_step.numpy()))
-    _write_eval(options, data["dev"], predicted, results["eval"], chief)
-  if options.do_predict:
+    _write_eval(run.output.output_dir, data["dev"], predicted, results["eval"], chief)
+  if run.evaluation.do_predict:
     logging.info("***** Running prediction*****")
     logging.info("  Num sentences = %d (%d windows)", len(data["test"]), len(windows["test"]))
-    results["predict"] = tag("test", options.predict_batch_size)[0]
-    _write_predictions(options, data["test"], results["predict"], chief)
+    results["predict"] = tag("test", run.evaluation.predict_batch_size)[0]
+    _write_predictions(run.output.output_dir, data["test"], results["predict"], chief)
   return results
 
 
-def _train(options, trainer, data, windows, num_train_steps, record_dir, evaluate, chief,
-           save_best):
+def _train(settings, max_seq_length, trainer, data, windows, num_train_steps, record_dir,
+           evaluate, chief, save_best):
   """--do_train: the windows of train.txt through train.tf_record; with --eval_every_steps,
   evaluate(step) on the dev set, the best model by eval_f1 saved by save_best(directory) in
   output_dir/best (training.EvalHook)."""
   train_file = os.path.join(record_dir, "train.tf_record")
-  ner.write_records(ner.window_arrays(windows["train"], options.max_seq_length), train_file)
+  ner.write_records(ner.window_arrays(windows["train"], max_seq_length), train_file)
   logging.info("***** Running training *****")
   logging.info("  Num sentences = %d (%d windows)", len(data["train"]), len(windows["train"]))
-  logging.info("  Batch size = %d", options.train_batch_size)
+  logging.info("  Batch size = %d", settings.train_batch_size)
   logging.info("  Num steps = %d", num_train_steps)
   extra = {}
-  if options.eval_every_steps:
-    extra = {"eval_every_steps": options.eval_every_steps, "eval_fn": training.EvalHook(
-        evaluate, options.output_dir, metric_name="eval_f1",
-        patience=options.early_stopping_patience, chief=chief, save_best=save_best)}
-  training.fine_tune(trainer, options, train_file, ner.decode_fn(options.max_seq_length),
+  if settings.eval_every_steps:
+    extra = {"eval_every_steps": settings.eval_every_steps, "eval_fn": training.EvalHook(
+        evaluate, settings.output_dir, metric_name="eval_f1",
+        patience=settings.early_stopping_patience, chief=chief, save_best=save_best)}
+  training.fine_tune(trainer, settings, train_file, ner.decode_fn(max_seq_length),
                      num_train_steps, **extra)
 
 
-def _write_eval(options, sentences, predicted, results, chief):
+def _write_eval(output_dir, sentences, predicted, results, chief):
   """Logs the eval results and conlleval's report; writes eval_results.txt and
   dev_predictions.txt (chief)."""
   logging.info("***** Eval results *****")
@@ -310,13 +330,13 @@ def _write_eval(options, sentences, predicted, results, chief):
   for line in conlleval.report(counts).splitlines():
     logging.info("%s", line)
   if chief:
-    file_io.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
+    file_io.write_text_atomic(os.path.join(output_dir, "eval_results.txt"),
                               outputs.format_results(results))
-    file_io.write_text_atomic(os.path.join(options.output_dir, "dev_predictions.txt"),
+    file_io.write_text_atomic(os.path.join(output_dir, "dev_predictions.txt"),
                               ner.prediction_text(sentences, predicted))
 
 
-def _write_predictions(options, sentences, predicted, chief):
+def _write_predictions(output_dir, sentences, predicted, chief):
   """Writes test_predictions.txt (chief); logs conlleval's report when test.txt is tagged."""
   logging.info("***** Predict results *****")
   if sentences[0].tags is not None:
@@ -324,7 +344,7 @@ def _write_predictions(options, sentences, predicted, chief):
     for line in conlleval.report(counts).splitlines():
       logging.info("test: %s", line)
   if chief:
-    file_io.write_text_atomic(os.path.join(options.output_dir, "test_predictions.txt"),
+    file_io.write_text_atomic(os.path.join(output_dir, "test_predictions.txt"),
                               ner.prediction_text(sentences, predicted))
 
 

@@ -17,6 +17,7 @@ try:  # outside the venv: a one-line hint, not a traceback
   from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
 except ImportError as e:
   raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
+import dataclasses
 import os
 import re
 
@@ -172,6 +173,15 @@ class PretrainingTask(training.Task):
 
 # ----------------------------------------------------------------------------
 
+@dataclasses.dataclass(frozen=True)
+class Pretraining:
+  """run_pretraining's own flags, typed (common_flags.typed): the records and their masked
+  positions, and the evaluation's length."""
+  input_file: str
+  max_predictions_per_seq: int
+  max_eval_steps: int
+
+
 def _validate(options):
   if not options.do_train and not options.do_eval:
     raise ValueError("At least one of `do_train` or `do_eval` must be True.")
@@ -181,7 +191,6 @@ def _validate(options):
       checks.POSITIVE: ("train_batch_size", "eval_batch_size", "num_train_steps",
                         "iterations_per_loop", "max_eval_steps", "gradient_accumulation_steps"),
       checks.NON_NEGATIVE: ("num_warmup_steps",)})
-  training.check_training_numbers(options)
 
 
 def run(options, strategy=None):
@@ -193,29 +202,38 @@ def run(options, strategy=None):
   """
   options, _ = model_dir.resolve_options(options, DEFAULTS, writes=("pretraining",))
   _validate(options)
-  config = run_checks.load_and_check_config(options)
-  if options.max_seq_length > config.max_position_embeddings:
-    raise ValueError(f"--max_seq_length={options.max_seq_length} exceeds "
+  return _run(common_flags.settings_of(options), common_flags.typed(Pretraining, options),
+              strategy)
+
+
+def _run(run, pretraining, strategy):
+  """run() on the typed settings: the config and the records checked, then the output
+  directory made and locked, and the work done."""
+  training.check_training_numbers(run.training)
+  config = run_checks.run_config(run)
+  if run.model.max_seq_length > config.max_position_embeddings:
+    raise ValueError(f"--max_seq_length={run.model.max_seq_length} exceeds "
                      f"max_position_embeddings {config.max_position_embeddings} of "
-                     f"{options.bert_config_file}")
-  input_files = input_pipeline.expand_input_files(options.input_file)
+                     f"{run.model.bert_config_file}")
+  input_files = input_pipeline.expand_input_files(pretraining.input_file)
   logging.info("*** Input Files ***")
   for path in input_files:
     logging.info("  %s", path)
   input_pipeline.check_record_files(
       input_files, "--input_file",
-      tfrecord_encoding.feature_lengths(options.max_seq_length, options.max_predictions_per_seq),
+      tfrecord_encoding.feature_lengths(run.model.max_seq_length,
+                                        pretraining.max_predictions_per_seq),
       vocab_size=config.vocab_size, id_features=("input_ids", "masked_lm_ids"),
-      vocab_source=f"--bert_config_file {options.bert_config_file}")
+      vocab_source=f"--bert_config_file {run.model.bert_config_file}")
   # Seeds the initial weights and the dropout seed generators (the input order has its
   # own seeds in training_dataset), so that a run is reproducible.
-  keras.utils.set_random_seed(options.seed)
-  strategy = distribution.strategy_for(options, strategy)
-  with outputs.output_directory(strategy, options.output_dir):  # (made and locked)
-    model_dir.prepare(options, distribution.is_chief(strategy), config, "pretraining",
-                      max_predictions_per_seq=options.max_predictions_per_seq)
+  keras.utils.set_random_seed(run.training.seed)
+  strategy = distribution.strategy_for(run.placement, strategy)
+  with outputs.output_directory(strategy, run.output.output_dir):  # (made and locked)
+    model_dir.prepare(run, distribution.is_chief(strategy), config, "pretraining",
+                      max_predictions_per_seq=pretraining.max_predictions_per_seq)
     try:
-      return _train_evaluate(options, config, input_files, strategy)
+      return _train_evaluate(run, pretraining, config, input_files, strategy)
     except tf.errors.DataLossError as e:
       text = damaged_record_text(str(e.message), input_files)
       if text is None:
@@ -289,75 +307,75 @@ def damaged_record_text(message, input_files):
           "match: the file is damaged)")
 
 
-def _train_evaluate(options, config, input_files, strategy):
+def _train_evaluate(run, pretraining, config, input_files, strategy):
   """run() after the checks, holding --output_dir."""
   per_replica_train = input_pipeline.per_replica_batch_size(
-      options.train_batch_size, strategy, options.gradient_accumulation_steps,
+      run.training.train_batch_size, strategy, run.training.gradient_accumulation_steps,
       "--train_batch_size")
   per_replica_eval = input_pipeline.per_replica_batch_size(
-      options.eval_batch_size, strategy, 1, "--eval_batch_size")
-  decode = decode_fn(options.max_seq_length, options.max_predictions_per_seq)
+      run.evaluation.eval_batch_size, strategy, 1, "--eval_batch_size")
+  decode = decode_fn(run.model.max_seq_length, pretraining.max_predictions_per_seq)
   id_check = input_pipeline.IdCheck(config.vocab_size, ("input_ids", "masked_lm_ids"),
-                                    f"--bert_config_file {options.bert_config_file}",
+                                    f"--bert_config_file {run.model.bert_config_file}",
                                     "--input_file")
-  trainer = training.build_trainer(options, strategy, lambda: modeling.BertPretrainer(config),
-                                   PretrainingTask(), options.num_train_steps,
-                                   options.num_warmup_steps)
+  trainer = training.build_trainer(run.training, strategy, lambda: modeling.BertPretrainer(config),
+                                   PretrainingTask(), run.training.num_train_steps,
+                                   run.training.num_warmup_steps)
 
-  if options.do_train:
+  if run.training.do_train:
     def train_dataset(input_context, skip_records):
       return input_pipeline.training_dataset(input_files, decode, per_replica_train,
-                                             input_context, seed=options.seed,
+                                             input_context, seed=run.training.seed,
                                              skip_records=skip_records, id_check=id_check)
 
-    _train(options, config, trainer, train_dataset)
-  elif not trainer.restore_latest(options.output_dir):
-    if not options.init_checkpoint:
-      raise ValueError(f"--output_dir {options.output_dir}: no checkpoint to evaluate (and no "
+    _train(run, pretraining, config, trainer, train_dataset)
+  elif not trainer.restore_latest(run.output.output_dir):
+    if not run.model.init_checkpoint:
+      raise ValueError(f"--output_dir {run.output.output_dir}: no checkpoint to evaluate (and no "
                        "--init_checkpoint)")
-    training_checkpoints.warm_start(trainer.model, options.init_checkpoint)
-  if not options.do_eval:
+    training_checkpoints.warm_start(trainer.model, run.model.init_checkpoint)
+  if not run.evaluation.do_eval:
     return None
 
   def eval_dataset(input_context):
     return input_pipeline.evaluation_dataset(input_files, decode, per_replica_eval,
                                              input_context, id_check=id_check)
 
-  return _evaluate(options, trainer, eval_dataset)
+  return _evaluate(run, pretraining, trainer, eval_dataset)
 
 
-def _train(options, config, trainer, train_dataset):
+def _train(run, pretraining, config, trainer, train_dataset):
   """--do_train: trains to --num_train_steps (resuming from --output_dir, else warm-started
   from --init_checkpoint), then the chief exports the model with the original's names
   (bert_model.ckpt) and its bert_config.json."""
   logging.info("***** Running training *****")
-  logging.info("  Batch size = %d", options.train_batch_size)
+  logging.info("  Batch size = %d", run.training.train_batch_size)
   flops_per_sequence = flops.bert_training_flops_per_sequence(
-      config, options.max_seq_length, options.max_predictions_per_seq)
-  peak = flops.measured_peak_flops(options.dtype)
-  training.train_as_configured(trainer, train_dataset, options, options.num_train_steps,
+      config, run.model.max_seq_length, pretraining.max_predictions_per_seq)
+  peak = flops.measured_peak_flops(run.training.dtype)
+  training.train_as_configured(trainer, train_dataset, run.training, run.training.num_train_steps,
                                flops_per_sequence=flops_per_sequence, peak_flops=peak)
   if distribution.is_chief(trainer.strategy):
-    prefix = os.path.join(options.output_dir, "bert_model.ckpt")
+    prefix = os.path.join(run.output.output_dir, "bert_model.ckpt")
     checkpoints.save_tf1_checkpoint(trainer.model, prefix)
-    file_io.write_text_atomic(os.path.join(options.output_dir, "bert_config.json"),
+    file_io.write_text_atomic(os.path.join(run.output.output_dir, "bert_config.json"),
                               config.to_json_string())
     logging.info("Exported the final model with the original names to %s", prefix)
 
 
-def _evaluate(options, trainer, eval_dataset):
+def _evaluate(run, pretraining, trainer, eval_dataset):
   """--do_eval: --max_eval_steps batches of eval_dataset; logs the original's eval results,
   writes them to eval_results.txt (chief) and returns them."""
   logging.info("***** Running evaluation *****")
-  logging.info("  Batch size = %d", options.eval_batch_size)
-  totals = trainer.evaluate(eval_dataset, options.max_eval_steps)
-  results = trainer.task.eval_results(totals, options.max_eval_steps,
+  logging.info("  Batch size = %d", run.evaluation.eval_batch_size)
+  totals = trainer.evaluate(eval_dataset, pretraining.max_eval_steps)
+  results = trainer.task.eval_results(totals, pretraining.max_eval_steps,
                                       int(trainer.global_step.numpy()))
   logging.info("***** Eval results *****")
   for key in sorted(results):
     logging.info("  %s = %s", key, results[key])
   if distribution.is_chief(trainer.strategy):
-    file_io.write_text_atomic(os.path.join(options.output_dir, "eval_results.txt"),
+    file_io.write_text_atomic(os.path.join(run.output.output_dir, "eval_results.txt"),
                               outputs.format_results(results))
   return results
 

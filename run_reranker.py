@@ -38,6 +38,7 @@ try:  # outside the venv: a one-line hint, not a traceback
   from bert_keras.utils import quiet_tensorflow  # noqa: F401  (first, before TensorFlow)
 except ImportError as e:
   raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
+import dataclasses
 import os
 
 from absl import app
@@ -121,6 +122,18 @@ DEFAULTS = common_flags.flag_defaults(define_flags)
 # ----------------------------------------------------------------------------
 # Checks and data.
 
+@dataclasses.dataclass(frozen=True)
+class Reranking:
+  """run_reranker's own flags, typed (common_flags.typed): the data and candidates files, the
+  loss, how many candidates are reranked, and the metric."""
+  data_dir: str
+  loss: str
+  candidates_file: str | None
+  test_candidates_file: str | None
+  rerank_top_k: int
+  metric: str
+
+
 def _validate(options):
   checks.check(options, {checks.REQUIRED: dict(
       data_dir=None, vocab_file=checks.MODEL_DIR, bert_config_file=checks.MODEL_DIR,
@@ -143,7 +156,6 @@ def _validate(options):
       checks.CHOICES: {"loss": reranking.LOSSES},
       checks.REQUIRES: checks.EVAL_EVERY_STEPS})
   retrieval_metrics.check_metric(options.metric, embeddings.K_VALUES)
-  training.check_training_numbers(options)
 
 
 def read_rerank_set(data_dir, split, candidates_file, top_k):
@@ -159,34 +171,34 @@ def read_rerank_set(data_dir, split, candidates_file, top_k):
   return {"corpus": corpus, "queries": queries, "qrels": qrels, "candidates": judged}
 
 
-def read_data(options):
+def read_data(run, rerank):
   """The training rows ("train": a list of reranking.LabelledPair) and the rerank sets ("dev",
   "test"), each None where the flags do not ask for it; every file is read and checked here,
   before a model is built."""
   data = {"train": None, "dev": None, "test": None, "train_path": None}
-  if options.do_train:
-    data["train_path"] = embedding_data.train_file(options.data_dir, TRAIN_FILES)
+  if run.training.do_train:
+    data["train_path"] = embedding_data.train_file(rerank.data_dir, TRAIN_FILES)
     data["train"] = reranking.read_labelled_pairs(data["train_path"])
-    if options.loss == "listwise":
+    if rerank.loss == "listwise":
       reranking.group_by_query(data["train"])  # (checks every query has a positive)
-  if options.do_eval or options.eval_every_steps:
-    data["dev"] = read_rerank_set(options.data_dir, "dev", options.candidates_file,
-                                  options.rerank_top_k)
-  if options.do_predict:
-    data["test"] = read_rerank_set(options.data_dir, "test",
-                                   options.test_candidates_file or options.candidates_file,
-                                   options.rerank_top_k)
+  if run.evaluation.do_eval or run.training.eval_every_steps:
+    data["dev"] = read_rerank_set(rerank.data_dir, "dev", rerank.candidates_file,
+                                  rerank.rerank_top_k)
+  if run.evaluation.do_predict:
+    data["test"] = read_rerank_set(rerank.data_dir, "test",
+                                   rerank.test_candidates_file or rerank.candidates_file,
+                                   rerank.rerank_top_k)
   return data
 
 
-def _units(options):
+def _units(rerank):
   """What a training step counts: pairs, or queries for the listwise loss."""
-  return "queries" if options.loss == "listwise" else "pairs"
+  return "queries" if rerank.loss == "listwise" else "pairs"
 
 
-def _num_units(options, pairs):
+def _num_units(rerank, pairs):
   """Training rows a step counts: pairs, or queries for the listwise loss."""
-  if options.loss == "listwise":
+  if rerank.loss == "listwise":
     return len({pair.query for pair in pairs})
   return len(pairs)
 
@@ -200,40 +212,51 @@ def run(options, strategy=None):
   model directory as --output_dir or --init_checkpoint, the model flags may be left out."""
   options, _ = model_dir.resolve_options(options, DEFAULTS, writes=("reranker",))
   _validate(options)
-  config, tokenizer = run_checks.config_and_tokenizer(options)
-  run_checks.check_segments(config, options, "a cross-encoder's inputs (query, passage)")
-  data = read_data(options)
-  training.train_steps(options, _num_units(options, data["train"]) if data["train"] else 0,
-                       _units(options))
-  keras.utils.set_random_seed(options.seed)
-  strategy = distribution.strategy_for(options, strategy)
-  with outputs.output_directory(strategy, options.output_dir) as record_dir:
+  return _run(common_flags.settings_of(options), common_flags.typed(Reranking, options),
+              strategy)
+
+
+def _run(run, rerank, strategy):
+  """run() on the typed settings: the config, vocab and data checked, then the output
+  directory made and locked, and the work done."""
+  training.check_training_numbers(run.training)
+  config, tokenizer = run_checks.config_and_tokenizer(run)
+  run_checks.check_segments(config, run.model, "a cross-encoder's inputs (query, passage)")
+  data = read_data(run, rerank)
+  training.train_steps(run.training, _num_units(rerank, data["train"])
+                       if data["train"] else 0, _units(rerank))
+  keras.utils.set_random_seed(run.training.seed)
+  strategy = distribution.strategy_for(run.placement, strategy)
+  with outputs.output_directory(strategy, run.output.output_dir) as record_dir:
     chief = distribution.is_chief(strategy)
-    model_dir.prepare(options, chief, config, "reranker")
-    return _train_eval_predict(options, strategy, config, data, tokenizer, chief, record_dir)
+    model_dir.prepare(run, chief, config, "reranker")
+    return _train_eval_predict(run, rerank, strategy, config, data, tokenizer,
+                               chief, record_dir)
 
 
-def _train_eval_predict(options, strategy, config, data, tokenizer, chief, record_dir):
+def _train_eval_predict(run, rerank, strategy, config, data, tokenizer, chief,
+                        record_dir):
   train = data["train"]
   num_train_steps, num_warmup_steps = training.train_steps(
-      options, _num_units(options, train) if train else 0, _units(options))
+      run.training, _num_units(rerank, train) if train else 0,
+      _units(rerank))
   train_file = os.path.join(record_dir, "train.tf_record")
   list_size = 1
   if train:
-    _, list_size = reranking.write_records(train, tokenizer, options.max_seq_length,
-                                           train_file, options.loss)
-  task = reranking.RerankTask(options.max_seq_length, options.loss, list_size)
-  trainer = training.build_trainer(options, strategy,
+    _, list_size = reranking.write_records(train, tokenizer, run.model.max_seq_length,
+                                           train_file, rerank.loss)
+  task = reranking.RerankTask(run.model.max_seq_length, rerank.loss, list_size)
+  trainer = training.build_trainer(run.training, strategy,
                                    lambda: retrieval.BertCrossEncoder(config), task,
                                    num_train_steps or 1, num_warmup_steps or 0)
   infer = reranking.score_fn(trainer.model, trainer.strategy, trainer.use_xla)
-  trim = options.trim_eval_batches and not isinstance(strategy, tf.distribute.TPUStrategy)
+  trim = run.evaluation.trim_eval_batches and not isinstance(strategy, tf.distribute.TPUStrategy)
 
   def evaluate(split, batch_size, step):
     """(The results of a rerank set at `step`, the reranked run)."""
     dataset = data[split]
     score = lambda queries, passages: reranking.score_pairs(  # noqa: E731
-        infer, reranking.encode_pairs(queries, passages, tokenizer, options.max_seq_length),
+        infer, reranking.encode_pairs(queries, passages, tokenizer, run.model.max_seq_length),
         batch_size, trim)
     run_ = reranking.rerank(dataset["candidates"], dataset["queries"], dataset["corpus"],
                             score)
@@ -243,49 +266,49 @@ def _train_eval_predict(options, strategy, config, data, tokenizer, chief, recor
     results["global_step"] = int(step)
     return results, run_
 
-  if options.do_train:
-    _train(options, trainer, train, train_file, list_size, num_train_steps,
-           lambda step: evaluate("dev", options.eval_batch_size, step)[0], chief,
+  if run.training.do_train:
+    _train(run, rerank, trainer, train, train_file, list_size, num_train_steps,
+           lambda step: evaluate("dev", run.evaluation.eval_batch_size, step)[0], chief,
            lambda d: checkpoints.save_tf1_checkpoint(trainer.model,
                                                      os.path.join(d, "model.ckpt")))
   else:
-    training_checkpoints.restore_for_inference(trainer, options.output_dir,
-                                               options.init_checkpoint)
-  if options.do_eval or options.do_predict:
-    training.restore_best(options, trainer)
+    training_checkpoints.restore_for_inference(trainer, run.output.output_dir,
+                                               run.model.init_checkpoint)
+  if run.evaluation.do_eval or run.evaluation.do_predict:
+    training.restore_best(run.training, trainer)
   results = {"eval": None, "predict": None}
   step = int(trainer.global_step.numpy())
   for split, key, batch_size, wanted in (
-      ("dev", "eval", options.eval_batch_size, options.do_eval),
-      ("test", "predict", options.predict_batch_size, options.do_predict)):
+      ("dev", "eval", run.evaluation.eval_batch_size, run.evaluation.do_eval),
+      ("test", "predict", run.evaluation.predict_batch_size, run.evaluation.do_predict)):
     if not wanted:
       continue
     logging.info("***** Reranking %s: %d queries, %d pairs *****", split,
                  len(data[split]["candidates"]),
                  sum(len(d) for d in data[split]["candidates"].values()))
     results[key], run_ = evaluate(split, batch_size, step)
-    embeddings.write_results(options.output_dir, split, results[key], run_, reranking.RUN_TAG,
+    embeddings.write_results(run.output.output_dir, split, results[key], run_, reranking.RUN_TAG,
                              chief)
   return results
 
 
-def _train(options, trainer, train, train_file, list_size, num_train_steps, evaluate, chief,
+def _train(run, rerank, trainer, train, train_file, list_size, num_train_steps, evaluate, chief,
            save_best):
   """--do_train: the records of train_file; with --eval_every_steps, evaluate(step) on the dev
   candidates, the best model by eval_<--metric> in output_dir/best."""
   logging.info("***** Running training *****")
-  logging.info("  Num pairs = %d (%s loss%s) from %s", len(train), options.loss,
-               f", lists of {list_size}" if options.loss == "listwise" else "",
+  logging.info("  Num pairs = %d (%s loss%s) from %s", len(train), rerank.loss,
+               f", lists of {list_size}" if rerank.loss == "listwise" else "",
                train[0].path)
-  logging.info("  Batch size = %d", options.train_batch_size)
+  logging.info("  Batch size = %d", run.training.train_batch_size)
   logging.info("  Num steps = %d", num_train_steps)
   extra = {}
-  if options.eval_every_steps:
-    extra = {"eval_every_steps": options.eval_every_steps, "eval_fn": training.EvalHook(
-        evaluate, options.output_dir, metric_name="eval_" + options.metric,
-        patience=options.early_stopping_patience, chief=chief, save_best=save_best)}
-  training.fine_tune(trainer, options, train_file,
-                     reranking.decode_fn(options.max_seq_length, options.loss, list_size),
+  if run.training.eval_every_steps:
+    extra = {"eval_every_steps": run.training.eval_every_steps, "eval_fn": training.EvalHook(
+        evaluate, run.output.output_dir, metric_name="eval_" + rerank.metric,
+        patience=run.training.early_stopping_patience, chief=chief, save_best=save_best)}
+  training.fine_tune(trainer, run.training, train_file,
+                     reranking.decode_fn(run.model.max_seq_length, rerank.loss, list_size),
                      num_train_steps, **extra)
 
 

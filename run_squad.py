@@ -28,6 +28,7 @@ try:  # outside the venv: a one-line hint, not a traceback
 except ImportError as e:
   raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
 import collections
+import dataclasses
 import json
 import math
 import os
@@ -355,6 +356,27 @@ class Progress(progress_lib.Progress):
 
 # ----------------------------------------------------------------------------
 
+@dataclasses.dataclass(frozen=True)
+class Squad:
+  """run_squad's own flags, typed (common_flags.typed): the SQuAD files (or --tfds_name), the
+  windows, the answers and the prediction batches."""
+  train_file: str | None
+  predict_file: str | None
+  tfds_name: str | None
+  tfds_data_dir: str | None
+  version_2_with_negative: bool
+  max_seq_length: int
+  doc_stride: int
+  max_query_length: int
+  max_answer_length: int
+  n_best_size: int
+  do_lower_case: bool
+  null_score_diff_threshold: float
+  verbose_logging: bool
+  predict_batch_size: int
+  trim_predict_batches: bool
+
+
 def _check_options(options):
   """Our checks before the original's: required flags, files, positive sizes."""
   checks.check(options, {
@@ -365,7 +387,6 @@ def _check_options(options):
                         "gradient_accumulation_steps", "doc_stride", "n_best_size",
                         "max_answer_length"),
       checks.NON_NEGATIVE: ("max_query_length",)})
-  training.check_training_numbers(options)
 
 
 def validate_flags_or_throw(options, bert_config):
@@ -378,7 +399,7 @@ def validate_flags_or_throw(options, bert_config):
     raise ValueError("If `do_train` is True, then `train_file` must be specified.")
   if options.do_predict and not options.predict_file and not options.tfds_name:
     raise ValueError("If `do_predict` is True, then `predict_file` must be specified.")
-  run_checks.check_max_seq_length(bert_config, options)
+  run_checks.check_max_seq_length(bert_config, common_flags.model_source(options))
   if options.max_seq_length <= options.max_query_length + 3:
     raise ValueError("The max_seq_length (%d) must be greater than max_query_length (%d) + 3 "
                      "(--max_seq_length, --max_query_length)"
@@ -420,57 +441,61 @@ def run(options, strategy=None):
       options, DEFAULTS, fill=("doc_stride", "max_query_length", "max_answer_length"),
       writes=("squad",))
   _check_options(options)
-  config = run_checks.load_and_check_config(options)
-  run_checks.check_segments(config, options, "SQuAD's inputs (question, context)")
+  settings = common_flags.settings_of(options)
+  training.check_training_numbers(settings.training)
+  config = run_checks.run_config(settings)
+  run_checks.check_segments(config, settings.model, "SQuAD's inputs (question, context)")
   validate_flags_or_throw(options, config)
+  return _run(settings, common_flags.typed(Squad, options), config, strategy)
+
+
+def _run(run, squad, config, strategy):
+  """run() on the typed settings, after the checks: the SQuAD files read, then the output
+  directory made and locked, and the work done."""
   train_examples = predict_examples = None
-  read = (tfds_squad_reader(options.tfds_name, options.tfds_data_dir) if options.tfds_name
+  read = (tfds_squad_reader(squad.tfds_name, squad.tfds_data_dir) if squad.tfds_name
           else _read)
-  if options.do_train:
-    train_examples = read("train_file", options.train_file, True, options.version_2_with_negative)
-  if options.do_predict:
-    predict_examples = read("predict_file", options.predict_file, False,
-                            options.version_2_with_negative)
-  num_train_steps = None
-  if options.do_train:
-    # Steps count the examples (questions), not their windows, as the original.
-    num_train_steps = int(len(train_examples) / options.train_batch_size * options.num_train_epochs)
-    if num_train_steps < 1:
-      raise ValueError(
-          f"--num_train_epochs={options.num_train_epochs}: {len(train_examples)} training examples "
-          f"/ --train_batch_size={options.train_batch_size} x epochs gives 0 training steps")
-  tokenizer = tokenization.FullTokenizer(vocab_file=options.vocab_file,
-                                         do_lower_case=options.do_lower_case)
-  tokenization.check_vocab(tokenizer.vocab, options.vocab_file,
+  if run.training.do_train:
+    train_examples = read("train_file", squad.train_file, True, squad.version_2_with_negative)
+  if run.evaluation.do_predict:
+    predict_examples = read("predict_file", squad.predict_file, False,
+                            squad.version_2_with_negative)
+  # Steps count the examples (questions), not their windows, as the original.
+  num_train_steps, num_warmup_steps = training.train_steps(
+      run.training, len(train_examples or ()), "examples")
+  tokenizer = tokenization.FullTokenizer(vocab_file=run.model.vocab_file,
+                                         do_lower_case=run.model.do_lower_case)
+  tokenization.check_vocab(tokenizer.vocab, run.model.vocab_file,
                            required=("[UNK]", "[CLS]", "[SEP]"))
-  run_checks.check_vocab_fits(config, tokenizer.vocab, options)
-  keras.utils.set_random_seed(options.seed)
-  strategy = distribution.strategy_for(options, strategy)
-  with outputs.output_directory(strategy, options.output_dir) as record_dir:  # (made and locked)
-    model_dir.prepare(options, distribution.is_chief(strategy), config, "squad",
-                      doc_stride=options.doc_stride, max_query_length=options.max_query_length,
-                      max_answer_length=options.max_answer_length,
-                      version_2_with_negative=bool(options.version_2_with_negative))
-    return _train_predict(options, strategy, config, tokenizer, distribution.is_chief(strategy),
-                          record_dir, train_examples, num_train_steps, predict_examples)
+  run_checks.check_vocab_fits(config, tokenizer.vocab, run.model)
+  keras.utils.set_random_seed(run.training.seed)
+  strategy = distribution.strategy_for(run.placement, strategy)
+  with outputs.output_directory(strategy, run.output.output_dir) as record_dir:  # (locked)
+    model_dir.prepare(run, distribution.is_chief(strategy), config, "squad",
+                      doc_stride=squad.doc_stride, max_query_length=squad.max_query_length,
+                      max_answer_length=squad.max_answer_length,
+                      version_2_with_negative=bool(squad.version_2_with_negative))
+    return _train_predict(run, squad, strategy, config, tokenizer,
+                          distribution.is_chief(strategy), record_dir, train_examples,
+                          (num_train_steps, num_warmup_steps), predict_examples)
 
 
-def _train_predict(options, strategy, config, tokenizer, chief, record_dir, train_examples,
-                   num_train_steps, predict_examples):
-  """run() after the checks and the reading."""
-  num_warmup_steps = None
-  if options.do_train:
-    num_warmup_steps = int(num_train_steps * options.warmup_proportion)
+def _train_predict(run, squad, strategy, config, tokenizer, chief, record_dir, train_examples,
+                   steps, predict_examples):
+  """_run() after the reading. steps: (num_train_steps, num_warmup_steps), None each
+  without --do_train."""
+  num_train_steps, num_warmup_steps = steps
+  if run.training.do_train:
     # Pre-shuffled (fixed seed, as the original) so that a small shuffle buffer suffices.
     random.Random(12345).shuffle(train_examples)
 
-  trainer = training.build_trainer(options, strategy, lambda: modeling.BertSquad(config),
+  trainer = training.build_trainer(run.training, strategy, lambda: modeling.BertSquad(config),
                                    SquadTask(), num_train_steps or 1, num_warmup_steps or 0)
   model = trainer.model
   results = {"train_examples": None, "predictions": None, "null_odds": None,
              "eval_results": None}
 
-  if options.do_train:
+  if run.training.do_train:
     writer = FeatureWriter(os.path.join(record_dir, "train.tf_record"), is_training=True)
     progress = Progress("Writing training windows", len(train_examples))
 
@@ -479,8 +504,8 @@ def _train_predict(options, strategy, config, tokenizer, chief, record_dir, trai
       progress.update(feature.example_index, writer.num_features)
 
     try:
-      convert_examples_to_features(train_examples, tokenizer, options.max_seq_length,
-                                   options.doc_stride, options.max_query_length, True, write)
+      convert_examples_to_features(train_examples, tokenizer, squad.max_seq_length,
+                                   squad.doc_stride, squad.max_query_length, True, write)
       writer.close()
     finally:
       writer.abort()  # (after an error: the temporary removed)
@@ -488,62 +513,62 @@ def _train_predict(options, strategy, config, tokenizer, chief, record_dir, trai
     logging.info("***** Running training *****")
     logging.info("  Num orig examples = %d", len(train_examples))
     logging.info("  Num split examples = %d", writer.num_features)
-    logging.info("  Batch size = %d", options.train_batch_size)
+    logging.info("  Batch size = %d", run.training.train_batch_size)
     logging.info("  Num steps = %d", num_train_steps)
     results["train_examples"] = len(train_examples)
-    training.fine_tune(trainer, options, writer.filename,
-                       decode_fn(options.max_seq_length, is_training=True), num_train_steps)
+    training.fine_tune(trainer, run.training, writer.filename,
+                       decode_fn(squad.max_seq_length, is_training=True), num_train_steps)
   else:
-    training_checkpoints.restore_for_inference(trainer, options.output_dir,
-                                               options.init_checkpoint)
+    training_checkpoints.restore_for_inference(trainer, run.output.output_dir,
+                                               run.model.init_checkpoint)
 
-  if options.do_predict:
+  if run.evaluation.do_predict:
     out = record_dir  # output_dir on the chief; discarded on the other workers
-    predictions, null_odds, best_non_null = _predict(options, model, strategy,
+    predictions, null_odds, best_non_null = _predict(squad, model, strategy,
                                                      trainer.use_xla, tokenizer,
                                                      predict_examples, out)
     results["predictions"] = predictions
-    results["null_odds"] = null_odds if options.version_2_with_negative else None
+    results["null_odds"] = null_odds if squad.version_2_with_negative else None
     gold = None
-    if options.tfds_name:
-      gold = tfds_input.squad_eval_dataset(options.tfds_name, options.version_2_with_negative,
-                                           options.tfds_data_dir)
+    if squad.tfds_name:
+      gold = tfds_input.squad_eval_dataset(squad.tfds_name, squad.version_2_with_negative,
+                                           squad.tfds_data_dir)
     results["eval_results"] = evaluate_predictions(
-        options.predict_file or f"--tfds_name {options.tfds_name}", predictions, null_odds,
-        best_non_null, out, options.version_2_with_negative, options.null_score_diff_threshold,
+        squad.predict_file or f"--tfds_name {squad.tfds_name}", predictions, null_odds,
+        best_non_null, out, squad.version_2_with_negative, squad.null_score_diff_threshold,
         gold)
   return results
 
 
-def _predict(options, model, strategy, use_xla, tokenizer, examples, out):
+def _predict(squad, model, strategy, use_xla, tokenizer, examples, out):
   """Features -> eval.tf_record and the model, results -> PredictionWriter, as they come
   (one batch of windows and one example's windows in memory at a time). Returns the
   writer's (predictions, null_odds, best_non_null)."""
   logging.info("***** Running predictions *****")
   logging.info("  Num orig examples = %d", len(examples))
-  logging.info("  Batch size = %d", options.predict_batch_size)
+  logging.info("  Batch size = %d", squad.predict_batch_size)
   record_writer = FeatureWriter(os.path.join(out, "eval.tf_record"), is_training=False)
   writer = PredictionWriter(
-      examples, options.n_best_size, options.max_answer_length, options.do_lower_case,
+      examples, squad.n_best_size, squad.max_answer_length, squad.do_lower_case,
       os.path.join(out, "predictions.json"), os.path.join(out, "nbest_predictions.json"),
-      os.path.join(out, "null_odds.json"), options.version_2_with_negative,
-      options.null_score_diff_threshold, options.verbose_logging)
+      os.path.join(out, "null_odds.json"), squad.version_2_with_negative,
+      squad.null_score_diff_threshold, squad.verbose_logging)
   progress = Progress("Predicting", len(examples))
 
   def on_result(feature, result):
     writer.add(feature, result)
     progress.update(feature.example_index, predictor.num_windows)
 
-  predictor = SpanPredictor(model, options.predict_batch_size, on_result, strategy, use_xla,
-                            options.trim_predict_batches)
+  predictor = SpanPredictor(model, squad.predict_batch_size, on_result, strategy, use_xla,
+                            squad.trim_predict_batches)
 
   def on_feature(feature):
     record_writer.process_feature(feature)
     predictor.add(feature)
 
   try:
-    convert_examples_to_features(examples, tokenizer, options.max_seq_length,
-                                 options.doc_stride, options.max_query_length, False,
+    convert_examples_to_features(examples, tokenizer, squad.max_seq_length,
+                                 squad.doc_stride, squad.max_query_length, False,
                                  on_feature)
     predictor.flush()
     record_writer.close()

@@ -20,7 +20,6 @@ export below --min_agreement.
 
 import json
 import os
-import types
 import warnings
 
 from absl import logging
@@ -31,9 +30,11 @@ from bert_keras import model_files
 from bert_keras import output_families
 from bert_keras import preprocessing
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import settings
 from bert_keras import serving
 from bert_keras import task_registry
 from bert_keras.tasks.classifier import data as classifier_data
+from bert_keras.tasks.classifier import options as classifier_options
 from bert_keras.prediction import row_io
 from bert_keras.prediction import predictors
 from bert_keras import tokenization
@@ -253,11 +254,9 @@ def _classifier_dev_examples(options, limit):
   --task_name's processor on its --data_dir), None when the options name none that read."""
   if not (options.get("task_name") and options.get("data_dir")):
     return None
-  namespace = types.SimpleNamespace(**{name: None for name in classifier_data.CUSTOM_TASK_FLAGS})
-  namespace.__dict__.update(labels=None, multi_label=False, label_separator=",")
-  namespace.__dict__.update(options)
+  task = settings.typed(classifier_options.Classification, options)
   try:
-    examples = classifier_data.get_processor(namespace).get_dev_examples(options["data_dir"])
+    examples = classifier_data.get_processor(task).get_dev_examples(options["data_dir"])
   except (ValueError, OSError, KeyError, IndexError, tf.errors.OpError) as e:
     logging.info("quantized: the run's dev examples do not read (%s)", e)
     return None

@@ -72,13 +72,13 @@ def build_strategy(name=None, use_tpu=False, tpu_name=None, tpu_zone=None,
   raise ValueError(f"--distribution_strategy={name}: expected one of {STRATEGIES}")
 
 
-def strategy_for(options, strategy=None):
-  """The scripts' strategy: `strategy` if given, else the one the options name
+def strategy_for(placement, strategy=None):
+  """The scripts' strategy: `strategy` if given, else the one a settings.Placement names
   (--distribution_strategy and the TPU flags, see build_strategy); logs it."""
   if strategy is None:
-    strategy = build_strategy(options.distribution_strategy, use_tpu=options.use_tpu,
-                              tpu_name=options.tpu_name, tpu_zone=options.tpu_zone,
-                              gcp_project=options.gcp_project, master=options.master)
+    strategy = build_strategy(placement.distribution_strategy, use_tpu=placement.use_tpu,
+                              tpu_name=placement.tpu_name, tpu_zone=placement.tpu_zone,
+                              gcp_project=placement.gcp_project, master=placement.master)
   logging.info("Strategy %s with %d replica(s)", type(strategy).__name__,
                strategy.num_replicas_in_sync)
   return strategy

@@ -19,6 +19,7 @@ from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import task_registry
 from bert_keras.runtime import option_checks
+from bert_keras.runtime import settings
 from bert_keras.utils import file_io
 
 # The file format lives in model_files.py; these names stay for existing callers.
@@ -85,7 +86,8 @@ def options_namespace(options, defaults):
   (option_checks.GIVEN), so that the checks judge a flag given at its default as given."""
   recorded = option_checks.given_flags(options) or frozenset()
   if _is_flag_values(options):
-    values = {name: getattr(options, name) for name in defaults if name in options}
+    values = {name: value for name, value in settings.values_of(options).items()
+              if name in defaults}
     given = {name for name in values if name in recorded}
   else:
     values = {name: value for name, value in vars(options).items()
@@ -190,13 +192,14 @@ def source_model_dir(options):
 
 
 def _source_model_dir(options):
-  output_dir = getattr(options, "output_dir", None)
+  values = settings.values_of(options)  # (a script without --output_dir or --do_train: None)
+  output_dir = values.get("output_dir")
   if output_dir and tf.io.gfile.isdir(output_dir):
     description = read_model_dir(output_dir)
     if (description is not None and _has_checkpoint(output_dir)
-        and (description["options"] or not getattr(options, "do_train", False))):
+        and (description["options"] or not values.get("do_train"))):
       return dict(description, source="output_dir")
-  init_checkpoint = getattr(options, "init_checkpoint", None)
+  init_checkpoint = values.get("init_checkpoint")
   if init_checkpoint and tf.io.gfile.exists(model_dir_of(init_checkpoint)):
     description = read_model_dir(init_checkpoint)
     return None if description is None else dict(description, source="init_checkpoint")
@@ -208,8 +211,9 @@ def check_kind(options, writes):
   kind other than `writes` (the task.json "task" values the script writes: its models), named
   with the directory's kind and the script's: the script would evaluate, predict or write its
   files into another task's model. Not with --overwrite_output_dir (moved aside)."""
-  output_dir = getattr(options, "output_dir", None)
-  if not (writes and output_dir) or getattr(options, "overwrite_output_dir", False):
+  values = settings.values_of(options)
+  output_dir = values.get("output_dir")
+  if not (writes and output_dir) or values.get("overwrite_output_dir"):
     return
   task = _readable(model_files.read_task, output_dir)
   if task is None:
@@ -233,7 +237,7 @@ def pin_options(namespace, description, defaults, names):
   no windows); given and different, a one-line ValueError naming the flag, the directory and
   its task.json (conflict_error). Only where the directory is the model the run uses (its
   --output_dir, or --init_checkpoint without --do_train: a warm start trains a new head)."""
-  if description["source"] != "output_dir" and getattr(namespace, "do_train", False):
+  if description["source"] != "output_dir" and settings.values_of(namespace).get("do_train"):
     return
   taken = []
   for name in names:
@@ -272,9 +276,9 @@ def resolve_options(options, defaults, fill=(), pin=(), writes=()):
   check_kind(namespace, writes)
   _readable(check_rerun, namespace, given)
   description = None
-  if not getattr(namespace, "_move_aside", False):
+  if not settings.values_of(namespace).get(option_checks.MOVE_ASIDE):
     description = source_model_dir(namespace)
-  elif getattr(namespace, "init_checkpoint", None):
+  elif settings.values_of(namespace).get("init_checkpoint"):
     description = _readable(read_model_dir, namespace.init_checkpoint)
     description = description and dict(description, source="init_checkpoint")
   if description is None:
@@ -324,7 +328,7 @@ def _fill_from_checkpoint_dir(namespace, given):
   it is a checkpoint directory without task.json (checkpoint_dir_files), with a log line.
   Given ones are kept (a config that does not fit the checkpoint is refused by
   run_checks)."""
-  init_checkpoint = getattr(namespace, "init_checkpoint", None)
+  init_checkpoint = settings.values_of(namespace).get("init_checkpoint")
   found = init_checkpoint and _readable(checkpoint_dir_files, init_checkpoint)
   if not found:
     return
@@ -388,15 +392,16 @@ def check_rerun(options, given):
   ValueError listing each change (old -> new), unless options.overwrite_output_dir, which
   marks the namespace (options._move_aside) for move_aside. Runs without --do_train are
   never reruns."""
-  output_dir = getattr(options, "output_dir", None)
-  if not (getattr(options, "do_train", False) and output_dir):
+  values = settings.values_of(options)
+  output_dir = values.get("output_dir")
+  if not (values.get("do_train") and output_dir):
     return
   path = os.path.join(output_dir, OPTIONS_FILE)
-  if getattr(options, "overwrite_output_dir", False):
+  if values.get("overwrite_output_dir"):
     if tf.io.gfile.isdir(output_dir) and [
         name for name in tf.io.gfile.listdir(output_dir) if not name.startswith(".")]:
       check_holds_no_inputs(options)
-      options._move_aside = True
+      setattr(options, option_checks.MOVE_ASIDE, True)
     return
   if not tf.io.gfile.exists(path) or not _has_checkpoint(output_dir):
     return  # (a run that failed before its first checkpoint trained nothing to resume)
@@ -428,9 +433,10 @@ def check_holds_no_inputs(options):
   """A one-line ValueError naming both flags when --output_dir is, or holds, one of the run's
   inputs (INPUT_OPTIONS: --data_dir, --init_checkpoint, --vocab_file, ...):
   --overwrite_output_dir would move it aside and train on without it (or on nothing)."""
+  values = settings.values_of(options)
   output_dir = _comparable_path(options.output_dir)
   for name in INPUT_OPTIONS:
-    value = getattr(options, name, None)
+    value = values.get(name)
     for path in (value.split(",") if isinstance(value, str) and value else ()):
       if not path.strip():
         continue
@@ -442,13 +448,13 @@ def check_holds_no_inputs(options):
             "--output_dir")
 
 
-def move_aside(options):
-  """--overwrite_output_dir (options._move_aside, set by check_rerun): moves everything in
-  --output_dir (but its lock) into <output_dir>.old-<YYYYmmdd-HHMMSS>, with a log line; run
-  by the chief holding the directory's lock."""
-  if not getattr(options, "_move_aside", False):
+def move_aside(output):
+  """--overwrite_output_dir (a settings.OutputDir's move_aside, as check_rerun decided): moves
+  everything in --output_dir (but its lock) into <output_dir>.old-<YYYYmmdd-HHMMSS>, with a
+  log line; run by the chief holding the directory's lock."""
+  if not output.move_aside:
     return
-  output_dir = options.output_dir.rstrip("/")
+  output_dir = output.output_dir.rstrip("/")
   target = "%s.old-%s" % (output_dir, time.strftime("%Y%m%d-%H%M%S"))
   suffix = 1
   while tf.io.gfile.exists(target):
@@ -462,21 +468,22 @@ def move_aside(options):
     tf.io.gfile.rename(os.path.join(output_dir, name), os.path.join(target, name))
   logging.warning("--overwrite_output_dir: moved the earlier run in %s aside to %s",
                   output_dir, target)
-  options._move_aside = False
 
 
-def prepare(options, chief, config, task, labels=None, **task_options):
+def prepare(run, chief, config, task, labels=None, **task_options):
   """The model files of a run_* script, in its locked --output_dir (chief only): the earlier
   run moved aside first (move_aside), then write_model_dir; run_options.json only by a
   --do_train run into a directory without one (a resumed run keeps the options it started
-  with; an eval- or predict-only run never writes it). Called before the first checkpoint."""
+  with; an eval- or predict-only run never writes it). Called before the first checkpoint.
+  run: the script's settings.RunSettings (its recorded options go to run_options.json)."""
   if not chief:
     return
-  move_aside(options)
-  write_options = bool(getattr(options, "do_train", False)) and not (
-      tf.io.gfile.exists(os.path.join(options.output_dir, OPTIONS_FILE))
-      and _has_checkpoint(options.output_dir))
-  if not write_options and tf.io.gfile.exists(os.path.join(options.output_dir, TASK_FILE)):
+  move_aside(run.output)
+  output_dir = run.output.output_dir
+  write_options = bool(run.training.do_train) and not (
+      tf.io.gfile.exists(os.path.join(output_dir, OPTIONS_FILE))
+      and _has_checkpoint(output_dir))
+  if not write_options and tf.io.gfile.exists(os.path.join(output_dir, TASK_FILE)):
     return  # a finished model directory: its files stay as training wrote them
-  write_model_dir(options.output_dir, options, config, task, labels,
+  write_model_dir(output_dir, run.recorded, config, task, labels,
                   write_options=write_options, **task_options)

@@ -670,60 +670,60 @@ def best_metric(output_dir, metric_name):
 # ----------------------------------------------------------------------------
 # What the run_* scripts call.
 
-def train_steps(options, count, rows="rows"):
+def train_steps(training, count, rows="rows"):
   """(num_train_steps, num_warmup_steps) of --do_train over `count` training rows (called
   `rows` in the message: windows, pairs, queries), int(count / --train_batch_size x
   --num_train_epochs) and --warmup_proportion of them; (None, None) without --do_train; 0
   steps is a ValueError naming the flags."""
-  if not options.do_train:
+  if not training.do_train:
     return None, None
-  num_train_steps = int(count / options.train_batch_size * options.num_train_epochs)
+  num_train_steps = int(count / training.train_batch_size * training.num_train_epochs)
   if num_train_steps < 1:
     raise ValueError(
-        f"--num_train_epochs={options.num_train_epochs}: {count} training {rows} / "
-        f"--train_batch_size={options.train_batch_size} x epochs gives 0 training steps")
-  return num_train_steps, int(num_train_steps * options.warmup_proportion)
+        f"--num_train_epochs={training.num_train_epochs}: {count} training {rows} / "
+        f"--train_batch_size={training.train_batch_size} x epochs gives 0 training steps")
+  return num_train_steps, int(num_train_steps * training.warmup_proportion)
 
 
-def check_training_numbers(options):
+def check_training_numbers(training):
   """The run_* scripts' training numbers, checked before a model is built: a ValueError naming
   the flag (a negative learning rate would train away from the data; a negative
   --save_checkpoints_steps would never reach a checkpoint boundary; --warmup_proportion
   outside [0, 1] would warm up past the end of training or not at all)."""
-  if not options.learning_rate > 0:
-    raise ValueError(f"--learning_rate={options.learning_rate}: must be > 0")
-  option_checks.check(options, {option_checks.NON_NEGATIVE: (
+  if not training.learning_rate > 0:
+    raise ValueError(f"--learning_rate={training.learning_rate}: must be > 0")
+  option_checks.check(training, {option_checks.NON_NEGATIVE: (
       "save_checkpoints_steps", "log_every_steps", "keep_checkpoint_max", "eval_every_steps",
       "early_stopping_patience", "num_warmup_steps")})
-  proportion = getattr(options, "warmup_proportion", None)
+  proportion = training.warmup_proportion
   if proportion is not None and not 0 <= proportion <= 1:
     raise ValueError(f"--warmup_proportion={proportion}: must be in [0, 1] (the fraction of "
                      "the training steps that warm the learning rate up)")
 
 
-def build_trainer(options, strategy, make_model, task, num_train_steps, num_warmup_steps):
+def build_trainer(training, strategy, make_model, task, num_train_steps, num_warmup_steps):
   """A run_* script's Trainer, as its options say: sets the Keras dtype policy
-  (options.dtype), then under strategy.scope() builds make_model() and the optimizer
-  (options.optimizer: AdamWeightDecay or LAMB, at options.learning_rate with
+  (training.dtype), then under strategy.scope() builds make_model() and the optimizer
+  (training.optimizer: AdamWeightDecay or LAMB, at training.learning_rate with
   num_warmup_steps of linear warmup then linear decay to 0 at num_train_steps; loss-scaled
-  for float16). The Trainer accumulates options.gradient_accumulation_steps micro-batches
-  per step, compiles with XLA as options.use_xla says (None: on GPU/TPU only) and saves
+  for float16). The Trainer accumulates training.gradient_accumulation_steps micro-batches
+  per step, compiles with XLA as training.use_xla says (None: on GPU/TPU only) and saves
   the model variables under their TF1 names. Its .model and .optimizer are the built ones.
   When the task does not read the outputs at the padding (Task.reads_padding), the encoder
   skips the padding (BertModel.skip_padding), except under XLA or on TPUs."""
-  check_training_numbers(options)
-  if getattr(options, "trim_train_batches", False) and isinstance(
+  check_training_numbers(training)
+  if training.trim_train_batches and isinstance(
       strategy, tf.distribute.TPUStrategy):
     raise ValueError("--trim_train_batches: not on TPU, where every step must have one shape")
-  distribution.set_dtype_policy(options.dtype)
+  distribution.set_dtype_policy(training.dtype)
   with strategy.scope():
     model = make_model()
-    optimizer = optimization.create_optimizer(options.learning_rate, num_train_steps,
+    optimizer = optimization.create_optimizer(training.learning_rate, num_train_steps,
                                               num_warmup_steps,
-                                              optimizer_type=options.optimizer)
-    if options.dtype == "float16":
+                                              optimizer_type=training.optimizer)
+    if training.dtype == "float16":
       optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-  use_xla = options.use_xla
+  use_xla = training.use_xla
   if use_xla is None:
     use_xla = distribution.default_use_xla(strategy)
   if not task.reads_padding and not use_xla and not isinstance(
@@ -731,59 +731,59 @@ def build_trainer(options, strategy, make_model, task, num_train_steps, num_warm
     model.bert.skip_padding = True
     logging.info("The encoder computes on the real tokens only (BertModel.skip_padding)")
   return Trainer(strategy, model, optimizer, task,
-                 accumulation_steps=options.gradient_accumulation_steps, use_xla=use_xla,
-                 loss_scale=options.dtype == "float16",
+                 accumulation_steps=training.gradient_accumulation_steps, use_xla=use_xla,
+                 loss_scale=training.dtype == "float16",
                  variable_names=checkpoints.tf1_variable_map(model))
 
 
-def fine_tune(trainer, options, train_file, decode_fn, num_train_steps, **extra):
+def fine_tune(trainer, training, train_file, decode_fn, num_train_steps, **extra):
   """The fine-tuning scripts' training (run_classifier, run_squad): the records of
-  train_file decoded by decode_fn, options.train_batch_size sequences a step (split over the
-  replicas and options.gradient_accumulation_steps micro-batches), num_train_steps steps,
-  warm-started from options.init_checkpoint, checkpoints in options.output_dir (resumed
-  when there); a progress line every options.log_every_steps steps; with
-  options.trim_train_batches each batch cut to its longest sequence
+  train_file decoded by decode_fn, training.train_batch_size sequences a step (split over the
+  replicas and training.gradient_accumulation_steps micro-batches), num_train_steps steps,
+  warm-started from training.init_checkpoint, checkpoints in training.output_dir (resumed
+  when there); a progress line every training.log_every_steps steps; with
+  training.trim_train_batches each batch cut to its longest sequence
   (input_pipeline.trim_to_longest). extra: more Trainer.train arguments (eval_every_steps,
   eval_fn)."""
   per_replica = input_pipeline.per_replica_batch_size(
-      options.train_batch_size, trainer.strategy, options.gradient_accumulation_steps,
+      training.train_batch_size, trainer.strategy, training.gradient_accumulation_steps,
       "--train_batch_size")
-  trim = getattr(options, "trim_train_batches", False)
+  trim = training.trim_train_batches
 
   def dataset(input_context, skip_records):
     return input_pipeline.training_dataset([train_file], decode_fn, per_replica, input_context,
-                                           seed=options.seed, skip_records=skip_records,
+                                           seed=training.seed, skip_records=skip_records,
                                            trim=trim)
 
-  train_as_configured(trainer, dataset, options, num_train_steps, **extra)
+  train_as_configured(trainer, dataset, training, num_train_steps, **extra)
 
 
-def train_as_configured(trainer, dataset_fn, options, num_train_steps, **extra):
-  """trainer.train on the scripts' training flags: options.iterations_per_loop steps a device
-  call, checkpoints every options.save_checkpoints_steps in options.output_dir (resumed when
-  there, else warm-started from options.init_checkpoint), options.train_batch_size sequences a
-  step, a progress line every options.log_every_steps steps. extra: more Trainer.train
+def train_as_configured(trainer, dataset_fn, training, num_train_steps, **extra):
+  """trainer.train on the scripts' training flags: training.iterations_per_loop steps a device
+  call, checkpoints every training.save_checkpoints_steps in training.output_dir (resumed when
+  there, else warm-started from training.init_checkpoint), training.train_batch_size sequences a
+  step, a progress line every training.log_every_steps steps. extra: more Trainer.train
   arguments (run_pretraining's flops_per_sequence, peak_flops; eval_every_steps, eval_fn).
   A diverged run is a Diverged error naming the flags to change (diverged_hint)."""
   trainer.train(dataset_fn, num_train_steps=num_train_steps,
-                steps_per_loop=options.iterations_per_loop, output_dir=options.output_dir,
-                save_checkpoints_steps=options.save_checkpoints_steps,
-                keep_checkpoint_max=options.keep_checkpoint_max,
+                steps_per_loop=training.iterations_per_loop, output_dir=training.output_dir,
+                save_checkpoints_steps=training.save_checkpoints_steps,
+                keep_checkpoint_max=training.keep_checkpoint_max,
                 init_fn=lambda: training_checkpoints.warm_start(trainer.model,
-                                                                options.init_checkpoint),
-                global_batch_size=options.train_batch_size,
-                log_every_steps=options.log_every_steps,
-                diverged_hint=diverged_hint(options), **extra)
+                                                                training.init_checkpoint),
+                global_batch_size=training.train_batch_size,
+                log_every_steps=training.log_every_steps,
+                diverged_hint=diverged_hint(training), **extra)
 
 
-def diverged_hint(options):
-  """What a diverged run of these options should change: a lower --learning_rate, smaller
+def diverged_hint(training):
+  """What a diverged run of these settings should change: a lower --learning_rate, smaller
   --class_weights when given, --dtype=float32 for float16 (whose range overflows), and how to
   rerun into the same --output_dir (whose changed options are refused otherwise)."""
-  changes = [f"a lower --learning_rate (now {options.learning_rate:g})"]
-  if getattr(options, "class_weights", None):
-    changes.append(f"smaller --class_weights (now {options.class_weights})")
-  if getattr(options, "dtype", None) == "float16":
+  changes = [f"a lower --learning_rate (now {training.learning_rate:g})"]
+  if training.class_weights:
+    changes.append(f"smaller --class_weights (now {training.class_weights})")
+  if training.dtype == "float16":
     changes.append("--dtype=float32 or bfloat16")
   if len(changes) > 1:
     changes[-2:] = [f"{changes[-2]} or {changes[-1]}"]
@@ -791,13 +791,13 @@ def diverged_hint(options):
           "--output_dir.")
 
 
-def restore_best(options, trainer):
+def restore_best(training, trainer):
   """--do_eval / --do_predict use output_dir/best (the best of the evaluations during
   training) when it exists: its weights and step are loaded into trainer. Logs which."""
-  best = os.path.join(options.output_dir, EvalHook.BEST)
+  best = os.path.join(training.output_dir, EvalHook.BEST)
   results = os.path.join(best, "eval_results.txt")
   if not tf.io.gfile.exists(results):
-    if options.eval_every_steps:
+    if training.eval_every_steps:
       logging.info("No %s: evaluating/predicting with the final weights", best)
     return
   checkpoints.load_checkpoint(trainer.model, best)

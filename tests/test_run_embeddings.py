@@ -169,7 +169,7 @@ def test_trimmed_columns_give_the_stacked_loss_and_gradients(num_negatives):
   encoder call per column) gives the loss and gradients of the untrimmed stacked call, dropout
   off; and it does cut: the columns come back at their longest real lengths."""
   import tensorflow as tf
-  from bert_keras.runtime import training
+  from bert_keras.runtime import common_flags, training
   seq, b = 16, 4
   config = modeling.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
                                num_attention_heads=2, intermediate_size=64,
@@ -194,8 +194,9 @@ def test_trimmed_columns_give_the_stacked_loss_and_gradients(num_negatives):
   for trim in (False, True):
     task = embeddings.EmbeddingTask(seq, num_negatives, symmetric=True, trim=trim)
     tf.keras.utils.set_random_seed(1)
-    trainer = training.build_trainer(options, strategy, lambda: modeling.BertSentenceEncoder(
-        config, pooling="mean"), task, 10, 1)
+    trainer = training.build_trainer(
+        common_flags.settings_of(options).training, strategy,
+        lambda: modeling.BertSentenceEncoder(config, pooling="mean"), task, 10, 1)
     if trim:
       trainer = embeddings.ColumnTrainer.of(trainer)
       assert [c["input_ids"].shape[1] for c in task.columns(batch)] == [
@@ -293,7 +294,7 @@ def test_a_corpus_larger_than_memory_is_refused_before_training(files, tmp_path,
   from bert_keras.runtime import run_checks
   from bert_keras.utils import memory
   monkeypatch.setattr(memory, "available_bytes", lambda: 5000)
-  monkeypatch.setattr(run_checks, "check_memory", lambda config, options: None)
+  monkeypatch.setattr(run_checks, "check_memory", lambda *args: None)
   out = tmp_path / "out"
   with pytest.raises(ValueError, match=r"--do_eval: the dev set of --data_dir .* \(24 texts\) "
                                        r"needs 5.38e-06 GB .*--max_seq_length=12"):

@@ -491,49 +491,49 @@ TASK_ALIASES = {"sst2": "sst-2", "stsb": "sts-b", "mnli_mm": "mnli-mm",
 CUSTOM_TASK_FLAGS = ("text_a_column", "text_b_column", "label_column", "labels")
 
 
-def get_processor(options):
-  """The processor of options.task_name (case-insensitive; PROCESSORS, TASK_ALIASES or
-  "custom", built from the custom-task flags). An unknown name is a ValueError listing the
-  known ones; a custom-task flag with another task is one too."""
-  name = options.task_name.strip().lower()
+def get_processor(task):
+  """The processor of task.task_name (task: an options.Classification; case-insensitive;
+  PROCESSORS, TASK_ALIASES or "custom", built from the custom-task flags). An unknown name is
+  a ValueError listing the known ones; a custom-task flag with another task is one too."""
+  name = task.task_name.strip().lower()
   name = TASK_ALIASES.get(name, name)
-  multi = getattr(options, "multi_label", False)
+  multi = task.multi_label
   if name == "custom":
     labels = None
-    if options.labels:
-      labels = [label.strip() for label in options.labels.split(",")]
+    if task.labels:
+      labels = [label.strip() for label in task.labels.split(",")]
       if len(set(labels)) != len(labels) or "" in labels:
-        raise ValueError(f"--labels={options.labels}: labels must be distinct and non-empty")
+        raise ValueError(f"--labels={task.labels}: labels must be distinct and non-empty")
       if len(labels) < (1 if multi else 2):
-        raise ValueError(f"--labels={options.labels}: a classifier needs at least two labels")
-    return CustomProcessor(options.data_dir, options.text_a_column, options.text_b_column,
-                           options.label_column, labels, multi,
-                           getattr(options, "label_separator", ","))
+        raise ValueError(f"--labels={task.labels}: a classifier needs at least two labels")
+    return CustomProcessor(task.data_dir, task.text_a_column, task.text_b_column,
+                           task.label_column, labels, multi,
+                           task.label_separator)
   if multi:
-    raise ValueError(f"--multi_label is only for --task_name=custom (not {options.task_name})")
+    raise ValueError(f"--multi_label is only for --task_name=custom (not {task.task_name})")
   if name not in PROCESSORS:
     raise ValueError("Task not found: %s (known tasks: %s; also accepted: %s)" % (
         name, ", ".join(sorted(list(PROCESSORS) + ["custom"])), ", ".join(sorted(TASK_ALIASES))))
   for flag in CUSTOM_TASK_FLAGS:
-    if getattr(options, flag) is not None:
-      raise ValueError(f"--{flag} is only for --task_name=custom (not {options.task_name})")
+    if getattr(task, flag) is not None:
+      raise ValueError(f"--{flag} is only for --task_name=custom (not {task.task_name})")
   return PROCESSORS[name]()
 
 
-def read_examples(options, processor, label_list):
+def read_examples(task, processor, label_list):
   """{"train", "dev", "test": list of InputExample, or None where the flags do not ask for
   it}, read and checked before any model is built: a split without examples, or a label that
   is not one of the task's (label_list; None: a regression task, whose labels must be finite
   numbers), is a ValueError naming the file (or --tfds_name). (Test examples carry the task's
   dummy label, or, for --task_name=custom, test.tsv's own when it has a label column.)"""
-  wanted = {"train": (options.do_train, processor.get_train_examples),
-            "dev": (options.do_eval, processor.get_dev_examples),
-            "test": (options.do_predict, processor.get_test_examples)}
+  wanted = {"train": (task.do_train, processor.get_train_examples),
+            "dev": (task.do_eval, processor.get_dev_examples),
+            "test": (task.do_predict, processor.get_test_examples)}
   examples = {}
-  source = (f"--tfds_name {options.tfds_name}" if getattr(options, "tfds_name", None) else
-            f"--data_dir {options.data_dir}")
+  source = (f"--tfds_name {task.tfds_name}" if task.tfds_name else
+            f"--data_dir {task.data_dir}")
   for split, (asked, read) in wanted.items():
-    examples[split] = read(options.data_dir) if asked else None
+    examples[split] = read(task.data_dir) if asked else None
     if asked and not examples[split]:
       raise ValueError(f"{source}: the {split} file has no examples")
     for example in examples[split] if asked else ():
