@@ -209,7 +209,9 @@ def define_eval_during_training_flags(fv=flags.FLAGS):
 # ----------------------------------------------------------------------------
 # The flags, as typed settings.
 
-typed = settings.typed  # (a script's own typed objects: common_flags.typed(Kind, options))
+def typed(kind, options):
+  """A script's own flags as its `kind` dataclass (settings.typed: by the fields' names)."""
+  return settings.typed(kind, options)
 
 
 def model_source(options):

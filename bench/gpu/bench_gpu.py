@@ -132,6 +132,8 @@ def jax_worker(runs, args):
     while True:
       try:
         start = time.perf_counter()
+        # Each run: clear_session() below resets the global policy to float32.
+        keras.mixed_precision.set_global_policy(args.policy)
         config = modeling.BertConfig.from_dict({**COMMON, **CONFIGS[model]})
         inputs = _random_batch(rng, config.vocab_size, seq, batch, job)
         run = _jax_train if job == "train" else _jax_infer
