@@ -44,6 +44,7 @@ from bert_keras import preprocessing
 from bert_keras import serving
 from bert_keras import task_registry
 from bert_keras.runtime import common_flags
+from bert_keras.runtime import settings
 from bert_keras.runtime import model_dir
 from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
@@ -341,7 +342,7 @@ def run(options):
     raise ValueError(f"--task {options.task}: not one of {', '.join(TASKS)}")
   model_files.check_output(options.export_dir, "--export_dir", options.init_checkpoint,
                            "--init_checkpoint")
-  model_source = common_flags.model_source(options)
+  model_source = settings.ModelSource.from_flags(options)
   config = run_checks.load_and_check_config(model_source)
   if (options.multi_label or options.threshold is not None) and not _has_variants(options.task):
     raise ValueError(f"--multi_label / --threshold are for --task=classifier, not "

@@ -30,6 +30,7 @@ from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import tokenization
 from bert_keras.runtime import common_flags
+from bert_keras.runtime import settings
 from bert_keras.runtime import distribution
 from bert_keras.runtime import inference
 from bert_keras.runtime import model_dir
@@ -269,7 +270,8 @@ def run(options, strategy=None):
   checks.check(options, {checks.REQUIRED: dict(
       input_file=None, output_file=None, bert_config_file=checks.MODEL_DIR_CHECKPOINT,
       init_checkpoint=None, vocab_file=checks.MODEL_DIR_CHECKPOINT)})
-  model_source, placement = common_flags.model_source(options), common_flags.placement(options)
+  model_source = settings.ModelSource.from_flags(options)
+  placement = settings.Placement.from_flags(options)
   config = run_checks.load_and_check_config(model_source, use_tpu=placement.use_tpu)
   layer_indexes = parse_layers(options.layers, config.num_hidden_layers)
   checks.check(options, {checks.AT_LEAST: {"max_seq_length": (3, "[CLS] a [SEP] b [SEP]")}})

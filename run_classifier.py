@@ -37,6 +37,7 @@ from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import tokenization
 from bert_keras.runtime import common_flags
+from bert_keras.runtime import settings
 from bert_keras.runtime import distribution
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
@@ -454,8 +455,8 @@ def run(options, strategy=None):
       options, DEFAULTS, pin=classifier_options.TASK_JSON_OPTIONS, writes=MODEL_KINDS)
   _fill_task_from(options, model)
   _validate(options)
-  return _run(common_flags.settings_of(options),
-              common_flags.typed(classifier_options.Classification, options), model, strategy)
+  return _run(settings.RunSettings.from_flags(options),
+              classifier_options.Classification.from_flags(options), model, strategy)
 
 
 def _run(run, classification, model, strategy):

@@ -51,6 +51,7 @@ from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import tokenization
 from bert_keras.runtime import common_flags
+from bert_keras.runtime import settings
 from bert_keras.runtime import distribution
 from bert_keras.runtime import model_dir
 from bert_keras.runtime import option_checks as checks
@@ -150,8 +151,8 @@ def parse_matryoshka_dims(text, hidden_size=None):
 
 
 @dataclasses.dataclass(frozen=True)
-class Embedding:
-  """run_embeddings' own flags, typed (common_flags.typed): the data, the loss (--scale,
+class Embedding(settings.FromFlags):
+  """run_embeddings' own flags, typed (settings.FromFlags): the data, the loss (--scale,
   --symmetric, --matryoshka_dims, --mini_batch_size), the model's pooling and the metric."""
   data_dir: str
   pooling: str
@@ -263,7 +264,7 @@ def run(options, strategy=None):
   options, _ = model_dir.resolve_options(options, DEFAULTS, fill=("pooling", "normalize"),
                                          writes=("embeddings",))
   _validate(options)
-  return _run(common_flags.settings_of(options), common_flags.typed(Embedding, options),
+  return _run(settings.RunSettings.from_flags(options), Embedding.from_flags(options),
               strategy)
 
 

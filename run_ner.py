@@ -47,6 +47,7 @@ import tensorflow as tf
 from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras.runtime import common_flags
+from bert_keras.runtime import settings
 from bert_keras.runtime import distribution
 from bert_keras.runtime import model_dir
 from bert_keras.runtime import option_checks as checks
@@ -108,8 +109,8 @@ DEFAULTS = common_flags.flag_defaults(define_flags)
 
 
 @dataclasses.dataclass(frozen=True)
-class Tagging:
-  """run_ner's own flags, typed (common_flags.typed): the CoNLL files' directory, the tag set
+class Tagging(settings.FromFlags):
+  """run_ner's own flags, typed (settings.FromFlags): the CoNLL files' directory, the tag set
   given (comma-separated, or None) and how far apart a long sentence's windows start."""
   data_dir: str
   labels: str | None
@@ -229,7 +230,7 @@ def run(options, strategy=None):
   options, _ = model_dir.resolve_options(options, DEFAULTS, fill=("doc_stride",),
                                          writes=("tagger",))
   _validate(options)
-  return _run(common_flags.settings_of(options), common_flags.typed(Tagging, options), strategy)
+  return _run(settings.RunSettings.from_flags(options), Tagging.from_flags(options), strategy)
 
 
 def _run(run, tagging, strategy):

@@ -32,6 +32,7 @@ from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras.pretraining_data import tfrecord_encoding
 from bert_keras.runtime import common_flags
+from bert_keras.runtime import settings
 from bert_keras.runtime import distribution
 from bert_keras.runtime import flops
 from bert_keras.runtime import input_pipeline
@@ -174,8 +175,8 @@ class PretrainingTask(training.Task):
 # ----------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
-class Pretraining:
-  """run_pretraining's own flags, typed (common_flags.typed): the records and their masked
+class Pretraining(settings.FromFlags):
+  """run_pretraining's own flags, typed (settings.FromFlags): the records and their masked
   positions, and the evaluation's length."""
   input_file: str
   max_predictions_per_seq: int
@@ -202,7 +203,7 @@ def run(options, strategy=None):
   """
   options, _ = model_dir.resolve_options(options, DEFAULTS, writes=("pretraining",))
   _validate(options)
-  return _run(common_flags.settings_of(options), common_flags.typed(Pretraining, options),
+  return _run(settings.RunSettings.from_flags(options), Pretraining.from_flags(options),
               strategy)
 
 

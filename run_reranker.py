@@ -51,6 +51,7 @@ from bert_keras import checkpoints
 from bert_keras import retrieval
 from bert_keras import tokenization
 from bert_keras.runtime import common_flags
+from bert_keras.runtime import settings
 from bert_keras.runtime import distribution
 from bert_keras.runtime import model_dir
 from bert_keras.runtime import option_checks as checks
@@ -123,8 +124,8 @@ DEFAULTS = common_flags.flag_defaults(define_flags)
 # Checks and data.
 
 @dataclasses.dataclass(frozen=True)
-class Reranking:
-  """run_reranker's own flags, typed (common_flags.typed): the data and candidates files, the
+class Reranking(settings.FromFlags):
+  """run_reranker's own flags, typed (settings.FromFlags): the data and candidates files, the
   loss, how many candidates are reranked, and the metric."""
   data_dir: str
   loss: str
@@ -212,7 +213,7 @@ def run(options, strategy=None):
   model directory as --output_dir or --init_checkpoint, the model flags may be left out."""
   options, _ = model_dir.resolve_options(options, DEFAULTS, writes=("reranker",))
   _validate(options)
-  return _run(common_flags.settings_of(options), common_flags.typed(Reranking, options),
+  return _run(settings.RunSettings.from_flags(options), Reranking.from_flags(options),
               strategy)
 
 

@@ -45,6 +45,7 @@ from bert_keras import evaluate_squad
 from bert_keras import modeling
 from bert_keras import tokenization
 from bert_keras.runtime import common_flags
+from bert_keras.runtime import settings
 from bert_keras.runtime import distribution
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
@@ -357,8 +358,8 @@ class Progress(progress_lib.Progress):
 # ----------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
-class Squad:
-  """run_squad's own flags, typed (common_flags.typed): the SQuAD files (or --tfds_name), the
+class Squad(settings.FromFlags):
+  """run_squad's own flags, typed (settings.FromFlags): the SQuAD files (or --tfds_name), the
   windows, the answers and the prediction batches."""
   train_file: str | None
   predict_file: str | None
@@ -399,7 +400,7 @@ def validate_flags_or_throw(options, bert_config):
     raise ValueError("If `do_train` is True, then `train_file` must be specified.")
   if options.do_predict and not options.predict_file and not options.tfds_name:
     raise ValueError("If `do_predict` is True, then `predict_file` must be specified.")
-  run_checks.check_max_seq_length(bert_config, common_flags.model_source(options))
+  run_checks.check_max_seq_length(bert_config, settings.ModelSource.from_flags(options))
   if options.max_seq_length <= options.max_query_length + 3:
     raise ValueError("The max_seq_length (%d) must be greater than max_query_length (%d) + 3 "
                      "(--max_seq_length, --max_query_length)"
@@ -441,12 +442,12 @@ def run(options, strategy=None):
       options, DEFAULTS, fill=("doc_stride", "max_query_length", "max_answer_length"),
       writes=("squad",))
   _check_options(options)
-  settings = common_flags.settings_of(options)
-  training.check_training_numbers(settings.training)
-  config = run_checks.run_config(settings)
-  run_checks.check_segments(config, settings.model, "SQuAD's inputs (question, context)")
+  run_settings = settings.RunSettings.from_flags(options)
+  training.check_training_numbers(run_settings.training)
+  config = run_checks.run_config(run_settings)
+  run_checks.check_segments(config, run_settings.model, "SQuAD's inputs (question, context)")
   validate_flags_or_throw(options, config)
-  return _run(settings, common_flags.typed(Squad, options), config, strategy)
+  return _run(run_settings, Squad.from_flags(options), config, strategy)
 
 
 def _run(run, squad, config, strategy):

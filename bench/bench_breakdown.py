@@ -74,7 +74,7 @@ def _model_dir():
 def ner_part(model_dir, data_dir, tmp):
   import tensorflow as tf
   from bert_keras import modeling, optimization, run_ner, tokenization
-  from bert_keras.runtime import common_flags, distribution, input_pipeline, training
+  from bert_keras.runtime import distribution, input_pipeline, settings, training
   from bert_keras.tasks.ner import tagging as ner
   path = next((os.path.join(data_dir, f"train.{e}") for e in ("txt", "conll")
                if os.path.exists(os.path.join(data_dir, f"train.{e}"))), None)
@@ -91,12 +91,12 @@ def ner_part(model_dir, data_dir, tmp):
   record_file = os.path.join(tmp, "train.tf_record")
   ner.write_records(arrays, record_file)
   config = modeling.BertConfig.from_json_file(os.path.join(model_dir, "config.json"))
-  settings = common_flags.settings_of(run_ner.options(trim_train_batches=True))
-  strategy = distribution.strategy_for(settings.placement, None)
+  run_settings = settings.RunSettings.from_flags(run_ner.options(trim_train_batches=True))
+  strategy = distribution.strategy_for(run_settings.placement, None)
   figures = {"positions_per_real_piece": float(padded / lengths.sum())}
   for skip in (False, True):
     trainer = training.build_trainer(
-        settings.training, strategy,
+        run_settings.training, strategy,
         lambda: modeling.BertTokenClassifier(config, len(labels)), ner.TaggerTask(), 1000, 100)
     trainer.model.bert.skip_padding = skip
     dataset = strategy.distribute_datasets_from_function(

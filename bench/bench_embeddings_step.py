@@ -60,7 +60,7 @@ def main():
   from bert_keras import retrieval
   from bert_keras import run_embeddings
   from bert_keras import tokenization
-  from bert_keras.runtime import common_flags
+  from bert_keras.runtime import settings
   from bert_keras.runtime import distribution
   from bert_keras.runtime import training
   from bert_keras.tasks.retrieval import embedding_data
@@ -81,16 +81,16 @@ def main():
     figures[f"{name}_mean_length"] = float(lengths.mean())
     figures[f"{name}_mean_batch_longest"] = float(np.mean(longest))
   config = modeling.BertConfig.from_json_file(os.path.join(model_dir, "config.json"))
-  settings = common_flags.settings_of(
+  run_settings = settings.RunSettings.from_flags(
       run_embeddings.options(train_batch_size=BATCH, max_seq_length=SEQ))
-  strategy = distribution.strategy_for(settings.placement, None)
+  strategy = distribution.strategy_for(run_settings.placement, None)
   with tempfile.TemporaryDirectory() as tmp:
     record_file = os.path.join(tmp, "train.tf_record")
     embeddings.write_records(columns, ids, record_file)
     for way in ("stacked", "per_column_trimmed"):
       task = embeddings.EmbeddingTask(SEQ, 0, trim=way != "stacked")
       trainer = training.build_trainer(
-          settings.training, strategy,
+          run_settings.training, strategy,
           lambda: modeling.BertSentenceEncoder(config, pooling="mean"), task, 1000, 100)
       if task.trim:
         trainer = embeddings.ColumnTrainer.of(trainer)

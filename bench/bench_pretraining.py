@@ -41,7 +41,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 from bert_keras import modeling  # noqa: E402
 from bert_keras import optimization  # noqa: E402
 from bert_keras import run_pretraining  # noqa: E402
-from bert_keras.runtime import common_flags  # noqa: E402  (pip install -e . in the clone)
+from bert_keras.runtime import settings  # noqa: E402  (pip install -e . in the clone)
 from bert_keras.runtime import distribution  # noqa: E402
 from bert_keras.runtime import flops  # noqa: E402
 from bert_keras.runtime import input_pipeline  # noqa: E402
@@ -88,7 +88,7 @@ def bench_ours(args, config, files, use_xla):
       train_batch_size=args.batch, learning_rate=1e-4, num_train_steps=2 * args.steps,
       num_warmup_steps=10, dtype=args.dtype, use_xla=use_xla)
   strategy = distribution.build_strategy("one_device")
-  trainer = training.build_trainer(common_flags.settings_of(options).training, strategy,
+  trainer = training.build_trainer(settings.RunSettings.from_flags(options).training, strategy,
                                    lambda: modeling.BertPretrainer(config),
                                    run_pretraining.PretrainingTask(), 2 * args.steps, 10)
   decode = run_pretraining.decode_fn(args.seq, args.pred)

@@ -30,7 +30,6 @@ from bert_keras import model_files
 from bert_keras import output_families
 from bert_keras import preprocessing
 from bert_keras.runtime import model_dir
-from bert_keras.runtime import settings
 from bert_keras import serving
 from bert_keras import task_registry
 from bert_keras.tasks.classifier import data as classifier_data
@@ -254,7 +253,7 @@ def _classifier_dev_examples(options, limit):
   --task_name's processor on its --data_dir), None when the options name none that read."""
   if not (options.get("task_name") and options.get("data_dir")):
     return None
-  task = settings.typed(classifier_options.Classification, options)
+  task = classifier_options.Classification.from_flags(options)
   try:
     examples = classifier_data.get_processor(task).get_dev_examples(options["data_dir"])
   except (ValueError, OSError, KeyError, IndexError, tf.errors.OpError) as e:

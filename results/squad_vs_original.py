@@ -52,7 +52,7 @@ from bert_keras import checkpoints  # noqa: E402
 from bert_keras import modeling  # noqa: E402
 from bert_keras import run_squad  # noqa: E402
 from bert_keras import tokenization  # noqa: E402
-from bert_keras.runtime import common_flags  # noqa: E402
+from bert_keras.runtime import settings  # noqa: E402
 from bert_keras.runtime import distribution  # noqa: E402
 from bert_keras.runtime import input_pipeline  # noqa: E402
 from bert_keras.runtime import training  # noqa: E402
@@ -110,10 +110,11 @@ def write_articles(source, articles, path, first_answer_only):
 
 def train_ours(options, config, records, decode, steps, warmup, report):
   """run_squad's training -> (trained BertSquad, per-step losses, seconds)."""
-  settings = common_flags.settings_of(options)
-  strategy = distribution.strategy_for(settings.placement)
-  trainer = training.build_trainer(settings.training, strategy, lambda: modeling.BertSquad(config),
-                                   run_squad.SquadTask(), steps, warmup)
+  run_settings = settings.RunSettings.from_flags(options)
+  strategy = distribution.strategy_for(run_settings.placement)
+  trainer = training.build_trainer(run_settings.training, strategy,
+                                   lambda: modeling.BertSquad(config), run_squad.SquadTask(),
+                                   steps, warmup)
   losses, start = [], time.perf_counter()
 
   def log(step, stats):
@@ -122,7 +123,7 @@ def train_ours(options, config, records, decode, steps, warmup, report):
       print(f"  ours      step {step:4d}/{steps}  loss {stats['loss']:.4f}  "
             f"{(time.perf_counter() - start) / step:.2f} s/step", flush=True)
 
-  training.fine_tune(trainer, settings.training, records, decode, steps, log_fn=log)
+  training.fine_tune(trainer, run_settings.training, records, decode, steps, log_fn=log)
   return trainer.model, losses, time.perf_counter() - start
 
 
@@ -179,7 +180,7 @@ def predict(options, model, tokenizer, examples, out):
   os.makedirs(out, exist_ok=True)
   start = time.perf_counter()
   predictions, null_odds, best_non_null = run_squad._predict(
-      common_flags.typed(run_squad.Squad, options), model, tf.distribute.get_strategy(), False,
+      run_squad.Squad.from_flags(options), model, tf.distribute.get_strategy(), False,
       tokenizer, examples, out)
   seconds = time.perf_counter() - start
   result = run_squad.evaluate_predictions(options.predict_file, predictions, null_odds,

@@ -1,7 +1,6 @@
 """The absl flags the run_* scripts and extract_features share (model, TPU, fine-tuning and
-training flags, with the original's names, help texts and defaults), the options namespace
-that a script's run() takes without parsing flags (make_options, over flag_defaults), and the
-typed settings (runtime/settings.py) a script turns its flags into, once (settings_of).
+training flags, with the original's names, help texts and defaults), and the options namespace
+that a script's run() takes without parsing flags (make_options, over flag_defaults).
 
 Every define_* function here and each script's define_flags takes `fv`, the absl FlagValues to
 define into: absl's global FLAGS by default (a script run from the command line),
@@ -13,7 +12,6 @@ from absl import flags
 
 from bert_keras.runtime import distribution
 from bert_keras.runtime import option_checks
-from bert_keras.runtime import settings
 
 
 def flag_defaults(define_flags):
@@ -204,39 +202,3 @@ def define_eval_during_training_flags(fv=flags.FLAGS):
       "trim_eval_batches", True,
       "Cut each eval/predict batch to its longest sequence (rounded up to a multiple of 8): "
       "the same results, less work on the padding. Ignored on TPU.", flag_values=fv)
-
-
-# ----------------------------------------------------------------------------
-# The flags, as typed settings.
-
-def typed(kind, options):
-  """A script's own flags as its `kind` dataclass (settings.typed: by the fields' names)."""
-  return settings.typed(kind, options)
-
-
-def model_source(options):
-  """The model flags (define_model_flags) as a settings.ModelSource."""
-  return typed(settings.ModelSource, options)
-
-
-def output_dir(options):
-  """--output_dir as a settings.OutputDir: moved aside first when model_dir.check_rerun marked
-  the namespace so (--overwrite_output_dir)."""
-  values = settings.values_of(options)
-  return settings.OutputDir(values["output_dir"],
-                            move_aside=bool(values.get(option_checks.MOVE_ASIDE, False)))
-
-
-def placement(options):
-  """--distribution_strategy and the TPU flags as a settings.Placement."""
-  return typed(settings.Placement, options)
-
-
-def settings_of(options):
-  """A training script's flags (after model_dir.resolve_options and its own checks) as a
-  settings.RunSettings: what its runtime takes, in place of the flags namespace."""
-  return settings.RunSettings(model=model_source(options), output=output_dir(options),
-                              placement=placement(options),
-                              training=typed(settings.Training, options),
-                              evaluation=typed(settings.Evaluation, options),
-                              recorded=types.MappingProxyType(dict(settings.values_of(options))))

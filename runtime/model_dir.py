@@ -276,7 +276,7 @@ def resolve_options(options, defaults, fill=(), pin=(), writes=()):
   check_kind(namespace, writes)
   _readable(check_rerun, namespace, given)
   description = None
-  if not settings.values_of(namespace).get(option_checks.MOVE_ASIDE):
+  if not settings.values_of(namespace).get(settings.MOVE_ASIDE):
     description = source_model_dir(namespace)
   elif settings.values_of(namespace).get("init_checkpoint"):
     description = _readable(read_model_dir, namespace.init_checkpoint)
@@ -401,7 +401,7 @@ def check_rerun(options, given):
     if tf.io.gfile.isdir(output_dir) and [
         name for name in tf.io.gfile.listdir(output_dir) if not name.startswith(".")]:
       check_holds_no_inputs(options)
-      setattr(options, option_checks.MOVE_ASIDE, True)
+      setattr(options, settings.MOVE_ASIDE, True)
     return
   if not tf.io.gfile.exists(path) or not _has_checkpoint(output_dir):
     return  # (a run that failed before its first checkpoint trained nothing to resume)

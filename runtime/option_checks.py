@@ -49,9 +49,6 @@ SET_REQUIRES = "set_requires"
 # The attribute of an options namespace holding the names of the flags given (a frozenset):
 # the command line's, or make_options' overrides. Not an option (run_options.json skips it).
 GIVEN = "_given"
-# The namespace attribute model_dir.check_rerun sets when --overwrite_output_dir moves the earlier
-# run aside (common_flags.output_dir reads it).
-MOVE_ASIDE = "_move_aside"
 
 # Where a model flag may come from instead (runtime/model_dir.py), for REQUIRED.
 MODEL_DIR = "an --init_checkpoint or --output_dir that is a model directory"

@@ -1,5 +1,6 @@
 """What a run_* script hands to the runtime: its flags turned, once, into small typed objects
-(runtime/common_flags.py: settings_of). The runtime takes these, never the flags namespace.
+(RunSettings.from_flags, and a script's own FromFlags dataclass). The runtime takes these,
+never the flags namespace.
 
 Each field bears its flag's name, so a runtime message names the flag the user gave
 (f"--{field}"); option_checks.check reads these objects as it reads a namespace. A field with
@@ -8,6 +9,7 @@ behaviour (no --trim_train_batches: batches stay padded)."""
 
 import collections.abc
 import dataclasses
+import types
 from typing import Mapping
 
 
@@ -21,6 +23,11 @@ def values_of(options):
   return vars(options)
 
 
+# The namespace attribute model_dir.check_rerun sets when --overwrite_output_dir moves the earlier
+# run aside (OutputDir.from_flags reads it).
+MOVE_ASIDE = "_move_aside"
+
+
 def typed(kind, options, **more):
   """A `kind` dataclass (this module's, or a script's or a task's own) from the options' values
   of its fields' names (a field whose flag the script does not define keeps its default) and
@@ -30,8 +37,17 @@ def typed(kind, options, **more):
                  if field.name in values and field.name not in more}, **more)
 
 
+class FromFlags:
+  """A typed object's one way from flags: from_flags(options) takes each field from the flag of
+  its name (typed). A script's own dataclass of its task flags inherits it too."""
+
+  @classmethod
+  def from_flags(cls, options):
+    return typed(cls, options)
+
+
 @dataclasses.dataclass(frozen=True)
-class ModelSource:
+class ModelSource(FromFlags):
   """Where the model comes from: --bert_config_file, --vocab_file (None where the script reads
   no text: run_pretraining), --do_lower_case, --init_checkpoint, --max_seq_length."""
   bert_config_file: str
@@ -48,9 +64,14 @@ class OutputDir:
   output_dir: str
   move_aside: bool = False
 
+  @classmethod
+  def from_flags(cls, options):
+    values = values_of(options)
+    return cls(values["output_dir"], move_aside=bool(values.get(MOVE_ASIDE, False)))
+
 
 @dataclasses.dataclass(frozen=True)
-class Placement:
+class Placement(FromFlags):
   """Where the run computes: --distribution_strategy and the TPU flags
   (distribution.build_strategy)."""
   distribution_strategy: str | None = None
@@ -62,7 +83,7 @@ class Placement:
 
 
 @dataclasses.dataclass(frozen=True)
-class Training:
+class Training(FromFlags):
   """How a run trains, evaluates during training and checkpoints (runtime/training.py)."""
   output_dir: str
   do_train: bool
@@ -89,7 +110,7 @@ class Training:
 
 
 @dataclasses.dataclass(frozen=True)
-class Evaluation:
+class Evaluation(FromFlags):
   """What a run evaluates and predicts after training, in batches of what size; with
   trim_eval_batches each batch cut to its longest row."""
   do_eval: bool = False              # (run_squad: predicts only)
@@ -109,3 +130,12 @@ class RunSettings:
   training: Training
   evaluation: Evaluation
   recorded: Mapping
+
+  @classmethod
+  def from_flags(cls, options):
+    """A training script's flags (after model_dir.resolve_options and its own checks)."""
+    return cls(model=ModelSource.from_flags(options), output=OutputDir.from_flags(options),
+               placement=Placement.from_flags(options),
+               training=Training.from_flags(options),
+               evaluation=Evaluation.from_flags(options),
+               recorded=types.MappingProxyType(dict(values_of(options))))

@@ -15,7 +15,7 @@ from bert_keras import modeling
 from bert_keras import optimization
 from bert_keras import run_classifier
 from bert_keras import run_ner
-from bert_keras.runtime import common_flags
+from bert_keras.runtime import settings
 from bert_keras.runtime import distribution
 from bert_keras.runtime import training
 from bert_keras.runtime import training_checkpoints
@@ -118,7 +118,7 @@ def test_class_weights_over_the_bound_are_refused(tiny, tmp_path):
 
 
 def test_the_hint_names_the_runs_flags(tiny, tmp_path):
-  hint = training.diverged_hint(common_flags.settings_of(_classifier(
+  hint = training.diverged_hint(settings.RunSettings.from_flags(_classifier(
       tiny, tmp_path, class_weights="x:1e5", dtype="float16")).training)
   assert hint == ("Try a lower --learning_rate (now 0.001), smaller --class_weights (now "
                   "x:1e5) or --dtype=float32 or bfloat16, rerunning with --overwrite_output_dir "

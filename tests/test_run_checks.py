@@ -23,7 +23,7 @@ from bert_keras import modeling
 from bert_keras import task_registry
 from bert_keras import run_classifier
 from bert_keras import run_pretraining
-from bert_keras.runtime import common_flags
+from bert_keras.runtime import settings
 from bert_keras.runtime import run_checks
 from bert_keras.runtime import training_checkpoints
 from bert_keras.utils import memory
@@ -154,7 +154,7 @@ def test_training_that_cannot_fit_in_memory_is_refused_before_the_model(
   options = _options(data, tmp_path / "out", bert_config_file=str(config), do_train=False,
                      do_eval=True)
   run_checks.check_memory(modeling.BertConfig.from_json_file(str(config)),  # eval fits
-                          common_flags.model_source(options), options.do_train)
+                          settings.ModelSource.from_flags(options), options.do_train)
 
 
 def _truncate(path, keep):
@@ -299,9 +299,9 @@ def test_warmup_proportion_outside_zero_one(value):
   for script in (run_classifier, run_squad):
     with pytest.raises(ValueError, match=f"^--warmup_proportion={value}: must be in \\[0, 1\\]"):
       training.check_training_numbers(
-          common_flags.settings_of(script.options(warmup_proportion=value)).training)
+          settings.RunSettings.from_flags(script.options(warmup_proportion=value)).training)
   training.check_training_numbers(
-      common_flags.settings_of(run_classifier.options(warmup_proportion=1.0)).training)
+      settings.RunSettings.from_flags(run_classifier.options(warmup_proportion=1.0)).training)
 
 
 def test_a_vocab_far_shorter_than_the_table_is_said(caplog):

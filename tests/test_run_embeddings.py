@@ -169,7 +169,7 @@ def test_trimmed_columns_give_the_stacked_loss_and_gradients(num_negatives):
   encoder call per column) gives the loss and gradients of the untrimmed stacked call, dropout
   off; and it does cut: the columns come back at their longest real lengths."""
   import tensorflow as tf
-  from bert_keras.runtime import common_flags, training
+  from bert_keras.runtime import settings, training
   seq, b = 16, 4
   config = modeling.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
                                num_attention_heads=2, intermediate_size=64,
@@ -195,7 +195,7 @@ def test_trimmed_columns_give_the_stacked_loss_and_gradients(num_negatives):
     task = embeddings.EmbeddingTask(seq, num_negatives, symmetric=True, trim=trim)
     tf.keras.utils.set_random_seed(1)
     trainer = training.build_trainer(
-        common_flags.settings_of(options).training, strategy,
+        settings.RunSettings.from_flags(options).training, strategy,
         lambda: modeling.BertSentenceEncoder(config, pooling="mean"), task, 10, 1)
     if trim:
       trainer = embeddings.ColumnTrainer.of(trainer)

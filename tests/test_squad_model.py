@@ -14,7 +14,7 @@ import oracle
 from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import run_squad
-from bert_keras.runtime import common_flags
+from bert_keras.runtime import settings
 from bert_keras.runtime import distribution
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import training
@@ -292,8 +292,9 @@ def test_training_matches_the_original_model_fn(tmp_path, monkeypatch):
   assert num_warmup_steps == 2
 
   # Ours, as run_squad._train_predict builds and trains it; its state after every step.
-  settings = common_flags.settings_of(options)
-  trainer = training.build_trainer(settings.training, distribution.strategy_for(settings.placement),
+  run_settings = settings.RunSettings.from_flags(options)
+  trainer = training.build_trainer(run_settings.training,
+                                   distribution.strategy_for(run_settings.placement),
                                    lambda: modeling.BertSquad(config), run_squad.SquadTask(),
                                    num_train_steps, num_warmup_steps)
   names = checkpoints.tf1_variable_map(trainer.model)
@@ -304,7 +305,7 @@ def test_training_matches_the_original_model_fn(tmp_path, monkeypatch):
     ours.append(_our_state(trainer, names))
 
   decode = run_squad.decode_fn(seq, is_training=True)
-  training.fine_tune(trainer, settings.training, records, decode, num_train_steps, log_fn=log)
+  training.fine_tune(trainer, run_settings.training, records, decode, num_train_steps, log_fn=log)
   assert [step for step, _ in logged] == list(range(1, num_train_steps + 1))
 
   # The batches fine_tune read, in its order (its input pipeline is seeded): the original's.

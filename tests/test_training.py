@@ -108,7 +108,7 @@ def test_build_trainer_skips_the_padding_where_nothing_reads_it(task_name, use_x
   SQuAD's loss reads every position, and XLA needs static shapes: not there."""
   import tensorflow as tf
   from bert_keras import modeling, run_classifier, run_ner, run_squad
-  from bert_keras.runtime import common_flags, training
+  from bert_keras.runtime import settings, training
   from bert_keras.tasks.ner import tagging as ner
   config = modeling.BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1,
                                num_attention_heads=2, intermediate_size=20)
@@ -118,6 +118,6 @@ def test_build_trainer_skips_the_padding_where_nothing_reads_it(task_name, use_x
                      run_classifier.ClassifierTask()),
       "squad": (lambda: modeling.BertSquad(config), run_squad.SquadTask())}[task_name]
   options = run_ner.options(use_xla=use_xla)
-  trainer = training.build_trainer(common_flags.settings_of(options).training,
+  trainer = training.build_trainer(settings.RunSettings.from_flags(options).training,
                                    tf.distribute.get_strategy(), make, task, 10, 1)
   assert trainer.model.bert.skip_padding is skips

@@ -12,6 +12,7 @@ import numpy as np
 
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import option_checks as checks
+from bert_keras.runtime import settings
 from bert_keras.tasks.classifier import class_weights as class_weights_lib
 from bert_keras.tasks.classifier import doc_windows
 from bert_keras.tasks.classifier import multi_label as multi_label_lib
@@ -49,8 +50,8 @@ def define_flags(fv=flags.FLAGS):
 
 
 @dataclasses.dataclass(frozen=True)
-class Classification:
-  """run_classifier's task flags, typed (settings.typed): which task and data, its labels and
+class Classification(settings.FromFlags):
+  """run_classifier's task flags, typed (settings.FromFlags): which task and data, its labels and
   columns (--task_name=custom), multi-label, class weights, windows, and the splits the run
   reads. What data.get_processor, data.read_examples and this module's functions take. Each
   field has a default so that a run's recorded options (run_options.json) of any age read."""
