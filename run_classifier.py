@@ -28,25 +28,22 @@ import os
 from absl import app
 from absl import flags
 from absl import logging
-import keras
 import numpy as np
 import tensorflow as tf
 
-from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import tokenization
 from bert_keras.runtime import common_flags
-from bert_keras.runtime import settings
-from bert_keras.runtime import distribution
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import job
 from bert_keras.runtime import model_dir
 from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
+from bert_keras.runtime import settings
 from bert_keras.runtime import training
-from bert_keras.runtime import training_checkpoints
 from bert_keras.tasks.classifier import class_weights as class_weights_lib
 from bert_keras.tasks.classifier import data as classifier_data
 from bert_keras.tasks.classifier import options as classifier_options
@@ -432,8 +429,8 @@ def _validate(options):
       checks.EXCLUSIVE: {"tfds_name": ("data_dir",)},
       checks.REQUIRED: {k: v for k, v in required.items() if k not in optional}})
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
-  if not options.do_train and not options.do_eval and not options.do_predict:
-    raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
+  job.require_one(do_train=options.do_train, do_eval=options.do_eval,
+                             do_predict=options.do_predict)
   checks.check(options, {
       checks.EXISTING_FILES: ("bert_config_file", "vocab_file"),
       checks.POSITIVE: ("train_batch_size", "eval_batch_size", "predict_batch_size",
@@ -508,17 +505,13 @@ def _run(run, classification, model, strategy):
   thresholds = classifier_options.thresholds(classification, label_list)  # (stale ones: now)
   if classification.doc_stride:
     classifier_options.check_text_b_fits(classification, examples, tokenizer)
-  keras.utils.set_random_seed(run.training.seed)
-  strategy = distribution.strategy_for(run.placement, strategy)
-  with outputs.output_directory(strategy, run.output.output_dir) as record_dir:  # (locked)
-    kind, labels, task_options = classifier_options.model_description(
-        classification, task.is_regression, label_list, thresholds)
-    if examples["train"] is not None:  # a model trained on pairs reads pairs (predict.py)
-      task_options["pair"] = any(example.text_b for example in examples["train"])
-    model_dir.prepare(run, distribution.is_chief(strategy), config, kind, labels,
-                      **task_options)
-    return _train_eval_predict(run, classification, strategy, config, examples, label_list,
-                               tokenizer, distribution.is_chief(strategy), record_dir, task)
+  kind, labels, task_options = classifier_options.model_description(
+      classification, task.is_regression, label_list, thresholds)
+  if examples["train"] is not None:  # a model trained on pairs reads pairs (predict.py)
+    task_options["pair"] = any(example.text_b for example in examples["train"])
+  with job.started(run, config, kind, strategy, labels, **task_options) as run_dir:
+    return _train_eval_predict(run, classification, run_dir, config, examples, label_list,
+                               tokenizer, task)
 
 
 def _fill_task_from(options, model):
@@ -540,12 +533,14 @@ def _fill_task_from(options, model):
     options.labels = ",".join(model["labels"])
 
 
-def _train_eval_predict(run, classification, strategy, config, examples, label_list, tokenizer,
-                        chief, record_dir, task=None):
-  """run() after the checks: train, eval and predict as the flags ask. task: the
+def _train_eval_predict(run, classification, run_dir, config, examples, label_list, tokenizer,
+                        task=None):
+  """_run() after the checks: train, eval and predict as the flags ask. run_dir: the
+  job.RunDir (strategy, record_dir, chief). task: the
   ClassifierTask (regression or not, official metric; default a classification by
   accuracy). label_list None: regression (one output); a MultiLabelList: multi-label."""
   task = task or ClassifierTask()
+  strategy, record_dir, chief = run_dir
   num_labels = 1 if label_list is None else len(label_list)
   multi = isinstance(label_list, multi_label_lib.MultiLabelList)
   train_examples = examples["train"]
@@ -565,7 +560,7 @@ def _train_eval_predict(run, classification, strategy, config, examples, label_l
       lambda: modeling.BertClassifier(config, num_labels, multi_label=multi), task,
       num_train_steps or 1, num_warmup_steps or 0)
 
-  if run.training.do_train:
+  def train():
     if not classification.doc_stride:
       write_records(train_examples, label_list, classification, tokenizer, train_file)
     if task.class_weights is not None and chief:
@@ -579,11 +574,8 @@ def _train_eval_predict(run, classification, strategy, config, examples, label_l
                                  num_labels if multi else 0), num_train_steps,
                        **_eval_during_training(run, classification, trainer, examples["dev"],
                                                label_list, tokenizer, chief, record_dir, task))
-  else:
-    training_checkpoints.restore_for_inference(trainer, run.output.output_dir,
-                                               run.model.init_checkpoint)
-  if run.evaluation.do_eval or run.evaluation.do_predict:
-    training.restore_best(run.training, trainer)
+
+  job.train_or_restore(run, trainer, train)
   results = {"eval": None, "predict": None}
   thresholds = classifier_options.thresholds(classification, label_list)
   if run.evaluation.do_eval:
@@ -597,13 +589,11 @@ def _train_eval_predict(run, classification, strategy, config, examples, label_l
   return results
 
 
-def _eval_during_training(run, classification, trainer, eval_examples, label_list, tokenizer, chief,
-                          record_dir, task):
+def _eval_during_training(run, classification, trainer, eval_examples, label_list, tokenizer,
+                          chief, record_dir, task):
   """--eval_every_steps: the Trainer.train arguments that evaluate on the dev set
-  (eval.tf_record) during training, keep the best model by the task's metric_name in
-  output_dir/best (TF1 names: checkpoints.save_tf1_checkpoint) and stop early after
-  --early_stopping_patience evaluations without improvement (training.EvalHook); {} when
-  --eval_every_steps is 0."""
+  (eval.tf_record) during training by the task's metric_name
+  (job.eval_during_training); {} when --eval_every_steps is 0."""
   if not run.training.eval_every_steps:
     return {}
   record_file = os.path.join(record_dir, "eval.tf_record")
@@ -620,12 +610,8 @@ def _eval_during_training(run, classification, trainer, eval_examples, label_lis
     outputs = classifier_options.per_document(outputs, documents, classification, batch_size)
     return eval_metrics(*outputs, step, task.metric_name, task.is_regression, thresholds)
 
-  hook = training.EvalHook(
-      evaluate, run.output.output_dir, metric_name=task.metric_name,
-      patience=run.training.early_stopping_patience, chief=chief,
-      save_best=lambda d: checkpoints.save_tf1_checkpoint(trainer.model,
-                                                          os.path.join(d, "model.ckpt")))
-  return {"eval_every_steps": run.training.eval_every_steps, "eval_fn": hook}
+  return job.eval_during_training(run.training, evaluate, task.metric_name, chief,
+                                          trainer.model)
 
 
 def _scores(logits, label_list):

@@ -44,21 +44,17 @@ import os
 from absl import app
 from absl import flags
 from absl import logging
-import keras
 import tensorflow as tf
 
-from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras import tokenization
 from bert_keras.runtime import common_flags
-from bert_keras.runtime import settings
-from bert_keras.runtime import distribution
+from bert_keras.runtime import job
 from bert_keras.runtime import model_dir
 from bert_keras.runtime import option_checks as checks
-from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
+from bert_keras.runtime import settings
 from bert_keras.runtime import training
-from bert_keras.runtime import training_checkpoints
 from bert_keras.tasks.retrieval import embedding_data
 from bert_keras.tasks.retrieval import embeddings
 from bert_keras.tasks.retrieval import metrics as retrieval_metrics
@@ -169,8 +165,8 @@ def _validate(options):
       data_dir=None, vocab_file=checks.MODEL_DIR, bert_config_file=checks.MODEL_DIR,
       output_dir=None)})
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
-  if not options.do_train and not options.do_eval and not options.do_predict:
-    raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
+  job.require_one(do_train=options.do_train, do_eval=options.do_eval,
+                             do_predict=options.do_predict)
   checks.check(options, {
       checks.EXISTING_FILES: ("bert_config_file", "vocab_file"),
       checks.POSITIVE: ("train_batch_size", "eval_batch_size", "predict_batch_size",
@@ -276,27 +272,23 @@ def _run(run, embedding, strategy):
   dims = parse_matryoshka_dims(embedding.matryoshka_dims, config.hidden_size)
   data = read_data(run, embedding.data_dir, tokenizer)
   check_eval_memory(embedding.data_dir, run.model.max_seq_length, config, data)
-  training.train_steps(run.training, len(data["train"]["pairs"]) if data["train"] else 0)
-  keras.utils.set_random_seed(run.training.seed)
-  strategy = distribution.strategy_for(run.placement, strategy)
-  with outputs.output_directory(strategy, run.output.output_dir) as record_dir:
-    chief = distribution.is_chief(strategy)
-    model_dir.prepare(run, chief, config, "embeddings", pooling=embedding.pooling,
-                      normalize=bool(embedding.normalize))
-    return _train_eval_predict(run, embedding, strategy, config, data, tokenizer, dims, chief,
-                               record_dir)
+  steps = training.train_steps(run.training,
+                               len(data["train"]["pairs"]) if data["train"] else 0)
+  with job.started(run, config, "embeddings", strategy, pooling=embedding.pooling,
+                           normalize=bool(embedding.normalize)) as run_dir:
+    return _train_eval_predict(run, embedding, run_dir, config, data, tokenizer, dims, steps)
 
 
-def _train_eval_predict(run, embedding, strategy, config, data, tokenizer, dims, chief,
-                        record_dir):
+def _train_eval_predict(run, embedding, run_dir, config, data, tokenizer, dims, steps):
+  """_run() after the checks: train, eval and predict as the flags ask."""
   train = data["train"]
-  num_train_steps, num_warmup_steps = training.train_steps(
-      run.training, len(train["pairs"]) if train else 0)
-  task = embeddings.EmbeddingTask(run.model.max_seq_length, train["num_negatives"] if train else 0,
+  num_train_steps, num_warmup_steps = steps
+  max_seq_length = run.model.max_seq_length
+  task = embeddings.EmbeddingTask(max_seq_length, train["num_negatives"] if train else 0,
                                   scale=embedding.scale, symmetric=embedding.symmetric,
                                   matryoshka_dims=dims)
   trainer = training.build_trainer(
-      run.training, strategy, lambda: modeling.BertSentenceEncoder(
+      run.training, run_dir.strategy, lambda: modeling.BertSentenceEncoder(
           config, pooling=embedding.pooling, normalize=embedding.normalize),
       task, num_train_steps or 1, num_warmup_steps or 0)
   # Each column cut to its own longest text, the encoder called per column, where shapes may
@@ -305,15 +297,15 @@ def _train_eval_predict(run, embedding, strategy, config, data, tokenizer, dims,
   if task.trim or embedding.mini_batch_size:
     trainer = embeddings.ColumnTrainer.of(trainer, embedding.mini_batch_size)
   infer = embeddings.embedding_fn(trainer.model, trainer.strategy, trainer.use_xla)
-  trim = run.evaluation.trim_eval_batches and not isinstance(strategy, tf.distribute.TPUStrategy)
+  trim = run.evaluation.trim_eval_batches and not isinstance(run_dir.strategy,
+                                                              tf.distribute.TPUStrategy)
 
   def evaluate(split, batch_size, step):
     """(The results of a split at `step`: retrieval's and/or STS's, the retrieval run or
     None)."""
     dataset, results, run_ = data[split], {}, None
     embed = lambda texts: embeddings.embed(  # noqa: E731
-        infer, embedding_data.encode_texts(texts, tokenizer, run.model.max_seq_length),
-        batch_size, trim)
+        infer, embedding_data.encode_texts(texts, tokenizer, max_seq_length), batch_size, trim)
     if "qrels" in dataset:
       doc_ids, query_ids = list(dataset["corpus"]), list(dataset["queries"])
       docs = embed([dataset["corpus"][d] for d in doc_ids])
@@ -326,16 +318,27 @@ def _train_eval_predict(run, embedding, strategy, config, data, tokenizer, dims,
     results["global_step"] = int(step)
     return results, run_
 
-  if run.training.do_train:
-    _train(run, embedding, trainer, train, num_train_steps, record_dir,
-           lambda step: evaluate("dev", run.evaluation.eval_batch_size, step)[0], chief,
-           lambda d: checkpoints.save_tf1_checkpoint(trainer.model,
-                                                     os.path.join(d, "model.ckpt")))
-  else:
-    training_checkpoints.restore_for_inference(trainer, run.output.output_dir,
-                                               run.model.init_checkpoint)
-  if run.evaluation.do_eval or run.evaluation.do_predict:
-    training.restore_best(run.training, trainer)
+  def train_():
+    """--do_train: the training rows through train.tf_record; with --eval_every_steps,
+    evaluate on the dev set, the best model by eval_<--metric> in output_dir/best."""
+    train_file = os.path.join(run_dir.record_dir, "train.tf_record")
+    embeddings.write_records(train["columns"], train["text_ids"], train_file)
+    logging.info("***** Running training *****")
+    logging.info("  Num rows = %d (%d negatives each) from %s", len(train["pairs"]),
+                 train["num_negatives"], train["path"])
+    logging.info("  Batch size = %d%s", run.training.train_batch_size,
+                 f" (mini-batches of {embedding.mini_batch_size})"
+                 if embedding.mini_batch_size else "")
+    logging.info("  Num steps = %d", num_train_steps)
+    training.fine_tune(trainer, run.training, train_file,
+                       embeddings.decode_fn(max_seq_length, train["num_negatives"]),
+                       num_train_steps, **job.eval_during_training(
+                           run.training,
+                           lambda step: evaluate("dev", run.evaluation.eval_batch_size,
+                                                 step)[0],
+                           "eval_" + embedding.metric, run_dir.chief, trainer.model))
+
+  job.train_or_restore(run, trainer, train_)
   results = {"eval": None, "predict": None}
   step = int(trainer.global_step.numpy())
   for split, key, batch_size in (("dev", "eval", run.evaluation.eval_batch_size),
@@ -346,30 +349,9 @@ def _train_eval_predict(run, embedding, strategy, config, data, tokenizer, dims,
                  "*****", split, len(data[split].get("queries", ())),
                  len(data[split].get("corpus", ())), len(data[split].get("sts", [()])[0]))
     results[key], run_ = evaluate(split, batch_size, step)
-    embeddings.write_results(run.output.output_dir, split, results[key], run_, "bert_keras", chief)
+    embeddings.write_results(run.output.output_dir, split, results[key], run_, "bert_keras",
+                             run_dir.chief)
   return results
-
-
-def _train(run, embedding, trainer, train, num_train_steps, record_dir, evaluate, chief, save_best):
-  """--do_train: the training rows through train.tf_record; with --eval_every_steps,
-  evaluate(step) on the dev set, the best model by eval_<--metric> in output_dir/best."""
-  train_file = os.path.join(record_dir, "train.tf_record")
-  embeddings.write_records(train["columns"], train["text_ids"], train_file)
-  logging.info("***** Running training *****")
-  logging.info("  Num rows = %d (%d negatives each) from %s", len(train["pairs"]),
-               train["num_negatives"], train["path"])
-  logging.info("  Batch size = %d%s", run.training.train_batch_size,
-               f" (mini-batches of {embedding.mini_batch_size})" if embedding.mini_batch_size
-               else "")
-  logging.info("  Num steps = %d", num_train_steps)
-  extra = {}
-  if run.training.eval_every_steps:
-    extra = {"eval_every_steps": run.training.eval_every_steps, "eval_fn": training.EvalHook(
-        evaluate, run.output.output_dir, metric_name="eval_" + embedding.metric,
-        patience=run.training.early_stopping_patience, chief=chief, save_best=save_best)}
-  training.fine_tune(trainer, run.training, train_file,
-                     embeddings.decode_fn(run.model.max_seq_length, train["num_negatives"]),
-                     num_train_steps, **extra)
 
 
 main = errors.script_main(run)

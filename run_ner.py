@@ -41,20 +41,18 @@ import os
 from absl import app
 from absl import flags
 from absl import logging
-import keras
 import tensorflow as tf
 
 from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras.runtime import common_flags
-from bert_keras.runtime import settings
-from bert_keras.runtime import distribution
+from bert_keras.runtime import job
 from bert_keras.runtime import model_dir
 from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
+from bert_keras.runtime import settings
 from bert_keras.runtime import training
-from bert_keras.runtime import training_checkpoints
 from bert_keras.tasks.ner import tagging as ner
 from bert_keras import tokenization
 from bert_keras.utils import conlleval
@@ -211,8 +209,8 @@ def _validate(options):
       data_dir=None, vocab_file=checks.MODEL_DIR, bert_config_file=checks.MODEL_DIR,
       output_dir=None)})
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
-  if not options.do_train and not options.do_eval and not options.do_predict:
-    raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
+  job.require_one(do_train=options.do_train, do_eval=options.do_eval,
+                             do_predict=options.do_predict)
   checks.check(options, {
       checks.EXISTING_FILES: ("bert_config_file", "vocab_file"),
       checks.POSITIVE: ("train_batch_size", "eval_batch_size", "predict_batch_size",
@@ -243,26 +241,21 @@ def _run(run, tagging, strategy):
   windows = {split: None if sentences is None else ner.convert_sentences(
       sentences, tokenizer, labels, run.model.max_seq_length, tagging.doc_stride)
       for split, sentences in data.items()}
-  # (0 steps: an error before any output)
-  training.train_steps(run.training, len(windows["train"] or ()), "windows")
-  keras.utils.set_random_seed(run.training.seed)
-  strategy = distribution.strategy_for(run.placement, strategy)
-  with outputs.output_directory(strategy, run.output.output_dir) as record_dir:  # (locked)
-    chief = distribution.is_chief(strategy)
-    model_dir.prepare(run, chief, config, "tagger", labels, doc_stride=tagging.doc_stride)
-    return _train_eval_predict(run, strategy, config, data, windows, labels, chief,
-                               record_dir)
+  steps = training.train_steps(run.training, len(windows["train"] or ()), "windows")
+  with job.started(run, config, "tagger", strategy, labels,
+                           doc_stride=tagging.doc_stride) as run_dir:
+    return _train_eval_predict(run, run_dir, config, data, windows, labels, steps)
 
 
-def _train_eval_predict(run, strategy, config, data, windows, labels, chief, record_dir):
-  """_run() after the checks: train, eval and predict as the flags ask."""
-  num_train_steps, num_warmup_steps = training.train_steps(
-      run.training, len(windows["train"] or ()), "windows")
+def _train_eval_predict(run, run_dir, config, data, windows, labels, steps):
+  """_run() after the checks: train, eval and predict as the flags ask. steps:
+  (num_train_steps, num_warmup_steps), None each without --do_train."""
+  num_train_steps, num_warmup_steps = steps
   trainer = training.build_trainer(
-      run.training, strategy, lambda: modeling.BertTokenClassifier(config, len(labels)),
+      run.training, run_dir.strategy, lambda: modeling.BertTokenClassifier(config, len(labels)),
       ner.TaggerTask(), num_train_steps or 1, num_warmup_steps or 0)
   infer = ner.tagger_inference_fn(trainer.model, trainer.strategy, trainer.use_xla)
-  trim = run.evaluation.trim_eval_batches and not isinstance(strategy,
+  trim = run.evaluation.trim_eval_batches and not isinstance(run_dir.strategy,
                                                               tf.distribute.TPUStrategy)
   max_seq_length = run.model.max_seq_length
 
@@ -277,48 +270,35 @@ def _train_eval_predict(run, strategy, config, data, windows, labels, chief, rec
     predicted, loss_sum, tagged = tag("dev", run.evaluation.eval_batch_size)
     return ner.eval_results(data["dev"], predicted, loss_sum, tagged, step), predicted
 
-  if run.training.do_train:
-    _train(run.training, max_seq_length, trainer, data, windows, num_train_steps, record_dir,
-           lambda step: evaluate(step)[0], chief,
-           lambda d: checkpoints.save_tf1_checkpoint(trainer.model,
-                                                     os.path.join(d, "model.ckpt")))
-  else:
-    training_checkpoints.restore_for_inference(trainer, run.output.output_dir,
-                                               run.model.init_checkpoint)
-  if run.evaluation.do_eval or run.evaluation.do_predict:
-    training.restore_best(run.training, trainer)
+  def train():
+    """--do_train: the windows of train.txt through train.tf_record; with --eval_every_steps,
+    evaluate on the dev set, the best model by eval_f1 in output_dir/best."""
+    train_file = os.path.join(run_dir.record_dir, "train.tf_record")
+    ner.write_records(ner.window_arrays(windows["train"], max_seq_length), train_file)
+    logging.info("***** Running training *****")
+    logging.info("  Num sentences = %d (%d windows)", len(data["train"]),
+                 len(windows["train"]))
+    logging.info("  Batch size = %d", run.training.train_batch_size)
+    logging.info("  Num steps = %d", num_train_steps)
+    training.fine_tune(trainer, run.training, train_file, ner.decode_fn(max_seq_length),
+                       num_train_steps, **job.eval_during_training(
+                           run.training, lambda step: evaluate(step)[0], "eval_f1",
+                           run_dir.chief, trainer.model))
+
+  job.train_or_restore(run, trainer, train)
   results = {"eval": None, "predict": None}
+  output_dir = run.output.output_dir
   if run.evaluation.do_eval:
     logging.info("***** Running evaluation *****")
     logging.info("  Num sentences = %d (%d windows)", len(data["dev"]), len(windows["dev"]))
     results["eval"], predicted = evaluate(int(trainer.global_step.numpy()))
-    _write_eval(run.output.output_dir, data["dev"], predicted, results["eval"], chief)
+    _write_eval(output_dir, data["dev"], predicted, results["eval"], run_dir.chief)
   if run.evaluation.do_predict:
     logging.info("***** Running prediction*****")
     logging.info("  Num sentences = %d (%d windows)", len(data["test"]), len(windows["test"]))
     results["predict"] = tag("test", run.evaluation.predict_batch_size)[0]
-    _write_predictions(run.output.output_dir, data["test"], results["predict"], chief)
+    _write_predictions(output_dir, data["test"], results["predict"], run_dir.chief)
   return results
-
-
-def _train(settings, max_seq_length, trainer, data, windows, num_train_steps, record_dir,
-           evaluate, chief, save_best):
-  """--do_train: the windows of train.txt through train.tf_record; with --eval_every_steps,
-  evaluate(step) on the dev set, the best model by eval_f1 saved by save_best(directory) in
-  output_dir/best (training.EvalHook)."""
-  train_file = os.path.join(record_dir, "train.tf_record")
-  ner.write_records(ner.window_arrays(windows["train"], max_seq_length), train_file)
-  logging.info("***** Running training *****")
-  logging.info("  Num sentences = %d (%d windows)", len(data["train"]), len(windows["train"]))
-  logging.info("  Batch size = %d", settings.train_batch_size)
-  logging.info("  Num steps = %d", num_train_steps)
-  extra = {}
-  if settings.eval_every_steps:
-    extra = {"eval_every_steps": settings.eval_every_steps, "eval_fn": training.EvalHook(
-        evaluate, settings.output_dir, metric_name="eval_f1",
-        patience=settings.early_stopping_patience, chief=chief, save_best=save_best)}
-  training.fine_tune(trainer, settings, train_file, ner.decode_fn(max_seq_length),
-                     num_train_steps, **extra)
 
 
 def _write_eval(output_dir, sentences, predicted, results, chief):

@@ -24,7 +24,6 @@ import re
 from absl import app
 from absl import flags
 from absl import logging
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -32,14 +31,15 @@ from bert_keras import checkpoints
 from bert_keras import modeling
 from bert_keras.pretraining_data import tfrecord_encoding
 from bert_keras.runtime import common_flags
-from bert_keras.runtime import settings
 from bert_keras.runtime import distribution
 from bert_keras.runtime import flops
 from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import job
 from bert_keras.runtime import model_dir
 from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
+from bert_keras.runtime import settings
 from bert_keras.runtime import training
 from bert_keras.runtime import training_checkpoints
 from bert_keras.utils import errors
@@ -184,8 +184,7 @@ class Pretraining(settings.FromFlags):
 
 
 def _validate(options):
-  if not options.do_train and not options.do_eval:
-    raise ValueError("At least one of `do_train` or `do_eval` must be True.")
+  job.require_one(do_train=options.do_train, do_eval=options.do_eval)
   checks.check(options, {
       checks.REQUIRED: dict(bert_config_file=checks.MODEL_DIR, input_file=None, output_dir=None),
       checks.EXISTING_FILES: ("bert_config_file",),
@@ -226,15 +225,12 @@ def _run(run, pretraining, strategy):
                                         pretraining.max_predictions_per_seq),
       vocab_size=config.vocab_size, id_features=("input_ids", "masked_lm_ids"),
       vocab_source=f"--bert_config_file {run.model.bert_config_file}")
-  # Seeds the initial weights and the dropout seed generators (the input order has its
-  # own seeds in training_dataset), so that a run is reproducible.
-  keras.utils.set_random_seed(run.training.seed)
-  strategy = distribution.strategy_for(run.placement, strategy)
-  with outputs.output_directory(strategy, run.output.output_dir):  # (made and locked)
-    model_dir.prepare(run, distribution.is_chief(strategy), config, "pretraining",
-                      max_predictions_per_seq=pretraining.max_predictions_per_seq)
+  # (--seed seeds the initial weights and the dropout, so that a run is reproducible; the
+  # input order has its own seeds in training_dataset.)
+  with job.started(run, config, "pretraining", strategy,
+                           max_predictions_per_seq=pretraining.max_predictions_per_seq) as run_dir:
     try:
-      return _train_evaluate(run, pretraining, config, input_files, strategy)
+      return _train_evaluate(run, pretraining, config, input_files, run_dir.strategy)
     except tf.errors.DataLossError as e:
       text = damaged_record_text(str(e.message), input_files)
       if text is None:

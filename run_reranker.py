@@ -44,21 +44,17 @@ import os
 from absl import app
 from absl import flags
 from absl import logging
-import keras
 import tensorflow as tf
 
-from bert_keras import checkpoints
 from bert_keras import retrieval
 from bert_keras import tokenization
 from bert_keras.runtime import common_flags
-from bert_keras.runtime import settings
-from bert_keras.runtime import distribution
+from bert_keras.runtime import job
 from bert_keras.runtime import model_dir
 from bert_keras.runtime import option_checks as checks
-from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
+from bert_keras.runtime import settings
 from bert_keras.runtime import training
-from bert_keras.runtime import training_checkpoints
 from bert_keras.tasks.retrieval import embedding_data
 from bert_keras.tasks.retrieval import embeddings
 from bert_keras.tasks.retrieval import reranking
@@ -140,8 +136,8 @@ def _validate(options):
       data_dir=None, vocab_file=checks.MODEL_DIR, bert_config_file=checks.MODEL_DIR,
       output_dir=None)})
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
-  if not options.do_train and not options.do_eval and not options.do_predict:
-    raise ValueError("At least one of `do_train`, `do_eval` or `do_predict' must be True.")
+  job.require_one(do_train=options.do_train, do_eval=options.do_eval,
+                             do_predict=options.do_predict)
   if (options.do_eval or options.eval_every_steps) and not options.candidates_file:
     raise ValueError("--do_eval / --eval_every_steps need --candidates_file (a TREC run of "
                      "the dev queries)")
@@ -224,40 +220,35 @@ def _run(run, rerank, strategy):
   config, tokenizer = run_checks.config_and_tokenizer(run)
   run_checks.check_segments(config, run.model, "a cross-encoder's inputs (query, passage)")
   data = read_data(run, rerank)
-  training.train_steps(run.training, _num_units(rerank, data["train"])
-                       if data["train"] else 0, _units(rerank))
-  keras.utils.set_random_seed(run.training.seed)
-  strategy = distribution.strategy_for(run.placement, strategy)
-  with outputs.output_directory(strategy, run.output.output_dir) as record_dir:
-    chief = distribution.is_chief(strategy)
-    model_dir.prepare(run, chief, config, "reranker")
-    return _train_eval_predict(run, rerank, strategy, config, data, tokenizer,
-                               chief, record_dir)
+  steps = training.train_steps(
+      run.training, _num_units(rerank, data["train"]) if data["train"] else 0, _units(rerank))
+  with job.started(run, config, "reranker", strategy) as run_dir:
+    return _train_eval_predict(run, rerank, run_dir, config, data, tokenizer, steps)
 
 
-def _train_eval_predict(run, rerank, strategy, config, data, tokenizer, chief,
-                        record_dir):
+def _train_eval_predict(run, rerank, run_dir, config, data, tokenizer, steps):
+  """_run() after the checks: train, eval and predict as the flags ask."""
   train = data["train"]
-  num_train_steps, num_warmup_steps = training.train_steps(
-      run.training, _num_units(rerank, train) if train else 0,
-      _units(rerank))
-  train_file = os.path.join(record_dir, "train.tf_record")
+  num_train_steps, num_warmup_steps = steps
+  max_seq_length = run.model.max_seq_length
+  train_file = os.path.join(run_dir.record_dir, "train.tf_record")
   list_size = 1
   if train:
-    _, list_size = reranking.write_records(train, tokenizer, run.model.max_seq_length,
-                                           train_file, rerank.loss)
-  task = reranking.RerankTask(run.model.max_seq_length, rerank.loss, list_size)
-  trainer = training.build_trainer(run.training, strategy,
+    _, list_size = reranking.write_records(train, tokenizer, max_seq_length, train_file,
+                                           rerank.loss)
+  task = reranking.RerankTask(max_seq_length, rerank.loss, list_size)
+  trainer = training.build_trainer(run.training, run_dir.strategy,
                                    lambda: retrieval.BertCrossEncoder(config), task,
                                    num_train_steps or 1, num_warmup_steps or 0)
   infer = reranking.score_fn(trainer.model, trainer.strategy, trainer.use_xla)
-  trim = run.evaluation.trim_eval_batches and not isinstance(strategy, tf.distribute.TPUStrategy)
+  trim = run.evaluation.trim_eval_batches and not isinstance(run_dir.strategy,
+                                                              tf.distribute.TPUStrategy)
 
   def evaluate(split, batch_size, step):
     """(The results of a rerank set at `step`, the reranked run)."""
     dataset = data[split]
     score = lambda queries, passages: reranking.score_pairs(  # noqa: E731
-        infer, reranking.encode_pairs(queries, passages, tokenizer, run.model.max_seq_length),
+        infer, reranking.encode_pairs(queries, passages, tokenizer, max_seq_length),
         batch_size, trim)
     run_ = reranking.rerank(dataset["candidates"], dataset["queries"], dataset["corpus"],
                             score)
@@ -267,16 +258,24 @@ def _train_eval_predict(run, rerank, strategy, config, data, tokenizer, chief,
     results["global_step"] = int(step)
     return results, run_
 
-  if run.training.do_train:
-    _train(run, rerank, trainer, train, train_file, list_size, num_train_steps,
-           lambda step: evaluate("dev", run.evaluation.eval_batch_size, step)[0], chief,
-           lambda d: checkpoints.save_tf1_checkpoint(trainer.model,
-                                                     os.path.join(d, "model.ckpt")))
-  else:
-    training_checkpoints.restore_for_inference(trainer, run.output.output_dir,
-                                               run.model.init_checkpoint)
-  if run.evaluation.do_eval or run.evaluation.do_predict:
-    training.restore_best(run.training, trainer)
+  def train_():
+    """--do_train: the records of train_file; with --eval_every_steps, evaluate on the dev
+    candidates, the best model by eval_<--metric> in output_dir/best."""
+    logging.info("***** Running training *****")
+    logging.info("  Num pairs = %d (%s loss%s) from %s", len(train), rerank.loss,
+                 f", lists of {list_size}" if rerank.loss == "listwise" else "",
+                 train[0].path)
+    logging.info("  Batch size = %d", run.training.train_batch_size)
+    logging.info("  Num steps = %d", num_train_steps)
+    training.fine_tune(trainer, run.training, train_file,
+                       reranking.decode_fn(max_seq_length, rerank.loss, list_size),
+                       num_train_steps, **job.eval_during_training(
+                           run.training,
+                           lambda step: evaluate("dev", run.evaluation.eval_batch_size,
+                                                 step)[0],
+                           "eval_" + rerank.metric, run_dir.chief, trainer.model))
+
+  job.train_or_restore(run, trainer, train_)
   results = {"eval": None, "predict": None}
   step = int(trainer.global_step.numpy())
   for split, key, batch_size, wanted in (
@@ -288,29 +287,9 @@ def _train_eval_predict(run, rerank, strategy, config, data, tokenizer, chief,
                  len(data[split]["candidates"]),
                  sum(len(d) for d in data[split]["candidates"].values()))
     results[key], run_ = evaluate(split, batch_size, step)
-    embeddings.write_results(run.output.output_dir, split, results[key], run_, reranking.RUN_TAG,
-                             chief)
+    embeddings.write_results(run.output.output_dir, split, results[key], run_,
+                             reranking.RUN_TAG, run_dir.chief)
   return results
-
-
-def _train(run, rerank, trainer, train, train_file, list_size, num_train_steps, evaluate, chief,
-           save_best):
-  """--do_train: the records of train_file; with --eval_every_steps, evaluate(step) on the dev
-  candidates, the best model by eval_<--metric> in output_dir/best."""
-  logging.info("***** Running training *****")
-  logging.info("  Num pairs = %d (%s loss%s) from %s", len(train), rerank.loss,
-               f", lists of {list_size}" if rerank.loss == "listwise" else "",
-               train[0].path)
-  logging.info("  Batch size = %d", run.training.train_batch_size)
-  logging.info("  Num steps = %d", num_train_steps)
-  extra = {}
-  if run.training.eval_every_steps:
-    extra = {"eval_every_steps": run.training.eval_every_steps, "eval_fn": training.EvalHook(
-        evaluate, run.output.output_dir, metric_name="eval_" + rerank.metric,
-        patience=run.training.early_stopping_patience, chief=chief, save_best=save_best)}
-  training.fine_tune(trainer, run.training, train_file,
-                     reranking.decode_fn(run.model.max_seq_length, rerank.loss, list_size),
-                     num_train_steps, **extra)
 
 
 main = errors.script_main(run)

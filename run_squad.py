@@ -37,7 +37,6 @@ import random
 from absl import app
 from absl import flags
 from absl import logging
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -45,16 +44,14 @@ from bert_keras import evaluate_squad
 from bert_keras import modeling
 from bert_keras import tokenization
 from bert_keras.runtime import common_flags
-from bert_keras.runtime import settings
-from bert_keras.runtime import distribution
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
+from bert_keras.runtime import job
 from bert_keras.runtime import model_dir
 from bert_keras.runtime import option_checks as checks
-from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
+from bert_keras.runtime import settings
 from bert_keras.runtime import training
-from bert_keras.runtime import training_checkpoints
 from bert_keras.tasks.squad import data as squad_data
 from bert_keras.tasks.squad import predictions as squad_predictions
 from bert_keras.tasks import tfds_input
@@ -393,8 +390,7 @@ def _check_options(options):
 def validate_flags_or_throw(options, bert_config):
   """The original's checks and messages (ValueError), then whether the SQuAD files exist."""
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
-  if not options.do_train and not options.do_predict:
-    raise ValueError("At least one of `do_train` or `do_predict` must be True.")
+  job.require_one(do_train=options.do_train, do_predict=options.do_predict)
   checks.check(options, {checks.EXCLUSIVE: {"tfds_name": ("train_file", "predict_file")}})
   if options.do_train and not options.train_file and not options.tfds_name:
     raise ValueError("If `do_train` is True, then `train_file` must be specified.")
@@ -469,23 +465,20 @@ def _run(run, squad, config, strategy):
   tokenization.check_vocab(tokenizer.vocab, run.model.vocab_file,
                            required=("[UNK]", "[CLS]", "[SEP]"))
   run_checks.check_vocab_fits(config, tokenizer.vocab, run.model)
-  keras.utils.set_random_seed(run.training.seed)
-  strategy = distribution.strategy_for(run.placement, strategy)
-  with outputs.output_directory(strategy, run.output.output_dir) as record_dir:  # (locked)
-    model_dir.prepare(run, distribution.is_chief(strategy), config, "squad",
-                      doc_stride=squad.doc_stride, max_query_length=squad.max_query_length,
-                      max_answer_length=squad.max_answer_length,
-                      version_2_with_negative=bool(squad.version_2_with_negative))
-    return _train_predict(run, squad, strategy, config, tokenizer,
-                          distribution.is_chief(strategy), record_dir, train_examples,
+  with job.started(
+      run, config, "squad", strategy, doc_stride=squad.doc_stride,
+      max_query_length=squad.max_query_length, max_answer_length=squad.max_answer_length,
+      version_2_with_negative=bool(squad.version_2_with_negative)) as run_dir:
+    return _train_predict(run, squad, run_dir, config, tokenizer, train_examples,
                           (num_train_steps, num_warmup_steps), predict_examples)
 
 
-def _train_predict(run, squad, strategy, config, tokenizer, chief, record_dir, train_examples,
-                   steps, predict_examples):
+def _train_predict(run, squad, run_dir, config, tokenizer, train_examples, steps,
+                   predict_examples):
   """_run() after the reading. steps: (num_train_steps, num_warmup_steps), None each
   without --do_train."""
   num_train_steps, num_warmup_steps = steps
+  strategy, record_dir, _ = run_dir
   if run.training.do_train:
     # Pre-shuffled (fixed seed, as the original) so that a small shuffle buffer suffices.
     random.Random(12345).shuffle(train_examples)
@@ -496,7 +489,7 @@ def _train_predict(run, squad, strategy, config, tokenizer, chief, record_dir, t
   results = {"train_examples": None, "predictions": None, "null_odds": None,
              "eval_results": None}
 
-  if run.training.do_train:
+  def train():
     writer = FeatureWriter(os.path.join(record_dir, "train.tf_record"), is_training=True)
     progress = Progress("Writing training windows", len(train_examples))
 
@@ -519,9 +512,8 @@ def _train_predict(run, squad, strategy, config, tokenizer, chief, record_dir, t
     results["train_examples"] = len(train_examples)
     training.fine_tune(trainer, run.training, writer.filename,
                        decode_fn(squad.max_seq_length, is_training=True), num_train_steps)
-  else:
-    training_checkpoints.restore_for_inference(trainer, run.output.output_dir,
-                                               run.model.init_checkpoint)
+
+  job.train_or_restore(run, trainer, train)
 
   if run.evaluation.do_predict:
     out = record_dir  # output_dir on the chief; discarded on the other workers
