@@ -8,11 +8,11 @@ Read top to bottom:
   4. models                          BertModel (the encoder), BertPretrainer (encoder + MLM/NSP),
                                      BertClassifier (encoder + run_classifier head),
                                      BertSquad (encoder + run_squad span head),
-                                     BertTokenClassifier (encoder + run_ner tagging head)
-  5. losses                          masked_lm_loss, next_sentence_loss, classifier_loss,
-                                     token_classifier_loss, squad_loss (float32)
-Checkpoint files (the TF1 name table, load_checkpoint, save_tf1_checkpoint, HuggingFace
-weights) are checkpoints.py's.
+                                     BertTokenClassifier (encoder + run_ner tagging head),
+                                     BertSentenceEncoder (encoder + pooling: bi-encoders),
+                                     BertCrossEncoder (one relevance logit: rerankers)
+The losses of every task kind are losses.py's. Checkpoint files (the TF1 name table,
+load_checkpoint, save_tf1_checkpoint, HuggingFace weights) are checkpoints.py's.
 
 Shapes: B batch, S sequence length, H hidden size, A attention heads, d = H / A,
 I intermediate size, V vocabulary size, P masked positions per sequence.
@@ -21,7 +21,7 @@ The math is the original's: post-LN Transformer blocks, LayerNorm epsilon
 1e-12, -10000 added to the attention scores of padded keys, truncated-normal initialisers,
 dropout after the embeddings, on the attention probabilities and after every dense output.
 Under a Keras mixed-precision policy the matmuls run in the compute dtype (bfloat16/float16)
-while LayerNorm, softmax, the logits and the losses are float32.
+while LayerNorm, softmax and the logits are float32.
 
   config = BertConfig.from_json_file("uncased_L-12_H-768_A-12/bert_config.json")
   model = BertModel(config)
@@ -1179,104 +1179,25 @@ class BertSentenceEncoder(_TaskModel):
     return {**super().get_config(), "pooling": self.pooling, "normalize": self.normalize}
 
 
-# ----------------------------------------------------------------------------------------------
-# 5. Losses (float32)
-# ----------------------------------------------------------------------------------------------
+@keras.saving.register_keras_serializable(package="bert_keras")
+class BertCrossEncoder(BertClassifier):
+  """A reranker: BertClassifier with one output, the relevance logit of a (query, passage)
+  pair (the query as text_a / segment 0, the passage as text_b / segment 1), as
+  sentence-transformers' CrossEncoder with num_labels=1. Its weights and TF1 / HuggingFace
+  names are a one-output BertClassifier's (BertForSequenceClassification); its class tells it
+  apart from a regression (task_registry's "reranker").
 
-def _sparse_nll(logits, labels):
-  """-log softmax(logits)[label]: logits [..., N], labels int [...] -> float32 [...]. Keras's
-  sparse categorical cross-entropy (TensorFlow's fused kernel on TensorFlow)."""
-  return ops.sparse_categorical_crossentropy(ops.cast(labels, "int32"),
-                                             ops.cast(logits, "float32"), from_logits=True)
+  BertCrossEncoder(encoder_or_config[, num_labels=1]). Inputs: BertModel's dict [B, S]. Returns
+  the logits float32 [B, 1]; sigmoid(logit) is the probability of relevance."""
 
+  def __init__(self, encoder_or_config, num_labels=1, **kwargs):
+    if int(num_labels) != 1:
+      raise ValueError(f"a cross-encoder has one output (the relevance logit), not "
+                       f"num_labels={num_labels}")
+    kwargs.setdefault("name", "bert_cross_encoder")
+    kwargs.pop("multi_label", None)
+    super().__init__(encoder_or_config, 1, **kwargs)
 
-def masked_lm_per_position_loss(logits, label_ids):
-  """-log p(label) at each masked position: logits [B, P, V], label_ids int [B, P] ->
-  float32 [B, P]."""
-  return _sparse_nll(logits, label_ids)
-
-
-def next_sentence_per_example_loss(logits, labels):
-  """-log p(label) per example: logits [B, 2], labels int [B] or [B, 1] (0 = is next) ->
-  float32 [B]."""
-  return _sparse_nll(logits, ops.reshape(labels, (-1,)))
-
-
-def masked_lm_loss(logits, label_ids, label_weights, weight_sum=None):
-  """sum(w * -log p(label)) / (weight_sum + 1e-5), as run_pretraining; weight_sum defaults
-  to sum(w) of this batch (a distributed loop passes the sum over the global batch).
-
-  logits [B, P, V], label_ids int [B, P], label_weights float [B, P] -> scalar float32.
-  """
-  weights = ops.cast(label_weights, "float32")
-  if weight_sum is None:
-    weight_sum = ops.sum(weights)
-  return (ops.sum(weights * masked_lm_per_position_loss(logits, label_ids)) /
-          (weight_sum + 1e-5))
-
-
-def next_sentence_loss(logits, labels, num_examples=None):
-  """The sum of -log p(label) over the batch / num_examples (default: this batch's size, i.e.
-  the batch mean). logits [B, 2], labels int [B] or [B, 1] (0 = is next) -> scalar float32."""
-  per_example = next_sentence_per_example_loss(logits, labels)
-  if num_examples is None:
-    num_examples = ops.cast(ops.shape(per_example)[0], "float32")
-  return ops.sum(per_example) / num_examples
-
-
-def classifier_loss(logits, label_ids):
-  """Per-example -log softmax(logits)[label]: logits [B, N], label_ids int [B] -> float32 [B]
-  (the original's per_example_loss; its "loss" is the batch mean)."""
-  return _sparse_nll(logits, ops.reshape(label_ids, (-1,)))
-
-
-def multi_label_loss(logits, labels, pos_weight=None):
-  """Per-example binary cross-entropy of a multi-label classifier: the mean over the labels
-  of -(w_c y log sigmoid(x) + (1 - y) log(1 - sigmoid(x))), from logits float [B, C] and
-  multi-hot labels float [B, C] -> float32 [B]. pos_weight: None (all 1) or float [C], each
-  label's weight of its positive term (run_classifier's --class_weights). Without pos_weight
-  it equals keras.losses.BinaryCrossentropy(from_logits=True, reduction=None)."""
-  x = ops.cast(logits, "float32")
-  y = ops.cast(labels, "float32")
-  # -log sigmoid(x) = softplus(-x) = log1p(exp(-|x|)) + max(-x, 0), stable for any x;
-  # -log(1 - sigmoid(x)) = x + softplus(-x).
-  softplus_minus_x = ops.log1p(ops.exp(-ops.abs(x))) + ops.maximum(-x, 0.0)
-  w = 1.0 if pos_weight is None else ops.cast(pos_weight, "float32")
-  per_label = w * y * softplus_minus_x + (1.0 - y) * (x + softplus_minus_x)
-  return ops.mean(per_label, axis=-1)
-
-
-def token_classifier_loss(logits, label_ids):
-  """Per-token -log softmax(logits)[label], 0 where label_ids < 0 (WordPieces after a word's
-  first, [CLS], [SEP], padding): logits [B, S, N], label_ids int [B, S] -> float32 [B, S].
-  The mean over the tagged tokens is sum(loss) / sum(label_ids >= 0)."""
-  labels = ops.cast(label_ids, "int32")
-  picked = _sparse_nll(logits, ops.maximum(labels, 0))
-  return ops.where(labels >= 0, picked, ops.zeros_like(picked))
-
-
-def squad_loss(start_logits, end_logits, start_positions, end_positions):
-  """Per-example (-log softmax(start_logits)[start] - log softmax(end_logits)[end]) / 2:
-  logits float [B, S], positions int [B] (or [B, 1]) -> float32 [B]. The softmax runs over
-  all S positions (padding included); a position outside [0, S) contributes 0 (the
-  original's one-hot). The batch mean is the original's total_loss = (start_loss +
-  end_loss) / 2."""
-  def nll(logits, positions):
-    logits = ops.cast(logits, "float32")
-    positions = ops.reshape(ops.cast(positions, "int32"), (-1, 1))
-    one_hot = ops.cast(positions == ops.arange(ops.shape(logits)[-1], dtype="int32")[None],
-                       "float32")                                             # [B, S]
-    return -ops.sum(one_hot * ops.log_softmax(logits, axis=-1), axis=-1)
-  return (nll(start_logits, start_positions) + nll(end_logits, end_positions)) / 2.0
-
-
-def pretraining_loss(outputs, features, masked_lm_weight_sum=None, num_examples=None):
-  """masked_lm_loss + next_sentence_loss from BertPretrainer outputs (masked_lm_logits
-  [B, P, V], next_sentence_logits [B, 2]) and the run_pretraining features (masked_lm_ids,
-  masked_lm_weights [B, P], next_sentence_labels [B, 1]) -> scalar float32. The
-  denominators default to this batch's own; run_pretraining's loop passes the global
-  batch's sum of masked_lm_weights and number of examples."""
-  return (masked_lm_loss(outputs["masked_lm_logits"], features["masked_lm_ids"],
-                         features["masked_lm_weights"], masked_lm_weight_sum)
-          + next_sentence_loss(outputs["next_sentence_logits"],
-                               features["next_sentence_labels"], num_examples))
+  def probabilities(self, logits):
+    """The logits [B, 1] -> the probabilities of relevance float32 [B, 1] (sigmoid)."""
+    return ops.sigmoid(ops.cast(logits, "float32"))

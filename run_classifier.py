@@ -31,6 +31,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from bert_keras import losses
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import tokenization
@@ -295,7 +296,7 @@ def classifier_outputs(logits, labels, is_regression=False, multi_label=False,
   """The original create_model's (loss, per_example_loss, logits, probabilities) from the
   logits float32 [B, num_labels] and labels [B].
 
-  multi_label (labels float multi-hot [B, C]): per_example_loss = modeling.multi_label_loss
+  multi_label (labels float multi-hot [B, C]): per_example_loss = losses.multi_label_loss
   (the mean over the labels of the binary cross-entropy; class_weights weigh each label's
   positive term), probabilities = sigmoid(logits). Single-label, class_weights float [C]: each
   example's loss times its gold label's weight (the batch loss stays the mean over examples).
@@ -311,10 +312,10 @@ def classifier_outputs(logits, labels, is_regression=False, multi_label=False,
     per_example_loss = tf.square(predictions - tf.reshape(tf.cast(labels, tf.float32), [-1]))
     probabilities = predictions
   elif multi_label:
-    per_example_loss = modeling.multi_label_loss(logits, labels, class_weights)
+    per_example_loss = losses.multi_label_loss(logits, labels, class_weights)
     probabilities = tf.sigmoid(logits)
   else:
-    per_example_loss = modeling.classifier_loss(logits, labels)
+    per_example_loss = losses.classifier_loss(logits, labels)
     if class_weights is not None:
       per_example_loss *= tf.gather(tf.constant(class_weights, tf.float32),
                                     tf.reshape(tf.cast(labels, tf.int32), [-1]))

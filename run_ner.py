@@ -44,6 +44,7 @@ from absl import logging
 import tensorflow as tf
 
 from bert_keras import checkpoints
+from bert_keras import losses
 from bert_keras import modeling
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import job
@@ -196,7 +197,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, t
     model = modeling.BertTokenClassifier(bert_config, num_labels)
   logits = model({"input_ids": input_ids, "input_mask": input_mask,
                   "segment_ids": segment_ids}, training=is_training)
-  per_token_loss = modeling.token_classifier_loss(logits, tag_ids)
+  per_token_loss = losses.token_classifier_loss(logits, tag_ids)
   tagged = tf.reduce_sum(tf.cast(tf.cast(tag_ids, tf.int32) >= 0, tf.float32))
   loss = tf.reduce_sum(per_token_loss) / tf.maximum(tagged, 1.0)
   return loss, per_token_loss, logits, tf.argmax(logits, axis=-1, output_type=tf.int32)

@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import checkpoints
+from bert_keras import losses
 from bert_keras import modeling
 from bert_keras.pretraining_data import tfrecord_encoding
 from bert_keras.runtime import common_flags
@@ -104,7 +105,7 @@ def decode_fn(max_seq_length, max_predictions_per_seq):
 # Losses and metrics.
 
 class PretrainingTask(training.Task):
-  """modeling.pretraining_loss (MLM loss sum(w * loss) / (sum(w) + 1e-5) plus the mean NSP
+  """losses.pretraining_loss (MLM loss sum(w * loss) / (sum(w) + 1e-5) plus the mean NSP
   loss) over the GLOBAL batch (the original's single-device definition, whatever the replica
   count or accumulation); eval metrics as the original metric_fn."""
 
@@ -128,7 +129,7 @@ class PretrainingTask(training.Task):
     return tf.cast(tf.equal(predictions, labels), tf.float32)
 
   def loss(self, outputs, batch, denominators):
-    loss = modeling.pretraining_loss(outputs, batch, denominators["masked_lm_weight"],
+    loss = losses.pretraining_loss(outputs, batch, denominators["masked_lm_weight"],
                                      denominators["examples"])
     w = batch["masked_lm_weights"]
     mlm_correct = self._correct(outputs["masked_lm_logits"], batch["masked_lm_ids"])
@@ -141,10 +142,10 @@ class PretrainingTask(training.Task):
 
   def eval_stats(self, outputs, batch):
     w = batch["masked_lm_weights"]
-    mlm = modeling.masked_lm_per_position_loss(outputs["masked_lm_logits"],
+    mlm = losses.masked_lm_per_position_loss(outputs["masked_lm_logits"],
                                                batch["masked_lm_ids"])
     labels = tf.reshape(batch["next_sentence_labels"], [-1])
-    nsp = modeling.next_sentence_per_example_loss(outputs["next_sentence_logits"], labels)
+    nsp = losses.next_sentence_per_example_loss(outputs["next_sentence_logits"], labels)
     mlm_correct = self._correct(outputs["masked_lm_logits"], batch["masked_lm_ids"])
     nsp_correct = self._correct(outputs["next_sentence_logits"], labels)
     return {"masked_lm_loss_sum": tf.reduce_sum(w * mlm),

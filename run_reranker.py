@@ -46,7 +46,7 @@ from absl import flags
 from absl import logging
 import tensorflow as tf
 
-from bert_keras import retrieval
+from bert_keras import modeling
 from bert_keras import tokenization
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import job
@@ -238,7 +238,7 @@ def _train_eval_predict(run, rerank, run_dir, config, data, tokenizer, steps):
                                            rerank.loss)
   task = reranking.RerankTask(max_seq_length, rerank.loss, list_size)
   trainer = training.build_trainer(run.training, run_dir.strategy,
-                                   lambda: retrieval.BertCrossEncoder(config), task,
+                                   lambda: modeling.BertCrossEncoder(config), task,
                                    num_train_steps or 1, num_warmup_steps or 0)
   infer = reranking.score_fn(trainer.model, trainer.strategy, trainer.use_xla)
   trim = run.evaluation.trim_eval_batches and not isinstance(run_dir.strategy,

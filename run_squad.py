@@ -41,6 +41,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import evaluate_squad
+from bert_keras import losses
 from bert_keras import modeling
 from bert_keras import tokenization
 from bert_keras.runtime import common_flags
@@ -216,7 +217,7 @@ class SquadTask(training.ExampleMeanTask):
 
   def per_example_loss(self, outputs, batch):
     start_logits, end_logits = span_logits(outputs)
-    return modeling.squad_loss(start_logits, end_logits, batch["start_positions"],
+    return losses.squad_loss(start_logits, end_logits, batch["start_positions"],
                                batch["end_positions"])
 
 

@@ -27,7 +27,6 @@ import keras
 
 from bert_keras import modeling
 from bert_keras import output_families
-from bert_keras import retrieval
 
 # How a second text goes in: never, when given, always.
 PAIRS = ("no", "optional", "required")
@@ -284,7 +283,7 @@ register(TaskKind(
     variant_of="classifier",
     description="one number per text or pair (run_classifier on STS-B)"))
 register(TaskKind(
-    "reranker", retrieval.BertCrossEncoder, "score", "BertForSequenceClassification",
+    "reranker", modeling.BertCrossEncoder, "score", "BertForSequenceClassification",
     num_labels=1, compile_options=_reranker_compile, pair="required", task_json="reranker",
     description="the relevance of a (query, passage) pair: a cross-encoder (run_reranker)"))
 register(TaskKind(

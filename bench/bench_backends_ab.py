@@ -36,7 +36,7 @@ KEYS = {"train": "train step, tf.function", "xla": "train step, jit_compile=True
 def _train_call(bench_model, optimizer_name, jit):
   """One training step of a fresh BERT-Small pretrainer -> fn() running it (loss on the host)."""
   import tensorflow as tf
-  from bert_keras import modeling, optimization
+  from bert_keras import losses, modeling, optimization
   c = modeling.BertConfig.from_dict(dict(modeling.BertConfig(0).to_dict(),
                                          **bench_model.CONFIGS["small"]))
   model = modeling.BertPretrainer(c)
@@ -48,7 +48,7 @@ def _train_call(bench_model, optimizer_name, jit):
   @tf.function(jit_compile=jit)
   def step(features):
     with tf.GradientTape() as tape:
-      loss = modeling.pretraining_loss(model(features, training=True), features)
+      loss = losses.pretraining_loss(model(features, training=True), features)
     optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
     return loss
   return lambda: float(step(features))

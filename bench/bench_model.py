@@ -66,7 +66,8 @@ if BACKEND:   # the backends comparison: Keras and the model are imported by its
 else:
   import tensorflow as tf  # noqa: E402
   import keras  # noqa: E402
-  from bert_keras import modeling  # noqa: E402  (pip install -e . in the clone)
+  from bert_keras import losses  # noqa: E402  (pip install -e . in the clone)
+  from bert_keras import modeling  # noqa: E402
 
 CONFIGS = {
     "base": dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12,
@@ -144,7 +145,7 @@ def ours(c, policy, jit):
   @tf.function(jit_compile=jit)
   def train_step(features):
     with tf.GradientTape() as tape:
-      loss = modeling.pretraining_loss(model(features, training=True), features)
+      loss = losses.pretraining_loss(model(features, training=True), features)
     optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
     return loss
 
@@ -184,9 +185,9 @@ def keras_hub_peer(c, jit):
     with tf.GradientTape() as tape:
       out = backbone(inputs(features), training=True)
       logits = mlm(out["sequence_output"], mask_positions=features["masked_lm_positions"])
-      loss = (modeling.masked_lm_loss(logits, features["masked_lm_ids"],
+      loss = (losses.masked_lm_loss(logits, features["masked_lm_ids"],
                                       features["masked_lm_weights"])
-              + modeling.next_sentence_loss(nsp(out["pooled_output"]),
+              + losses.next_sentence_loss(nsp(out["pooled_output"]),
                                             features["next_sentence_labels"]))
     optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
     return loss
@@ -248,11 +249,11 @@ def _plain_config(name):
 def _ours_net(name):
   """-> (net: BertPretrainer, its encoder, loss(outputs, features), optimizer, encoder inputs):
   our model and our optimizer (optimization.AdamWeightDecay, run_pretraining's)."""
-  from bert_keras import modeling, optimization
+  from bert_keras import losses, modeling, optimization
   c = modeling.BertConfig.from_dict(dict(modeling.BertConfig(0).to_dict(), **CONFIGS[name]))
   net = modeling.BertPretrainer(c)
   optimizer = optimization.create_optimizer(1e-4, 10000, 100)
-  return net, net.bert, modeling.pretraining_loss, optimizer, lambda f: {
+  return net, net.bert, losses.pretraining_loss, optimizer, lambda f: {
       k: f[k] for k in ("input_ids", "input_mask", "segment_ids")}
 
 

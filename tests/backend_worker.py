@@ -112,7 +112,7 @@ def losses(keras, modeling, case):
   out = {"loss/" + name: numpy(keras, getattr(modeling, name)(*_loss_args(case, name)))
          for name in LOSSES}
   out["loss/multi_label_loss_weighted"] = numpy(
-      keras, modeling.multi_label_loss(*_loss_args(case, "multi_label_loss_weighted")))
+      keras, losses.multi_label_loss(*_loss_args(case, "multi_label_loss_weighted")))
   return out
 
 
@@ -161,7 +161,7 @@ def training_step(keras, modeling, optimization, config, case, inputs, optimizer
 
   def loss_fn(model):
     outputs = model(inputs, training=True)
-    return modeling.pretraining_loss(outputs, inputs)
+    return losses.pretraining_loss(outputs, inputs)
 
   out = {}
   for step in range(2):

@@ -16,6 +16,7 @@ import oracle
 from conftest import REPO, config_file
 from test_run_pretraining import ENV
 from bert_keras import checkpoints
+from bert_keras import losses
 from bert_keras import modeling
 from bert_keras import run_classifier
 from bert_keras.tasks.classifier import class_weights
@@ -111,13 +112,13 @@ def test_weighted_losses_against_numpy():
   targets = (rng.rand(6, 3) < 0.4).astype(np.float32)
   weights = np.array([0.5, 2.0, 3.0], np.float32)
   for w in (None, weights):
-    got = modeling.multi_label_loss(logits, targets, w).numpy()
+    got = losses.multi_label_loss(logits, targets, w).numpy()
     pw = np.ones(3) if w is None else w
     want = -(pw * targets * _np_log_sigmoid(logits.astype(np.float64))
              + (1 - targets) * _np_log_sigmoid(-logits.astype(np.float64))).mean(axis=1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
   keras_bce = tf.keras.losses.BinaryCrossentropy(from_logits=True, reduction=None)
-  np.testing.assert_allclose(modeling.multi_label_loss(logits, targets).numpy(),
+  np.testing.assert_allclose(losses.multi_label_loss(logits, targets).numpy(),
                              keras_bce(targets, logits).numpy(), rtol=1e-5)
   labels = np.array([0, 2, 1, 1, 0, 2])
   _, per_example, _, _ = run_classifier.classifier_outputs(logits, labels,
@@ -127,7 +128,7 @@ def test_weighted_losses_against_numpy():
                              -weights[labels] * log_softmax[np.arange(6), labels], rtol=1e-5)
   task = run_classifier.ClassifierTask(multi_label=True, class_weights=weights)
   np.testing.assert_allclose(task.per_example_loss(logits, {"label_ids": targets}).numpy(),
-                             modeling.multi_label_loss(logits, targets, weights).numpy())
+                             losses.multi_label_loss(logits, targets, weights).numpy())
 
 
 def test_windows_and_pooling():

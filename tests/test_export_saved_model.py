@@ -21,7 +21,6 @@ from bert_keras import export_saved_model
 from bert_keras import modeling
 from bert_keras import output_families
 from bert_keras import preprocessing
-from bert_keras import retrieval
 from bert_keras import serving
 from bert_keras import tokenization
 from bert_keras.runtime import training_checkpoints
@@ -64,7 +63,7 @@ def setup(tmp_path_factory):
   for task, model in (("classifier", modeling.BertClassifier(config, 3)),
                       ("squad", modeling.BertSquad(config)),
                       ("embeddings", modeling.BertPretrainer(config)),
-                      ("reranker", retrieval.BertCrossEncoder(config))):
+                      ("reranker", modeling.BertCrossEncoder(config))):
     for v in model.weights:
       v.assign(rng.normal(0, 0.2, v.shape).astype(np.float32))
     prefix = root / task / "model.ckpt"

@@ -17,6 +17,7 @@ import tensorflow as tf
 import oracle
 from conftest import randomize
 from bert_keras import checkpoints
+from bert_keras import losses
 from bert_keras import modeling
 from bert_keras.runtime import training_checkpoints
 
@@ -171,7 +172,7 @@ def test_squad_and_pretrainer_fit_with_dict_losses():
   data = tf.data.Dataset.from_tensor_slices((f, spans)).batch(4)
   before = squad.evaluate(data, verbose=0)[0]   # [total, start loss, end loss]
   out = squad(f)   # the original's loss: (start + end cross-entropy) / 2, batch mean
-  np.testing.assert_allclose(before, np.mean(modeling.squad_loss(
+  np.testing.assert_allclose(before, np.mean(losses.squad_loss(
       out["start_logits"], out["end_logits"], spans["start_logits"], spans["end_logits"])),
       rtol=1e-4)
   history = squad.fit(data, epochs=5, verbose=0).history["loss"]

@@ -204,7 +204,8 @@ def test_each_subpackage_says_what_it_holds_and_may_import():
 
 # The root's libraries: what a user imports (the original's three and the public Keras-side
 # modules). Everything else at the root is a script; support code goes to a subpackage.
-PUBLIC_LIBRARIES = {"modeling", "tokenization", "optimization", "checkpoints", "preprocessing",
+PUBLIC_LIBRARIES = {"modeling", "losses", "tokenization", "optimization", "checkpoints",
+                    "preprocessing",
                     "serving", "task_registry", "output_families", "model_files", "retrieval",
                     "huggingface_layout",
                     "checkpoint_rules"}

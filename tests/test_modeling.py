@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import pair_features, randomize
+from bert_keras import losses
 from bert_keras import modeling
 
 CONFIG = modeling.BertConfig(
@@ -308,13 +309,13 @@ def test_losses():
   log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
   nll = -np.take_along_axis(log_probs, ids[..., None], -1)[..., 0]
   expected = (nll * weights).sum() / (weights.sum() + 1e-5)
-  np.testing.assert_allclose(modeling.masked_lm_loss(logits, ids, weights), expected, rtol=1e-6)
+  np.testing.assert_allclose(losses.masked_lm_loss(logits, ids, weights), expected, rtol=1e-6)
   nsp_logits = logits[:, 0, :2]
   labels = np.array([[0], [1]])
   lp = nsp_logits - np.log(np.exp(nsp_logits).sum(-1, keepdims=True))
-  np.testing.assert_allclose(modeling.next_sentence_loss(nsp_logits, labels),
+  np.testing.assert_allclose(losses.next_sentence_loss(nsp_logits, labels),
                              -(lp[0, 0] + lp[1, 1]) / 2, rtol=1e-6)
-  total = modeling.pretraining_loss(
+  total = losses.pretraining_loss(
       {"masked_lm_logits": logits, "next_sentence_logits": nsp_logits},
       {"masked_lm_ids": ids, "masked_lm_weights": weights, "next_sentence_labels": labels})
   np.testing.assert_allclose(total, expected - (lp[0, 0] + lp[1, 1]) / 2, rtol=1e-6)
@@ -431,7 +432,7 @@ def test_mixed_precision(policy, atol):
   compute = policy.split("_")[1]
   with tf.GradientTape() as tape:
     out = model(f, training=True)
-    loss = modeling.pretraining_loss(out, f)
+    loss = losses.pretraining_loss(out, f)
   grads = tape.gradient(loss, model.trainable_variables)
   encoded = model.bert(f)
   assert encoded["sequence_output"].dtype == compute
@@ -473,7 +474,7 @@ def test_xla_compiles_training_step():
 
   def step(features):
     with tf.GradientTape() as tape:
-      loss = modeling.pretraining_loss(model(features, training=False), features)
+      loss = losses.pretraining_loss(model(features, training=False), features)
     return loss, tape.gradient(loss, model.trainable_variables)
 
   eager_loss, eager_grads = step(f)

@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import oracle
 from bert_keras import checkpoints
+from bert_keras import losses
 from bert_keras import modeling
 
 TOL = 1e-5
@@ -96,10 +97,10 @@ def _run_ours(model, features):
           "sequence_output": out["sequence_output"].numpy(),
           "pooled_output": out["pooled_output"].numpy(),
           "mlm_log_probs": tf.nn.log_softmax(logits).numpy().reshape(-1, CONFIG.vocab_size),
-          "mlm_loss": modeling.masked_lm_loss(logits, features["masked_lm_ids"],
+          "mlm_loss": losses.masked_lm_loss(logits, features["masked_lm_ids"],
                                               features["masked_lm_weights"]).numpy(),
           "nsp_log_probs": tf.nn.log_softmax(out["next_sentence_logits"]).numpy(),
-          "nsp_loss": modeling.next_sentence_loss(out["next_sentence_logits"],
+          "nsp_loss": losses.next_sentence_loss(out["next_sentence_logits"],
                                                   features["next_sentence_labels"]).numpy()}
 
 

@@ -1,6 +1,6 @@
 """tasks/ner/tagging.py: the CoNLL reader (both layouts, -DOCSTART-, IOB1, its one-line errors),
 the tag set, the BERT paper's alignment and the windows of long sentences (every word back once, in
-order, for sentences up to 5,000 words), and the token loss (modeling.token_classifier_loss)."""
+order, for sentences up to 5,000 words), and the token loss (losses.token_classifier_loss)."""
 
 import random
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bert_keras import modeling
+from bert_keras import losses
 from bert_keras import tokenization
 from bert_keras.tasks.ner import tagging as ner
 
@@ -161,7 +161,7 @@ def test_token_classifier_loss():
   rng = np.random.default_rng(0)
   logits = rng.normal(size=(2, 5, 3)).astype(np.float32)
   labels = np.array([[-1, 0, 2, -1, 1], [-1, 1, -1, -1, -1]])
-  loss = modeling.token_classifier_loss(tf.constant(logits), tf.constant(labels)).numpy()
+  loss = losses.token_classifier_loss(tf.constant(logits), tf.constant(labels)).numpy()
   log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
   for b in range(2):
     for s in range(5):

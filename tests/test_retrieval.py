@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bert_keras import losses
 from bert_keras import modeling
 from bert_keras import retrieval
 from conftest import randomize
@@ -71,7 +72,7 @@ def _data(batch=6, negatives=2, size=8, seed=0):
 
 
 def _loss(*args, **kwargs):
-  return float(retrieval.in_batch_negatives_loss(*args, **kwargs))
+  return float(losses.in_batch_negatives_loss(*args, **kwargs))
 
 
 @pytest.mark.parametrize("similarity", ["cosine", "dot"])
@@ -122,7 +123,7 @@ def test_masked_loss_has_finite_gradients():
   ids = tf.constant([0, 1, 0, 2, 3, 1])
   with tf.GradientTape() as tape:
     tape.watch([a, p, n])
-    loss = retrieval.in_batch_negatives_loss(a, p, n, symmetric=True, positive_ids=ids)
+    loss = losses.in_batch_negatives_loss(a, p, n, symmetric=True, positive_ids=ids)
   for gradient in tape.gradient(loss, [a, p, n]):
     assert np.isfinite(gradient.numpy()).all()
 
@@ -143,15 +144,15 @@ def test_matryoshka_matches_numpy():
 def test_loss_refuses_bad_arguments():
   a, p, n = _data()
   with pytest.raises(ValueError, match="anchors and positives"):
-    retrieval.in_batch_negatives_loss(a, p[:3])
+    losses.in_batch_negatives_loss(a, p[:3])
   with pytest.raises(ValueError, match="negatives must be"):
-    retrieval.in_batch_negatives_loss(a, p, n[:, :, :4])
+    losses.in_batch_negatives_loss(a, p, n[:, :, :4])
   with pytest.raises(ValueError, match="matryoshka_dims"):
-    retrieval.in_batch_negatives_loss(a, p, matryoshka_dims=[9])
+    losses.in_batch_negatives_loss(a, p, matryoshka_dims=[9])
   with pytest.raises(ValueError, match="one weight per dim"):
-    retrieval.in_batch_negatives_loss(a, p, matryoshka_dims=[8, 4], matryoshka_weights=[1])
+    losses.in_batch_negatives_loss(a, p, matryoshka_dims=[8, 4], matryoshka_weights=[1])
   with pytest.raises(ValueError, match="similarity"):
-    retrieval.in_batch_negatives_loss(a, p, similarity="l2")
+    losses.in_batch_negatives_loss(a, p, similarity="l2")
 
 
 # --- the cached step -------------------------------------------------------------------------
@@ -177,7 +178,7 @@ def _encoder(dropout):
 
 def _loss_fn(embeddings):
   anchors, positives, negatives = embeddings
-  return retrieval.in_batch_negatives_loss(
+  return losses.in_batch_negatives_loss(
       anchors, positives, tf.reshape(negatives, (8, 1, -1)), symmetric=True,
       positive_ids=[0, 1, 2, 3, 0, 5, 6, 7], matryoshka_dims=[32, 8])
 

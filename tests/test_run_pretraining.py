@@ -23,6 +23,7 @@ import tensorflow as tf
 import oracle
 from conftest import run_workers, worker_results
 from bert_keras import checkpoints
+from bert_keras import losses
 from bert_keras import modeling
 from bert_keras import run_pretraining
 from bert_keras.runtime import distribution
@@ -136,7 +137,7 @@ def test_losses_and_metrics_match_the_original_formulas():
   loss, stats = task.loss(outputs, batch, dens)
   np.testing.assert_allclose(float(loss), want_loss, rtol=1e-5)
   np.testing.assert_allclose(
-      float(loss), float(modeling.pretraining_loss(outputs, batch)), rtol=1e-5)
+      float(loss), float(losses.pretraining_loss(outputs, batch)), rtol=1e-5)
   # Two half batches with the global denominators sum to the full-batch loss.
   halves = [{k: t[:2] for k, t in batch.items()}, {k: t[2:] for k, t in batch.items()}]
   out_halves = [{k: t[:2] for k, t in outputs.items()}, {k: t[2:] for k, t in outputs.items()}]

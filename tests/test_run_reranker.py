@@ -16,9 +16,9 @@ import conftest
 
 from bert_keras import checkpoints
 from bert_keras import huggingface_layout
+from bert_keras import losses
 from bert_keras import modeling
 from bert_keras import predict
-from bert_keras import retrieval
 from bert_keras import run_reranker
 from bert_keras import task_registry
 from bert_keras import tokenization
@@ -133,7 +133,7 @@ def test_train_eval_predict_writes_every_file(files, trained):
   assert float(best["eval_MRR@10"]) == max(entry["eval_MRR@10"] for entry in history)
   assert found["global_step"] == best["global_step"]
   model = checkpoints.load_model(str(out / "best"), task="reranker")
-  assert isinstance(model, retrieval.BertCrossEncoder)
+  assert isinstance(model, modeling.BertCrossEncoder)
   assert task_registry.of_model(model).name == "reranker"
 
 
@@ -153,13 +153,13 @@ def test_listwise_loss_matches_numpy():
       losses.append(-np.mean(log_softmax[positive > 0]))
     return np.mean(losses)
 
-  found = float(retrieval.listwise_loss(logits, labels, mask))
+  found = float(losses.listwise_loss(logits, labels, mask))
   assert found == pytest.approx(restated(logits, labels, mask), rel=1e-10)
   # without a mask every candidate counts; one positive a row: the categorical cross-entropy
   one = np.eye(5)[[0, 2, 4, 1]]
-  assert float(retrieval.listwise_loss(logits, one)) == pytest.approx(
+  assert float(losses.listwise_loss(logits, one)) == pytest.approx(
       restated(logits, one, np.ones_like(one)), rel=1e-10)
-  pointwise = float(retrieval.pointwise_loss(logits[0], labels[1]))
+  pointwise = float(losses.pointwise_loss(logits[0], labels[1]))
   p = 1 / (1 + np.exp(-logits[0]))
   assert pointwise == pytest.approx(-np.mean(labels[1] * np.log(p)
                                              + (1 - labels[1]) * np.log(1 - p)), rel=1e-10)
@@ -284,7 +284,7 @@ def test_huggingface_round_trip(files, tmp_path):
   hf_config = json.loads((tmp_path / "hf" / "config.json").read_text())
   assert hf_config["architectures"] == ["BertForSequenceClassification"]
   loaded = checkpoints.load_model(str(tmp_path / "hf"), task="reranker")
-  assert isinstance(loaded, retrieval.BertCrossEncoder)
+  assert isinstance(loaded, modeling.BertCrossEncoder)
   tokenizer = tokenization.FullTokenizer(str(files / "vocab.txt"), True)
   arrays = reranking.encode_pairs(["what is apple", "tell me"], ["the story of apple", "a"],
                                   tokenizer, 16)

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import oracle
 from bert_keras import checkpoints
+from bert_keras import losses
 from bert_keras import modeling
 from bert_keras import run_squad
 from bert_keras.runtime import settings
@@ -117,7 +118,7 @@ def _stand_in_estimator(monkeypatch):
 @pytest.mark.slow
 def test_loss_matches_the_original_model_fn(tmp_path, monkeypatch):
   """The original model_fn in TRAIN mode (dropout 0, warm-started from our checkpoint):
-  its total_loss equals the batch mean of modeling.squad_loss. tf.estimator is gone from
+  its total_loss equals the batch mean of losses.squad_loss. tf.estimator is gone from
   TF 2.21, so a stand-in carries the mode key and the returned TPUEstimatorSpec's fields."""
   import tensorflow.compat.v1 as tf1
   orig = oracle.original("run_squad")
@@ -131,7 +132,7 @@ def test_loss_matches_the_original_model_fn(tmp_path, monkeypatch):
   starts, ends = np.array([3, 0, 11], np.int32), np.array([4, 0, 7], np.int32)
   outputs = model({"input_ids": ids, "input_mask": mask, "segment_ids": segments},
                   training=True)
-  per_example = modeling.squad_loss(outputs["start_logits"], outputs["end_logits"], starts,
+  per_example = losses.squad_loss(outputs["start_logits"], outputs["end_logits"], starts,
                                     ends).numpy()
   assert per_example.shape == (3,)
   _stand_in_estimator(monkeypatch)

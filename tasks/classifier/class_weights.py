@@ -2,7 +2,7 @@
 
 Single-label: an example's loss is multiplied by its gold label's weight. Multi-label: each
 label's positive term of the binary cross-entropy is multiplied by its weight
-(modeling.multi_label_loss's pos_weight). "balanced" is scikit-learn's
+(losses.multi_label_loss's pos_weight). "balanced" is scikit-learn's
 compute_class_weight("balanced"): n_samples / (n_classes * count(label)) over train.tsv's labels
 (multi-label: over every label occurrence).
 """

@@ -99,7 +99,7 @@ def classifier_eval_results(logits, label_ids, is_real_example, batch_sizes, glo
   eval_pearson and eval_spearman replace eval_accuracy.
 
   thresholds not None (a multi-label task; float [C] or a scalar; label_ids multi-hot [N, C]):
-  eval_loss and loss are the binary cross-entropy (modeling.multi_label_loss, unweighted),
+  eval_loss and loss are the binary cross-entropy (losses.multi_label_loss, unweighted),
   and multi_label.metrics of the predictions sigmoid(logits) >= thresholds replace
   eval_accuracy: eval_micro_f1, eval_macro_f1, eval_subset_accuracy, eval_hamming_loss.
   """

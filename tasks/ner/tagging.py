@@ -26,7 +26,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from bert_keras import modeling
+from bert_keras import losses
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import training
@@ -237,7 +237,7 @@ def tag_sentences(model, tokenizer, labels, word_lists, max_seq_length=128, doc_
 # 4. The model side
 
 class TaggerTask(training.Task):
-  """The loss of a training step: the sum of modeling.token_classifier_loss over the GLOBAL
+  """The loss of a training step: the sum of losses.token_classifier_loss over the GLOBAL
   batch's tagged pieces (tag_ids >= 0) / their number (at least 1), whatever the replica
   count or accumulation. The model sees input_ids, input_mask and segment_ids [b, S]."""
 
@@ -251,7 +251,7 @@ class TaggerTask(training.Task):
     return {"tokens": tf.reduce_sum(tf.cast(batch["tag_ids"] >= 0, tf.float32))}
 
   def loss(self, outputs, batch, denominators):
-    per_token = modeling.token_classifier_loss(outputs, batch["tag_ids"])
+    per_token = losses.token_classifier_loss(outputs, batch["tag_ids"])
     loss = tf.reduce_sum(per_token) / tf.maximum(denominators["tokens"], 1.0)
     return loss, {"loss": loss}
 
@@ -286,7 +286,7 @@ def tagger_inference_fn(model, strategy, use_xla=False):
     logits = model({k: batch[k] for k in ("input_ids", "input_mask", "segment_ids")},
                    training=False)
     return {"predictions": tf.argmax(logits, axis=-1, output_type=tf.int32),
-            "loss": modeling.token_classifier_loss(logits, batch["tag_ids"])}
+            "loss": losses.token_classifier_loss(logits, batch["tag_ids"])}
 
   return inference.make_inference_fn(strategy, forward, use_xla)
 

@@ -6,7 +6,7 @@ Read top to bottom:
                     negatives as input_ids / input_mask [S] (negatives [K*S]) and their text ids
                     (tasks/retrieval/embedding_data.py.TextIds) for duplicate masking
   2. the loss       EmbeddingTask: the shared encoder embeds anchors, positives and negatives in
-                    one call ([b(2+K), S]) and retrieval.in_batch_negatives_loss scores them;
+                    one call ([b(2+K), S]) and losses.in_batch_negatives_loss scores them;
                     ColumnTrainer: one encoder call per column, each column cut to its own
                     longest text (EmbeddingTask's trim), or the same loss through
                     retrieval.cached_step (--mini_batch_size)
@@ -26,6 +26,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from bert_keras import losses
 from bert_keras import retrieval
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
@@ -83,7 +84,7 @@ def decode_fn(seq_length, num_negatives):
 
 class EmbeddingTask(training.Task):
   """The in-batch negatives loss of a batch of (anchor, positive, K negatives) rows: the
-  encoder's embeddings of the three columns -> retrieval.in_batch_negatives_loss with the text
+  encoder's embeddings of the three columns -> losses.in_batch_negatives_loss with the text
   ids as duplicate masks, weighted by the micro-batch's share of the global batch (so the
   step's loss is the mean over its micro-batches and replicas)."""
 
@@ -128,7 +129,7 @@ class EmbeddingTask(training.Task):
     if self.num_negatives:
       negatives = tf.reshape(embeddings[2], [b, self.num_negatives, -1])
       negative_ids = batch["negative_text_id"]
-    loss = retrieval.in_batch_negatives_loss(
+    loss = losses.in_batch_negatives_loss(
         anchors, positives, negatives, scale=self.scale, symmetric=self.symmetric,
         anchor_ids=batch["anchor_text_id"], positive_ids=batch["positive_text_id"],
         negative_ids=negative_ids, matryoshka_dims=self.matryoshka_dims)

@@ -13,8 +13,8 @@ Read top to bottom:
                      segment_ids int32 [N, S]; write_records / decode_fn: one pair a record
                      (pointwise) or one query's C candidates a record ([C*S] each, padded with
                      masked-out candidates)
-  4. the loss        RerankTask: retrieval.pointwise_loss (binary cross-entropy) or
-                     retrieval.listwise_loss (softmax cross-entropy over a query's candidates)
+  4. the loss        RerankTask: losses.pointwise_loss (binary cross-entropy) or
+                     losses.listwise_loss (softmax cross-entropy over a query's candidates)
   5. reranking       score_fn / score_pairs (the model's logits float32 [N], batched, longest
                      first), rerank (candidates -> {query_id: {doc_id: logit}}), rerank_file
                      (predict.py's --rerank_run: a run file in, a reranked run file out)
@@ -25,8 +25,8 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
+from bert_keras import losses
 from bert_keras import preprocessing
-from bert_keras import retrieval
 from bert_keras.runtime import inference
 from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import training
@@ -215,10 +215,10 @@ class RerankTask(training.Task):
   """The cross-encoder's loss over a batch, normalised by the GLOBAL count of its units (pairs
   for pointwise, queries for listwise), so that the step's loss is the mean over the global
   batch whatever the replicas and accumulation.
-    pointwise: the batch's pairs [b, S] -> logits [b, 1]; retrieval.pointwise_loss (binary
+    pointwise: the batch's pairs [b, S] -> logits [b, 1]; losses.pointwise_loss (binary
       cross-entropy from logits, labels 0/1).
     listwise: the batch's queries, C candidates each, [b*C, S] -> logits [b, C];
-      retrieval.listwise_loss (softmax cross-entropy, the positives as the target, padding
+      losses.listwise_loss (softmax cross-entropy, the positives as the target, padding
       candidates masked out)."""
 
   examples_name = "pairs"
@@ -239,10 +239,10 @@ class RerankTask(training.Task):
   def loss(self, outputs, batch, denominators):
     b = tf.cast(tf.shape(batch["input_ids"])[0], tf.float32)
     if self.loss_name == "pointwise":
-      loss = retrieval.pointwise_loss(outputs, batch["label"])
+      loss = losses.pointwise_loss(outputs, batch["label"])
     else:
       logits = tf.reshape(tf.cast(outputs, tf.float32), [-1, self.list_size])
-      loss = retrieval.listwise_loss(logits, batch["labels"], batch["candidate_mask"])
+      loss = losses.listwise_loss(logits, batch["labels"], batch["candidate_mask"])
     loss = loss * b / denominators["units"]
     return loss, {"loss": loss}
 
