@@ -107,7 +107,7 @@ def run(options):
   {file name: bytes} of what was written. A user's mistake is a ValueError naming the flag."""
   checks.check(options, {checks.CHOICES: {"format": FORMATS, "task": TASKS},
                          checks.EXISTING_FILES: ("bert_config_file", "vocab_file")})
-  model_files.check_output(options.output_dir, "--output_dir", options.init_checkpoint,
+  outputs.check_output(options.output_dir, "--output_dir", options.init_checkpoint,
                            "--init_checkpoint")
   bi_encoder = _bi_encoder_options(options)
   try:

@@ -38,17 +38,16 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import checkpoints
-from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import serving
 from bert_keras import task_registry
 from bert_keras.runtime import common_flags
-from bert_keras.runtime import settings
 from bert_keras.runtime import model_dir
 from bert_keras.runtime import option_checks as checks
 from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
+from bert_keras.runtime import settings
 from bert_keras.runtime import training_checkpoints
 from bert_keras.tasks.classifier import multi_label as multi_label_lib
 from bert_keras.tasks.ner import tagging as ner
@@ -340,7 +339,7 @@ def run(options):
       init_checkpoint=None, export_dir=None)})
   if options.task not in TASKS:
     raise ValueError(f"--task {options.task}: not one of {', '.join(TASKS)}")
-  model_files.check_output(options.export_dir, "--export_dir", options.init_checkpoint,
+  outputs.check_output(options.export_dir, "--export_dir", options.init_checkpoint,
                            "--init_checkpoint")
   model_source = settings.ModelSource.from_flags(options)
   config = run_checks.load_and_check_config(model_source)

@@ -60,11 +60,11 @@ from absl import logging
 import tensorflow as tf
 
 from bert_keras import checkpoints
-from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import task_registry
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import option_checks as checks
+from bert_keras.runtime import outputs
 from bert_keras.prediction import row_io
 from bert_keras.prediction import predictors
 from bert_keras.prediction import tflite_onnx
@@ -174,7 +174,7 @@ def check_options(options):
     if options.input_file != "-" and os.path.abspath(output) == os.path.abspath(
         options.input_file):
       raise ValueError(f"--output_file {output} is the --input_file")
-    model_files.check_output(output, "--output_file", options.model_dir, "--model_dir")
+    outputs.check_output(output, "--output_file", options.model_dir, "--model_dir")
     if tf.io.gfile.isdir(output):
       raise ValueError(f"--output_file {output} is a directory: name a file")
     parent = os.path.dirname(output)

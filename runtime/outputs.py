@@ -1,5 +1,6 @@
 """The output directory of a run: created, locked against a second run, cleared of dead runs'
-temporaries; and the original's eval_results.txt lines (format_results)."""
+temporaries; the original's eval_results.txt lines (format_results); and an output refused
+where it would overwrite the model it is made from (output_problem, check_output)."""
 
 import contextlib
 import os
@@ -214,3 +215,56 @@ class _OutputLock(object):
     if self.fd is not None:
       os.close(self.fd)
       self.fd = None
+
+
+# ----------------------------------------------------------------------------
+# An output that would overwrite the model it is made from.
+
+# What the readers of a model directory read there besides MODEL_FILES (HuggingFace's config
+# and weights, multi-label thresholds, class weights, sentence-transformers' modules, the
+# checkpoints and best/, a SavedModel's and a quantized model's files): an output written over
+# one damages the model (output_problem).
+READ_NAMES = model_files.MODEL_FILES + (
+    model_files.HF_CONFIG_FILE, "thresholds.json", "class_weights.json", "checkpoint", "best",
+    "model.safetensors", "pytorch_model.bin", "modules.json", "config_sentence_transformers.json",
+    "saved_model.pb", "variables", "assets", "fingerprint.pb", "model_config.json",
+    "quantization.json")
+READ_PREFIXES = ("model.ckpt", "bert_model.ckpt", "ckpt-", "1_Pooling", "2_Normalize")
+
+
+def _comparable(path):
+  path = os.fspath(path).strip()
+  return path.rstrip("/") if file_io.is_remote(path) else os.path.realpath(path)
+
+
+def output_problem(output, model_path):
+  """Why writing `output` (a file or a directory) would damage the model directory of
+  `model_path` (model_files.model_dir_of): "is the model directory", "holds the model
+  directory" or "is the model directory's <name>" (a name of READ_NAMES or READ_PREFIXES, or
+  inside one); None when it is none of them (another file in the directory is fine)."""
+  if not output or not model_path:
+    return None
+  directory = model_files.model_dir_of(os.fspath(model_path))
+  if not file_io.gfile.isdir(directory or "."):
+    return None  # (no model there: its reader says so)
+  directory = _comparable(directory or ".")
+  target = _comparable(output)
+  if target == directory:
+    return "is the model directory"
+  if directory.startswith(target.rstrip("/") + "/"):
+    return "holds the model directory"
+  if not target.startswith(directory.rstrip("/") + "/"):
+    return None
+  name = target[len(directory.rstrip("/")) + 1:].split("/")[0]
+  if name in READ_NAMES or name.startswith(READ_PREFIXES):
+    return f"is the model directory's {name}"
+  return None
+
+
+def check_output(output, flag, model_path, model_flag):
+  """A one-line ValueError naming both flags when writing `output` would damage the model
+  directory of `model_path` (output_problem)."""
+  problem = output_problem(output, model_path)
+  if problem:
+    raise ValueError(f"{flag} {output} {problem} of {model_flag} {model_path}: it would "
+                     "overwrite the model; write elsewhere")

@@ -18,10 +18,10 @@ import pytest
 from bert_keras import checkpoints
 from bert_keras import convert_checkpoint
 from bert_keras import export_saved_model
-from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import predict
 from bert_keras.runtime import model_dir
+from bert_keras.runtime import outputs
 from bert_keras.prediction import predictors
 
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "is", "hairy", ".", "who",
@@ -481,8 +481,8 @@ def test_outputs_over_the_model_s_files_are_refused(base, tmp_path):
       predict.run(predict.options(model_dir=str(directory), input_file=str(source),
                                   output_file=str(directory / name)))
   assert (directory / "task.json").read_text() == task_json
-  assert model_files.output_problem(directory / "out.jsonl", directory) is None
-  assert model_files.output_problem(tmp_path, directory) == "holds the model directory"
+  assert outputs.output_problem(directory / "out.jsonl", directory) is None
+  assert outputs.output_problem(tmp_path, directory) == "holds the model directory"
   with pytest.raises(ValueError, match=r"^--export_dir .* is the model directory of "
                      r"--init_checkpoint"):
     export_saved_model.run(export_saved_model.options(init_checkpoint=str(directory),
