@@ -290,6 +290,7 @@ def predict_stream(predictor, reader, write, options):
   {"rows", "bad", "written"}."""
   columns = Columns(predictor, options.text_a_column, options.text_b_column)
   counts = {"rows": 0, "bad": 0, "written": 0}
+  renamed = {}  # (an input field with an output's name: said once)
   progress = progress_lib.Progress(reader.size)
   for batch in _batches(reader, columns, options, counts):
     texts_b = [b for _, _, b in batch] if columns.b else None
@@ -300,8 +301,12 @@ def predict_stream(predictor, reader, write, options):
         raise ValueError(f"{reader.where(row.line)}: the model of --model_dir "
                          f"{options.model_dir} outputs {bad[0]} = {bad[1]} for this row, not a "
                          "number (its weights or config are broken: a diverged model?); refused")
-      fields = {k: v for k, v in row.fields.items() if k not in prediction}
-      fields.update(prediction)
+      fields = row_io.merged_row(row.fields, prediction)
+      if not counts["written"] and not renamed:
+        renamed.update(row_io.renamed_fields(row.fields, prediction))
+        for name, kept in renamed.items():
+          logging.warning("%s: the input's field %r is written as %r (predict.py writes its "
+                          "%r)", reader.where(row.line), name, kept, name)
       try:
         line = row_io.json_line(fields)
       except (RecursionError, ValueError) as e:  # (a field nested almost too deeply to read)

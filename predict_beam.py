@@ -219,10 +219,10 @@ class PredictorHandler(_ModelHandler):
 
 
 def output_row(path, line, fields, prediction, id_column):
-  """predict.py's output row (the input fields, those of the prediction replacing any of the
-  same name), plus input_file and input_line when it has no `id_column` field."""
-  row = {k: v for k, v in fields.items() if k not in prediction}
-  row.update(prediction)
+  """predict.py's output row (row_io.merged_row: the input fields, an input field with an
+  output's name kept as input_<name>, then the prediction's), plus input_file and input_line
+  when it has no `id_column` field."""
+  row = row_io.merged_row(fields, prediction)
   if id_column not in fields:
     row.update(zip(REFERENCE_FIELDS, (path, line)))
   return row

@@ -272,6 +272,8 @@ def _run(run, embedding, strategy):
   dims = parse_matryoshka_dims(embedding.matryoshka_dims, config.hidden_size)
   data = read_data(run, embedding.data_dir, tokenizer)
   check_eval_memory(embedding.data_dir, run.model.max_seq_length, config, data)
+  embeddings.check_has_negatives(data["train"], run.training.train_batch_size
+                                 // run.training.gradient_accumulation_steps)
   steps = training.train_steps(run.training,
                                len(data["train"]["pairs"]) if data["train"] else 0)
   with job.started(run, config, "embeddings", strategy, pooling=embedding.pooling,

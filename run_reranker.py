@@ -7,7 +7,7 @@ classifier.
     --data_dir=$DATA_DIR --candidates_file=$EMBEDDINGS_OUTPUT/dev_run.trec \
     --vocab_file=$BERT_BASE_DIR/vocab.txt --bert_config_file=$BERT_BASE_DIR/bert_config.json \
     --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt --max_seq_length=256 \
-    --train_batch_size=32 --learning_rate=2e-5 --num_train_epochs=1.0 \
+    --learning_rate=5e-5 --num_train_epochs=1.0 \
     --output_dir=/tmp/reranker_output/
 
 --data_dir holds train.tsv (a header naming the columns `query`, `passage`, `label`) or
@@ -15,13 +15,16 @@ train.jsonl (objects with those keys), label 0 or 1, for --do_train; and a BEIR 
 for --do_eval / --do_predict: corpus.jsonl (`_id`, `title`, `text`; a passage is (title + " " +
 text).strip()), queries.jsonl (`_id`, `text`), qrels/dev.tsv and qrels/test.tsv.
 
---loss=pointwise (default): binary cross-entropy of each pair's logit against its label, the
-mean over the batch's pairs (--train_batch_size pairs a step). --loss=listwise: the rows are
-grouped by query (all rows of a query text, in first-appearance order; every query needs a
-positive); per query, logsumexp over its candidates' logits minus the mean logit of its
-positives (the softmax cross-entropy against the uniform distribution over the positives),
-the mean over the batch's queries (--train_batch_size queries a step, each padded to the
-longest list with masked-out candidates). tasks/retrieval/reranking.py, retrieval.py.
+--loss=listwise (default): the rows are grouped by query (all rows of a query text, in
+first-appearance order; every query needs a positive); per query, logsumexp over its
+candidates' logits minus the mean logit of its positives (the softmax cross-entropy against
+the uniform distribution over the positives), the mean over the batch's queries
+(--train_batch_size queries a step, default 8, each padded to the longest list with masked-out
+candidates). --loss=pointwise: binary cross-entropy of each pair's logit against its label,
+the mean over the batch's pairs (--train_batch_size pairs a step, default 32); on lists of one
+positive and a few negatives it learns the label prior and reranks worse than the candidates'
+own order (docs/RESULTS.md), so listwise is the default. tasks/retrieval/reranking.py,
+losses.py.
 
 Evaluation reranks the first --rerank_top_k candidates of each judged query of
 --candidates_file (dev; --do_predict: --test_candidates_file, default --candidates_file) in
@@ -88,14 +91,17 @@ def define_flags(fv=flags.FLAGS):
                     "qrels/dev.tsv.", flag_values=fv)
   flags.DEFINE_bool("do_predict", False, "Whether to rerank the test candidates against "
                     "qrels/test.tsv.", flag_values=fv)
-  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training (pairs; "
-                       "queries with --loss=listwise).", flag_values=fv)
+  flags.DEFINE_integer("train_batch_size", None, "Total batch size for training: queries with "
+                       "--loss=listwise (default 8), pairs with --loss=pointwise (default 32).",
+                       flag_values=fv)
   flags.DEFINE_integer("eval_batch_size", 64, "Pairs scored per step in eval.", flag_values=fv)
   flags.DEFINE_integer("predict_batch_size", 64, "Pairs scored per step in predict.",
                        flag_values=fv)
-  flags.DEFINE_enum("loss", "pointwise", reranking.LOSSES,
-                    "pointwise: binary cross-entropy per pair; listwise: softmax "
-                    "cross-entropy over each query's candidates.", flag_values=fv)
+  flags.DEFINE_enum("loss", "listwise", reranking.LOSSES,
+                    "listwise: softmax cross-entropy over each query's candidates (every query "
+                    "needs a positive); pointwise: binary cross-entropy per pair (it learns "
+                    "the label prior where each query has one positive among few).",
+                    flag_values=fv)
   flags.DEFINE_integer("rerank_top_k", reranking.TOP_K,
                        "Candidates reranked per query (the first of the run's order).",
                        flag_values=fv)
@@ -129,6 +135,11 @@ class Reranking(settings.FromFlags):
   test_candidates_file: str | None
   rerank_top_k: int
   metric: str
+
+
+# --train_batch_size's default per --loss: 8 queries a step (listwise) or 32 pairs (pointwise),
+# the recipes of docs/RESULTS.md.
+TRAIN_BATCH_SIZES = {"listwise": 8, "pointwise": 32}
 
 
 def _validate(options):
@@ -208,6 +219,8 @@ def run(options, strategy=None):
   parsed FLAGS; strategy: a tf.distribute strategy (built from the options when None). With a
   model directory as --output_dir or --init_checkpoint, the model flags may be left out."""
   options, _ = model_dir.resolve_options(options, DEFAULTS, writes=("reranker",))
+  if options.train_batch_size is None:  # (the loss's own unit: queries, or pairs)
+    options.train_batch_size = TRAIN_BATCH_SIZES.get(options.loss)
   _validate(options)
   return _run(settings.RunSettings.from_flags(options), Reranking.from_flags(options),
               strategy)

@@ -205,6 +205,34 @@ def non_finite(value, where=""):
   return None
 
 
+# The prefix an input field takes in the output row when an output has its name (a dev file's
+# gold "label" is written as "input_label" beside the predicted "label"): never overwritten.
+INPUT_PREFIX = "input_"
+
+
+def merged_row(fields, prediction):
+  """The output row of an input row's `fields` and its `prediction` (dicts): the input's fields
+  in their order, then the prediction's; an input field that an output also names is kept as
+  input_<name> (input_input_<name> if that is taken too)."""
+  row = {}
+  for name, value in fields.items():
+    if name in prediction:
+      kept = INPUT_PREFIX + name
+      while kept in fields or kept in prediction:
+        kept = INPUT_PREFIX + kept
+      row[kept] = value
+    else:
+      row[name] = value
+  row.update(prediction)
+  return row
+
+
+def renamed_fields(fields, prediction):
+  """The input fields merged_row renames: {name: its name in the output row}."""
+  row = merged_row(fields, prediction)
+  return {name: kept for name, kept in zip(fields, row) if kept != name}
+
+
 def json_line(fields):
   """One output line: `fields` as compact JSON (UTF-8 text, not escaped) and a newline. A NaN
   or Inf is a ValueError: it is not JSON."""

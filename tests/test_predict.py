@@ -6,6 +6,7 @@ NumPy after it); bad rows; the memory bound (a subprocess, slow)."""
 import csv
 import io
 import json
+import logging
 import os
 import pathlib
 import subprocess
@@ -207,6 +208,21 @@ def test_tagger_entities_have_character_offsets(dirs, tmp_path):
     assert [(e["type"], e["start"], e["end"]) for e in row["entities"]] == want
     assert all(e["text"] == text[e["start"]:e["end"]] for e in row["entities"])
     assert all(0 < e["score"] <= 1 for e in row["entities"])
+
+
+def test_an_input_field_named_like_an_output_is_kept(dirs, tmp_path, caplog):
+  """A dev file's gold `label` (and a `probabilities` column) stays beside the prediction, as
+  input_label (input_probabilities), with a warning: never overwritten by the predicted one."""
+  rows = [["the dog is hairy .", "gold-a", "p1"], ["who barked ?", "gold-b", "p2"]]
+  with caplog.at_level(logging.WARNING):
+    got = _run(tmp_path, dirs, "classifier", _tsv(["text", "label", "probabilities"], rows),
+               "d.tsv")
+  assert [(r["input_label"], r["input_probabilities"]) for r in got] == [
+      ("gold-a", "p1"), ("gold-b", "p2")]
+  assert all(r["label"] in CLASSES and len(r["probabilities"]) == len(CLASSES) for r in got)
+  assert list(got[0])[:3] == ["text", "input_label", "input_probabilities"]
+  said = [r.getMessage() for r in caplog.records if "written as" in r.getMessage()]
+  assert len(said) == 2 and "'label' is written as 'input_label'" in said[0]
 
 
 def _best_span(start_logits, end_logits, segment_ids, mask, max_answer_length):

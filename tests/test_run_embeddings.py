@@ -237,6 +237,30 @@ def test_bad_input_is_one_line_error_before_any_output(files, tmp_path, where, t
   assert not out.exists()
 
 
+@pytest.mark.parametrize("text, overrides, message", [
+    (_pairs(), dict(train_batch_size=1), r"^--train_batch_size: a batch of 1 row .* no hard "
+     r"negatives in .*train.tsv: each anchor's only candidate is its positive, so the loss is 0"),
+    (_pairs(), dict(train_batch_size=4, gradient_accumulation_steps=4),
+     r"^--train_batch_size: a batch of 1 row \(per --gradient_accumulation_steps"),
+    ("anchor\tpositive\n" + "".join(f"what is {e}\tthe same story\n" for e in ENTITIES), {},
+     r"train.tsv: every row's positive is the same text and there are no hard negatives")])
+def test_training_without_any_negative_is_refused(files, tmp_path, text, overrides, message):
+  """No anchor with a negative (a batch of one row, or one positive text for all) trains with
+  loss 0 and learns nothing: refused before any output. With a hard negative, or distinct
+  positives in a batch of two, it is not."""
+  data = tmp_path / "data"
+  data.mkdir()
+  conftest.write_beir(data)
+  (data / "train.tsv").write_text(text)
+  out = tmp_path / "out"
+  with pytest.raises(ValueError, match=message):
+    run_embeddings.run(base_options(files, out, data=data, do_train=True, **overrides))
+  assert not out.exists()
+  same = {"num_negatives": 0, "path": "train.tsv", "text_ids": {"positive": np.zeros(4, int)}}
+  embeddings.check_has_negatives(dict(same, num_negatives=1), 1)  # (a hard negative: learns)
+  embeddings.check_has_negatives(dict(same, text_ids={"positive": np.arange(4)}), 2)
+
+
 def test_flag_errors(files, tmp_path):
   for overrides, message in (
       (dict(matryoshka_dims="64"), r"--matryoshka_dims=64: sizes must be in 1..32"),

@@ -69,7 +69,7 @@ def base_options(files, out, data=None, **overrides):
       candidates_file=str(files / "dev.trec"), test_candidates_file=str(files / "test.trec"),
       max_seq_length=16, train_batch_size=8, eval_batch_size=8, predict_batch_size=8,
       learning_rate=1e-3, num_train_epochs=2.0, save_checkpoints_steps=4,
-      log_every_steps=1), **overrides})
+      log_every_steps=1, loss="pointwise"), **overrides})
 
 
 def read_results(path):
@@ -135,6 +135,24 @@ def test_train_eval_predict_writes_every_file(files, trained):
   model = checkpoints.load_model(str(out / "best"), task="reranker")
   assert isinstance(model, modeling.BertCrossEncoder)
   assert task_registry.of_model(model).name == "reranker"
+
+
+def test_the_default_loss_is_listwise_with_queries_a_step(files, tmp_path):
+  """The default recipe is the one that learns (docs/RESULTS.md): the listwise loss, 8 queries
+  a step; the pointwise loss counts 32 pairs a step. A query without a positive names both."""
+  options = run_reranker.options(**{k: v for k, v in vars(base_options(
+      files, tmp_path / "out", do_train=True, num_train_epochs=1.0)).items()
+      if k not in ("loss", "train_batch_size", "_given")})
+  assert (options.loss, options.train_batch_size) == ("listwise", None)
+  run_reranker.run(options)
+  assert json.loads((tmp_path / "out" / "run_options.json").read_text())[
+      "train_batch_size"] == 8
+  assert {"model.ckpt-2.index"} <= set(os.listdir(tmp_path / "out"))  # 16 queries / 8
+  pointwise = run_reranker.options(**dict(vars(options), loss="pointwise",
+                                          output_dir=str(tmp_path / "p")))
+  run_reranker.run(pointwise)
+  assert json.loads((tmp_path / "p" / "run_options.json").read_text())[
+      "train_batch_size"] == 32
 
 
 def test_listwise_loss_matches_numpy():

@@ -43,6 +43,26 @@ TOP_K = 100
 # ----------------------------------------------------------------------------
 # 1. Records
 
+def check_has_negatives(train, batch_size):
+  """A ValueError before any training when no anchor would have a negative: no hard negatives
+  and a batch (per --gradient_accumulation_steps micro-batch: `batch_size`) of one row, or every
+  positive the same text (the other rows' positives are masked as its duplicates). The loss
+  would be exactly 0 at every step and nothing learned. train: read_data's "train" dict."""
+  if train is None or train["num_negatives"]:
+    return
+  if batch_size < 2:
+    raise ValueError(
+        f"--train_batch_size: a batch of {batch_size} row (per --gradient_accumulation_steps "
+        f"step) and no hard negatives in {train['path']}: each anchor's only candidate is its "
+        "positive, so the loss is 0 and nothing is learned; give a batch of at least 2 rows, "
+        "or a negative column")
+  if len(set(np.asarray(train["text_ids"]["positive"]).tolist())) < 2:
+    raise ValueError(
+        f"{train['path']}: every row's positive is the same text and there are no hard "
+        "negatives: the other rows' positives are masked as its duplicates, so the loss is 0 "
+        "and nothing is learned; give distinct positives or a negative column")
+
+
 def write_records(columns, text_ids, path):
   """Writes the training rows as tf.train.Examples: columns {"anchor", "positive": encode_texts'
   dict [N, S]; "negative": encode_texts' dict [N*K, S] (row-major) or None}, text_ids {"anchor",

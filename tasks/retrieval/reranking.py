@@ -106,7 +106,8 @@ def group_by_query(pairs):
   for group in groups.values():
     if not any(pair.label for pair in group):
       raise ValueError(f"{group[0].path} line {group[0].line}: the query {group[0].query!r:.60}"
-                       " has no positive (label 1): the listwise loss needs one per query")
+                       " has no positive (label 1): the listwise loss (the default --loss) "
+                       "needs one per query; give one, or --loss=pointwise")
   return list(groups.values())
 
 
