@@ -187,6 +187,7 @@ def _check_options(options, config):
     raise ValueError(f"--pooling / --normalize are for --task=embeddings, not "
                      f"--task={options.task}")
   checks.check(options, {checks.CHOICES: {"format": FORMATS, "quantize": serving.QUANTIZATIONS}})
+  checks.check(options, {checks.PROPORTION: ("min_agreement",)})  # (before a long export)
   if options.quantize != "none" and options.format == "saved_model":
     raise ValueError("--quantize is for --format=tflite or onnx")
   if options.format == "onnx" and options.quantize not in ("none", "dynamic"):

@@ -319,9 +319,11 @@ def compare(float_fn, path, token_ids, texts_a, texts_b, batch_size=32):
 
 def gate(figures, directory, min_agreement, force, what):
   """Writes quantization.json (figures, with min_agreement) into `directory` and prints it;
-  a ValueError with the figure when the agreement is below min_agreement, unless force."""
-  record = dict(figures, min_agreement=min_agreement, accepted=bool(
-      figures["agreement"] >= min_agreement or force))
+  a ValueError with the figure when the agreement is below min_agreement, unless force
+  (then "forced": true in the record)."""
+  passed = bool(figures["agreement"] >= min_agreement)
+  record = dict(figures, min_agreement=min_agreement, accepted=passed or bool(force),
+                forced=not passed and bool(force))
   with tf.io.gfile.GFile(os.path.join(directory, QUANTIZATION_FILE), "w") as f:
     f.write(json.dumps(record, indent=2) + "\n")
   print(f"{what}: {figures['measure']} {figures['agreement']:.6f} against the float model on "

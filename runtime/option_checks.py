@@ -13,6 +13,7 @@ order of messages when several flags are wrong), each kind's entries in their or
   NON_NEGATIVE: (flag, ...)                    "--flag=<v>: must be >= 0"
   AT_LEAST: {flag: (minimum, why or None)}     "--flag=<v>: must be >= <minimum> (<why>)"
   FRACTION: (flag, ...)                        "--flag=<v>: must be between 0 and 1" (open)
+  PROPORTION: (flag, ...)                      "--flag=<v>: must be in [0, 1]" (closed)
   CHOICES: {flag: allowed values}              "--flag=<v>: one of a, b" (None allowed: unset)
   EXCLUSIVE: {flag: (flags it replaces, ...)}  "--flag replaces --a and --b: pass one or the
                                                other"
@@ -25,7 +26,8 @@ order of messages when several flags are wrong), each kind's entries in their or
       differs from the default (a value that came from elsewhere)
 
 A number flag whose value is None (not given, where the script allows that) is not checked;
-an option the namespace lacks counts as None.
+an option the namespace lacks counts as None. NaN breaks every bound (it compares false with
+every number, so it would pass a check written as `value < minimum`).
 
 Which flags were given: parsed absl FLAGS know (a flag present on the command line); a
 namespace says so in its GIVEN attribute (common_flags.make_options: the overrides;
@@ -41,6 +43,7 @@ POSITIVE = "positive"
 NON_NEGATIVE = "non_negative"
 AT_LEAST = "at_least"
 FRACTION = "fraction"
+PROPORTION = "proportion"
 CHOICES = "choices"
 EXCLUSIVE = "exclusive"
 REQUIRES = "requires"
@@ -93,7 +96,7 @@ def _existing_file(options, name, _):
 
 def _at_least(options, name, spec):
   (minimum, why), value = spec, _value(options, name)
-  if value is not None and value < minimum:
+  if value is not None and not value >= minimum:
     return f"--{name}={value}: must be >= {minimum}" + (f" ({why})" if why else "")
 
 
@@ -101,6 +104,12 @@ def _fraction(options, name, _):
   value = _value(options, name)
   if value is not None and not 0 < value < 1:
     return f"--{name}={value}: must be between 0 and 1"
+
+
+def _proportion(options, name, _):
+  value = _value(options, name)
+  if value is not None and not 0 <= value <= 1:
+    return f"--{name}={value}: must be in [0, 1]"
 
 
 def _choice(options, name, allowed):
@@ -142,6 +151,7 @@ _KINDS = {
     NON_NEGATIVE: (_at_least, (0, None)),
     AT_LEAST: (_at_least, None),
     FRACTION: (_fraction, ()),
+    PROPORTION: (_proportion, ()),
     CHOICES: (_choice, None),
     EXCLUSIVE: (_exclusive, None),
     REQUIRES: (_requires, None),

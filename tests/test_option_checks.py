@@ -45,6 +45,18 @@ def test_each_kind_names_the_flag_in_one_line(tmp_path):
                threshold=0.7, multi_label=False) == "--threshold=0.7 needs --multi_label (why)"
 
 
+def test_nan_breaks_every_bound():
+  """NaN compares false with every number: a bound written as `value < minimum` let it pass
+  (--min_agreement=nan switched the int8 gate off). Every bound kind refuses it."""
+  nan = float("nan")
+  assert error({checks.POSITIVE: ("n",)}, n=nan) == "--n=nan: must be >= 1"
+  assert error({checks.NON_NEGATIVE: ("n",)}, n=nan) == "--n=nan: must be >= 0"
+  assert error({checks.FRACTION: ("f",)}, f=nan) == "--f=nan: must be between 0 and 1"
+  for value in (nan, -0.5, 1.01):
+    assert error({checks.PROPORTION: ("p",)}, p=value) == f"--p={value}: must be in [0, 1]"
+  checks.check(types.SimpleNamespace(p=0.0, q=1.0), {checks.PROPORTION: ("p", "q")})
+
+
 def test_what_passes():
   options = types.SimpleNamespace(
       a="x", n=1, z=0, f=0.5, unset=None, choice=None, tfds_name=None, data_dir="d",

@@ -3,6 +3,7 @@ and the quantized exports' measure and gate (quantization.json, --min_agreement)
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -201,12 +202,14 @@ def test_the_gate_refuses_a_corrupted_quantization_and_leaves_nothing(source, mo
   assert record["accepted"] and record["agreement"] < 0.9, record
 
 
-@pytest.mark.slow
-def test_min_agreement_above_one_refuses_a_good_tflite_int8(source, tmp_path):
+@pytest.mark.parametrize("value", [1.01, -1.0, float("nan")])
+def test_an_impossible_min_agreement_is_refused_before_the_export(source, tmp_path, value):
+  """--min_agreement outside [0, 1] (NaN too, which would switch the gate off) is refused
+  before any export is built (an int8 export takes minutes on a real model)."""
   export_dir = tmp_path / "refused"
-  with pytest.raises(ValueError, match="below --min_agreement 1.01"):
+  with pytest.raises(ValueError, match=re.escape(f"--min_agreement={value}: must be in [0, 1]")):
     export_saved_model.run(export_saved_model.options(
-        export_dir=str(export_dir), format="tflite", quantize="dynamic", min_agreement=1.01,
+        export_dir=str(export_dir), format="tflite", quantize="dynamic", min_agreement=value,
         **source["common"]))
   assert not export_dir.exists() and os.listdir(tmp_path) == []
 
@@ -257,7 +260,8 @@ def test_gate_writes_the_record_and_refuses_below_the_minimum(tmp_path, capsys):
     tflite_onnx.gate(figures, str(tmp_path), 0.99, False, "x")
   record = tflite_onnx.gate(figures, str(tmp_path), 0.99, True, "x")
   assert json.loads((tmp_path / tflite_onnx.QUANTIZATION_FILE).read_text()) == record == dict(
-      figures, min_agreement=0.99, accepted=True)
+      figures, min_agreement=0.99, accepted=True, forced=True)
+  assert tflite_onnx.gate(figures, str(tmp_path), 0.9, True, "x")["forced"] is False
   assert "mean_cosine 0.950000 against the float model on 7 rows" in capsys.readouterr().out
 
 
