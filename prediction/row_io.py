@@ -164,7 +164,10 @@ class Reader(object):
       reader = csv.reader(decoded(), delimiter="\t", quoting=csv.QUOTE_NONE)
     else:
       reader = csv.reader(decoded())
-    header = next(reader, None)
+    try:
+      header = next(reader, None)
+    except csv.Error as e:
+      raise ValueError(f"{self.where(state['last'])}: the header {_csv_problem(e)}") from None
     if header is None:
       return
     if state["last"] in bad_lines:
@@ -175,9 +178,18 @@ class Reader(object):
       raise ValueError(f"{self.where(1)}: the header repeats a column name: {header}")
     first = state["last"] + 1
     state["bytes"] = 0
-    for values in reader:
+    while True:
+      try:
+        values = next(reader)
+      except StopIteration:
+        return
+      except csv.Error as e:  # (the reader goes on with the next line)
+        values = e
       line, first = first, state["last"] + 1
       size, state["bytes"] = state["bytes"], 0
+      if isinstance(values, csv.Error):
+        yield Row(None, line, _csv_problem(values))
+        continue
       if not values:  # an empty line
         continue
       too_long = self._too_long(size)
@@ -189,6 +201,13 @@ class Reader(object):
         yield Row(None, line, f"{len(values)} fields, the header has {len(header)}")
       else:
         yield Row(dict(zip(header, values)), line)
+
+
+def _csv_problem(error):
+  """The csv module's error about a row, in the row's words."""
+  if "new-line character" in str(error):
+    return "has a carriage return (\\r) inside a field, not at a line's end"
+  return f"cannot be read ({error})"
 
 
 def non_finite(value, where=""):

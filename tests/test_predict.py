@@ -486,6 +486,27 @@ def test_non_finite_outputs_are_refused_naming_the_row(tmp_path):
   assert rows[0].fields is None and "NaN is not a JSON value" in rows[0].error
 
 
+def test_a_lone_carriage_return_in_a_field_is_a_bad_row(tmp_path):
+  """A lone \\r inside a TSV field (or an unquoted CSV one) was the csv module's traceback: it is
+  a bad row naming its line, and the rows after it are read; inside a quoted CSV field it is
+  text; in the header, an error naming line 1."""
+  path = tmp_path / "t.tsv"
+  path.write_bytes(b"text\tother\nfine\tx\nbro\rken\ty\nlast\tz\n")
+  rows = list(row_io.Reader(str(path), "tsv"))
+  assert [(r.line, r.fields) for r in rows if r.error is None] == [
+      (2, {"text": "fine", "other": "x"}), (4, {"text": "last", "other": "z"})]
+  assert [(r.line, r.error) for r in rows if r.error is not None] == [
+      (3, "has a carriage return (\\r) inside a field, not at a line's end")]
+  path = tmp_path / "q.csv"
+  path.write_bytes(b'text,other\n"in\rside",x\nun\rquoted,y\n')
+  rows = list(row_io.Reader(str(path), "csv"))
+  assert rows[0].fields == {"text": "in\rside", "other": "x"} and rows[1].error is not None
+  path = tmp_path / "h.tsv"
+  path.write_bytes(b"te\rxt\tother\na\tb\n")
+  with pytest.raises(ValueError, match=r"h\.tsv line 1: the header has a carriage return"):
+    list(row_io.Reader(str(path), "tsv"))
+
+
 def test_row_edge_cases_name_the_line_or_are_skipped(dirs, tmp_path, caplog):
   """JSON nested 100,000 deep and a lone surrogate escape are bad rows naming the file and
   line (skipped with --skip_bad_rows); a UTF-8 byte order mark on JSON Lines is skipped as on
