@@ -214,6 +214,14 @@ def test_not_utf8(tmp_path):
     retrieval_metrics.read_run(str(path))
 
 
+def test_a_byte_order_mark_before_the_qrels_header_is_skipped(tmp_path):
+  """A BEIR qrels TSV saved by a spreadsheet starts with a UTF-8 byte order mark: its header
+  is still the header (it was refused as a TREC line)."""
+  path = tmp_path / "dev.tsv"
+  path.write_bytes(b"\xef\xbb\xbfquery-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t2\n")
+  assert retrieval_metrics.read_qrels(str(path)) == {"q1": {"d1": 1}, "q2": {"d2": 2}}
+
+
 def test_script_in_process(tmp_path, capsys):
   rng = random.Random(3)
   qrels, run = random_case(rng)

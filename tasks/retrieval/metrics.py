@@ -34,9 +34,12 @@ BEIR_QRELS_HEADER = ("query-id", "corpus-id", "score")
 
 
 def _lines(path):
-  """(line number, text without its line end) of a UTF-8 file (local or with a scheme)."""
+  """(line number, text without its line end) of a UTF-8 file (local or with a scheme); a
+  UTF-8 byte order mark at its start (as spreadsheet tools write) is skipped."""
   with file_io.open_read(path) as f:
     for number, raw in enumerate(f, 1):
+      if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
       try:
         yield number, raw.decode("utf-8").rstrip("\r\n")
       except UnicodeDecodeError as e:
