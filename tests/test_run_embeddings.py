@@ -218,6 +218,8 @@ def test_trimmed_columns_give_the_stacked_loss_and_gradients(num_negatives):
      r"train.jsonl line 2: the anchor is missing or empty"),
     ("corpus.jsonl", '{"_id": "d0", "text": "a"}\n{"_id": "d0", "text": "b"}\n',
      r"corpus.jsonl line 2: the id 'd0' is given a second time \(first on line 1\)"),
+    ("corpus.jsonl", '{"_id": "d0", "text": "a"}\n{"_id": "d 1", "text": "b"}\n',
+     r"corpus.jsonl line 2: the id 'd 1' holds whitespace: a TREC run .* cannot hold it"),
     ("qrels/dev.tsv", "query-id\tcorpus-id\tscore\nq0\td0\t1\nq1\tnope\t1\n",
      r"dev.tsv line 3: the document 'nope' is not in corpus.jsonl"),
     ("qrels/dev.tsv", "query-id\tcorpus-id\tscore\nq99\td0\t1\n",

@@ -126,14 +126,17 @@ def read_pairs(path):
 # 2. BEIR retrieval sets
 
 def _ids_and_texts(path, text_of):
-  """({id: text}, {id: line}) of a BEIR JSON-lines file; a missing or repeated `_id` is a
-  ValueError naming the line."""
+  """({id: text}, {id: line}) of a BEIR JSON-lines file; a missing or repeated `_id`, or one
+  holding whitespace, is a ValueError naming the line."""
   texts, lines = {}, {}
   for number, row in json_rows(path):
     doc_id = row.get("_id")
     if doc_id is None or str(doc_id) == "":
       raise ValueError(f"{path} line {number}: no `_id`")
     doc_id = str(doc_id)
+    if any(character.isspace() for character in doc_id):  # (found here, before any embedding)
+      raise ValueError(f"{path} line {number}: the id {doc_id!r} holds whitespace: a TREC run "
+                       "(the runs written and read) cannot hold it")
     if doc_id in texts:
       raise ValueError(f"{path} line {number}: the id {doc_id!r} is given a second time "
                        f"(first on line {lines[doc_id]})")
