@@ -142,7 +142,11 @@ def run(options):
       huggingface_layout.save_sentence_transformers(
           model, options.output_dir, max_seq_length or model.config.max_position_embeddings)
     elif options.format == "huggingface":
-      huggingface_layout.save_huggingface(model, options.output_dir, label_names=labels)
+      # (model_max_length: the length the model was trained at, where its task.json says)
+      trained = (model_files.read_model_files(options.init_checkpoint) or {}).get(
+          "max_seq_length")
+      huggingface_layout.save_huggingface(model, options.output_dir, label_names=labels,
+                                          max_seq_length=trained)
     else:
       checkpoints.save_pretrained(model, options.output_dir)
   written = {name: tf.io.gfile.stat(os.path.join(options.output_dir, name)).length

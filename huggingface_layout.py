@@ -90,11 +90,13 @@ def hf_config(model, label_names=None):
   return out
 
 
-def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, label_names=None):
+def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, label_names=None,
+                     max_seq_length=None):
   """Writes `model` in HuggingFace's layout, for transformers' from_pretrained and
   sentence-transformers: config.json (hf_config), model.safetensors (hf_state_dict, float32,
   Linear weights [out, in]), vocab.txt and tokenizer_config.json (do_lower_case, the
-  tokenizer class, model_max_length: max_position_embeddings). Atomic as save_pretrained:
+  tokenizer class, model_max_length: the length it was trained at, else max_position_embeddings).
+  Atomic as save_pretrained:
   written into a temporary sibling, then renamed; an existing `directory` is replaced only
   when it holds nothing but these files (else ValueError). A one-output classifier (a
   regression, a reranker) is what sentence-transformers' CrossEncoder reads (hf_config).
@@ -107,6 +109,9 @@ def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, labe
     do_lower_case: bool or None (default: what load_model set; left out when unknown).
     label_names: list of str or None, a classifier's id2label / label2id (default:
       model.labels, else LABEL_0, LABEL_1, ...); as many as the head's outputs.
+    max_seq_length: int or None, the sequence length the model was trained at: tokenizer_config's
+      model_max_length, where transformers (and CrossEncoder) truncate (default:
+      max_position_embeddings).
 
   Returns:
     `directory` (str, without a trailing "/").
@@ -120,11 +125,12 @@ def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, labe
   checkpoints.check_replaceable(directory, _HF_FILES)
   config = hf_config(model, label_names)
   with file_io.replaced_directory(directory) as tmp:  # (.<name>.tmp-<pid>)
-    _write_huggingface(model, tmp, config, vocab_file, do_lower_case)
+    _write_huggingface(model, tmp, config, vocab_file, do_lower_case, max_seq_length)
   return directory
 
 
-def _write_huggingface(model, directory, config, vocab_file, do_lower_case):
+def _write_huggingface(model, directory, config, vocab_file, do_lower_case,
+                       max_seq_length=None):
   """save_huggingface's files, written into `directory` (which exists)."""
   gfile = file_io.gfile
   with gfile.GFile(os.path.join(directory, model_files.HF_CONFIG_FILE), "w") as f:
@@ -132,10 +138,11 @@ def _write_huggingface(model, directory, config, vocab_file, do_lower_case):
   weight_files.write_safetensors(os.path.join(directory, "model.safetensors"),
                                  hf_state_dict(model))
   gfile.copy(vocab_file, os.path.join(directory, model_files.VOCAB_FILE), overwrite=True)
-  # model_max_length: transformers truncates there (CrossEncoder's default length) instead
-  # of running past the position table.
+  # model_max_length: transformers truncates there (CrossEncoder's default length): the length
+  # the model was trained at, else the position table's (never run past it).
   positions = checkpoints.encoder_of(model).config.max_position_embeddings
-  tokenizer = {"tokenizer_class": "BertTokenizer", "model_max_length": int(positions)}
+  length = min(int(max_seq_length), positions) if max_seq_length else positions
+  tokenizer = {"tokenizer_class": "BertTokenizer", "model_max_length": int(length)}
   if do_lower_case is not None:
     tokenizer["do_lower_case"] = bool(do_lower_case)
   with gfile.GFile(os.path.join(directory, model_files.TOKENIZER_CONFIG_FILE), "w") as f:

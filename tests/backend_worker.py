@@ -109,10 +109,11 @@ LOSSES = ("masked_lm_per_position_loss", "next_sentence_per_example_loss", "mask
 
 
 def losses(keras, modeling, case):
-  out = {"loss/" + name: numpy(keras, getattr(modeling, name)(*_loss_args(case, name)))
+  from bert_keras import losses as losses_lib  # (keras only: any backend)
+  out = {"loss/" + name: numpy(keras, getattr(losses_lib, name)(*_loss_args(case, name)))
          for name in LOSSES}
   out["loss/multi_label_loss_weighted"] = numpy(
-      keras, losses.multi_label_loss(*_loss_args(case, "multi_label_loss_weighted")))
+      keras, losses_lib.multi_label_loss(*_loss_args(case, "multi_label_loss_weighted")))
   return out
 
 
@@ -159,9 +160,11 @@ def training_step(keras, modeling, optimization, config, case, inputs, optimizer
                                             clip_norm=0.5)
   optimizer.build(model.trainable_variables)
 
+  from bert_keras import losses as losses_lib  # (keras only: any backend)
+
   def loss_fn(model):
     outputs = model(inputs, training=True)
-    return losses.pretraining_loss(outputs, inputs)
+    return losses_lib.pretraining_loss(outputs, inputs)
 
   out = {}
   for step in range(2):

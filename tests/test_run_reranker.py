@@ -309,6 +309,19 @@ def test_huggingface_round_trip(files, tmp_path):
   np.testing.assert_allclose(np.asarray(loaded(arrays)), np.asarray(model(arrays)), atol=1e-5)
 
 
+def test_the_huggingface_export_keeps_the_trained_length(trained, tmp_path):
+  """convert_checkpoint --format=huggingface of a reranker trained at --max_seq_length=16:
+  tokenizer_config.json's model_max_length is 16 (where CrossEncoder truncates), not the
+  position table's size."""
+  from bert_keras import convert_checkpoint
+  convert_checkpoint.run(convert_checkpoint.options(
+      init_checkpoint=str(trained[0]), output_dir=str(tmp_path / "hf"), format="huggingface"))
+  tokenizer = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
+  positions = json.loads((tmp_path / "hf" / "config.json").read_text())[
+      "max_position_embeddings"]
+  assert (tokenizer["model_max_length"], positions > 16) == (16, True)
+
+
 @pytest.mark.slow
 def test_saved_model_of_the_model_directory(trained, files, tmp_path):
   """export_saved_model of the reranker's best/ (no other model flag): serving_default over raw
