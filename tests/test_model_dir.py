@@ -108,6 +108,7 @@ def test_predict_only_and_load_model_need_no_model_flags(trained, tmp_path):
   assert not (tmp_path / "predict" / "run_options.json").exists()  # (not a training run)
 
 
+@pytest.mark.slow  # (the fast tier stays under 5 minutes on 2 cores)
 def test_export_needs_only_the_directory_and_names_the_labels(trained, tmp_path):
   out, labels = trained["out"], trained["labels"]
   export_dir = tmp_path / "saved"

@@ -199,6 +199,7 @@ def _check_tfrecord(prefix, rows):
     np.testing.assert_allclose(vector, rows[key]["embedding"], atol=TOLERANCE)
 
 
+@pytest.mark.slow  # (the fast tier stays under 5 minutes on 2 cores)
 @pytest.mark.parametrize("name", list(MODELS))
 def test_one_worker_gives_predict_py_rows(setup, name, tmp_path):
   extra = dict(output_tfrecord=True, num_shards=2) if name in ("embeddings", "encoder") else {}

@@ -109,6 +109,7 @@ def _losses(caplog):
                                       for r in caplog.records) if m]
 
 
+@pytest.mark.slow  # (the fast tier stays under 5 minutes on 2 cores)
 def test_loss_decreases_and_retrieval_improves(files, tmp_path, caplog):
   caplog.set_level("INFO")
   before = run_embeddings.run(base_options(files, tmp_path / "untrained", do_eval=True))
@@ -120,6 +121,7 @@ def test_loss_decreases_and_retrieval_improves(files, tmp_path, caplog):
   assert after["eval"]["eval_NDCG@10"] > before["eval"]["eval_NDCG@10"]
 
 
+@pytest.mark.slow  # (the fast tier stays under 5 minutes on 2 cores)
 def test_cached_mode_and_hard_negatives(files, tmp_path, caplog):
   """--mini_batch_size gives the plain mode's losses (dropout off), the second one after a step
   on the cached gradients, with a negative column and the symmetric, Matryoshka loss."""

@@ -179,6 +179,7 @@ def test_input_pipeline_is_seekable(data):
   assert full[0].shape == (4, SEQ) and full[0].dtype == np.int32
 
 
+@pytest.mark.slow  # (the fast tier stays under 5 minutes on 2 cores)
 def test_gradient_accumulation_equals_large_batch(data, tmp_path):
   big = run_pretraining.run(_options(data, tmp_path / "big", do_eval=True))
   acc = run_pretraining.run(_options(data, tmp_path / "acc", do_eval=True,
@@ -199,6 +200,7 @@ def test_gradient_accumulation_equals_large_batch(data, tmp_path):
       str(data / "init" / "bert_model.ckpt"), names) is None
 
 
+@pytest.mark.slow  # (the fast tier stays under 5 minutes on 2 cores)
 def test_progress_lines_every_log_every_steps_with_unchanged_results(data, tmp_path, caplog):
   """--log_every_steps=2 with --iterations_per_loop=1000 logs a progress line at steps 2, 4
   and 6 (and 3, where a checkpoint cuts the device loop), each with loss, masked-LM accuracy,

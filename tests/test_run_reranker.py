@@ -137,6 +137,7 @@ def test_train_eval_predict_writes_every_file(files, trained):
   assert task_registry.of_model(model).name == "reranker"
 
 
+@pytest.mark.slow  # (the fast tier stays under 5 minutes on 2 cores)
 def test_the_default_loss_is_listwise_with_queries_a_step(files, tmp_path):
   """The default recipe is the one that learns (docs/RESULTS.md): the listwise loss, 8 queries
   a step; the pointwise loss counts 32 pairs a step. A query without a positive names both."""
