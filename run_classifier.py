@@ -460,7 +460,6 @@ def run(options, strategy=None):
 def _run(run, classification, model, strategy):
   """run() on the typed settings (run: settings.RunSettings; classification: the task's
   classifier_options.Classification; model: the model directory read, or None)."""
-  training.check_training_numbers(run.training)
   config = run_checks.run_config(run)
   run_checks.check_max_seq_length(config, run.model)
   task_name = None

@@ -267,7 +267,6 @@ def run(options, strategy=None):
 def _run(run, embedding, strategy):
   """run() on the typed settings: the config, vocab and data checked, then the output
   directory made and locked, and the work done."""
-  training.check_training_numbers(run.training)
   config, tokenizer = run_checks.config_and_tokenizer(run)
   dims = parse_matryoshka_dims(embedding.matryoshka_dims, config.hidden_size)
   data = read_data(run, embedding.data_dir, tokenizer)

@@ -235,7 +235,6 @@ def run(options, strategy=None):
 def _run(run, tagging, strategy):
   """run() on the typed settings: the config, vocab, data and tag set checked, then the output
   directory made and locked, and the work done."""
-  training.check_training_numbers(run.training)
   config, tokenizer = run_checks.config_and_tokenizer(run)
   data = read_data(run, tagging)
   labels = resolve_labels(run, tagging, data)

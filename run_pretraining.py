@@ -210,7 +210,6 @@ def run(options, strategy=None):
 def _run(run, pretraining, strategy):
   """run() on the typed settings: the config and the records checked, then the output
   directory made and locked, and the work done."""
-  training.check_training_numbers(run.training)
   config = run_checks.run_config(run)
   if run.model.max_seq_length > config.max_position_embeddings:
     raise ValueError(f"--max_seq_length={run.model.max_seq_length} exceeds "

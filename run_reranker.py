@@ -229,7 +229,6 @@ def run(options, strategy=None):
 def _run(run, rerank, strategy):
   """run() on the typed settings: the config, vocab and data checked, then the output
   directory made and locked, and the work done."""
-  training.check_training_numbers(run.training)
   config, tokenizer = run_checks.config_and_tokenizer(run)
   run_checks.check_segments(config, run.model, "a cross-encoder's inputs (query, passage)")
   data = read_data(run, rerank)

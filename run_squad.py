@@ -440,7 +440,6 @@ def run(options, strategy=None):
       writes=("squad",))
   _check_options(options)
   run_settings = settings.RunSettings.from_flags(options)
-  training.check_training_numbers(run_settings.training)
   config = run_checks.run_config(run_settings)
   run_checks.check_segments(config, run_settings.model, "SQuAD's inputs (question, context)")
   validate_flags_or_throw(options, config)

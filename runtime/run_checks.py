@@ -9,6 +9,7 @@ from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import tokenization
 from bert_keras.runtime import outputs
+from bert_keras.runtime import training
 from bert_keras.runtime import training_checkpoints
 from bert_keras.utils import memory
 
@@ -119,7 +120,9 @@ def check_max_seq_length(config, model):
 
 
 def run_config(run):
-  """A training script's config (load_and_check_config) from its settings.RunSettings."""
+  """A training script's config (load_and_check_config) from its settings.RunSettings, its
+  training numbers checked first (training.check_training_numbers)."""
+  training.check_training_numbers(run.training)
   return load_and_check_config(run.model, run.output, run.training.do_train,
                                run.placement.use_tpu)
 
