@@ -453,8 +453,11 @@ def run(options, strategy=None):
       options, DEFAULTS, pin=classifier_options.TASK_JSON_OPTIONS, writes=MODEL_KINDS)
   _fill_task_from(options, model)
   _validate(options)
-  return _run(settings.RunSettings.from_flags(options),
-              classifier_options.Classification.from_flags(options), model, strategy)
+  flags = settings.values_of(options)
+  run_settings = settings.RunSettings(**settings.parts(flags))
+  classification = classifier_options.Classification(
+      **settings.fields(classifier_options.Classification, flags))
+  return _run(run_settings, classification, model, strategy)
 
 
 def _run(run, classification, model, strategy):

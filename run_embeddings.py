@@ -260,8 +260,10 @@ def run(options, strategy=None):
   options, _ = model_dir.resolve_options(options, DEFAULTS, fill=("pooling", "normalize"),
                                          writes=("embeddings",))
   _validate(options)
-  return _run(settings.RunSettings.from_flags(options), Embedding.from_flags(options),
-              strategy)
+  flags = settings.values_of(options)
+  run_settings = settings.RunSettings(**settings.parts(flags))
+  embedding = Embedding(**settings.fields(Embedding, flags))
+  return _run(run_settings, embedding, strategy)
 
 
 def _run(run, embedding, strategy):

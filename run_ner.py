@@ -229,7 +229,10 @@ def run(options, strategy=None):
   options, _ = model_dir.resolve_options(options, DEFAULTS, fill=("doc_stride",),
                                          writes=("tagger",))
   _validate(options)
-  return _run(settings.RunSettings.from_flags(options), Tagging.from_flags(options), strategy)
+  flags = settings.values_of(options)
+  run_settings = settings.RunSettings(**settings.parts(flags))
+  tagging = Tagging(**settings.fields(Tagging, flags))
+  return _run(run_settings, tagging, strategy)
 
 
 def _run(run, tagging, strategy):

@@ -203,8 +203,10 @@ def run(options, strategy=None):
   """
   options, _ = model_dir.resolve_options(options, DEFAULTS, writes=("pretraining",))
   _validate(options)
-  return _run(settings.RunSettings.from_flags(options), Pretraining.from_flags(options),
-              strategy)
+  flags = settings.values_of(options)
+  run_settings = settings.RunSettings(**settings.parts(flags))
+  pretraining = Pretraining(**settings.fields(Pretraining, flags))
+  return _run(run_settings, pretraining, strategy)
 
 
 def _run(run, pretraining, strategy):

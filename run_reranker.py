@@ -222,8 +222,10 @@ def run(options, strategy=None):
   if options.train_batch_size is None:  # (the loss's own unit: queries, or pairs)
     options.train_batch_size = TRAIN_BATCH_SIZES.get(options.loss)
   _validate(options)
-  return _run(settings.RunSettings.from_flags(options), Reranking.from_flags(options),
-              strategy)
+  flags = settings.values_of(options)
+  run_settings = settings.RunSettings(**settings.parts(flags))
+  reranking = Reranking(**settings.fields(Reranking, flags))
+  return _run(run_settings, reranking, strategy)
 
 
 def _run(run, rerank, strategy):

@@ -439,11 +439,13 @@ def run(options, strategy=None):
       options, DEFAULTS, fill=("doc_stride", "max_query_length", "max_answer_length"),
       writes=("squad",))
   _check_options(options)
-  run_settings = settings.RunSettings.from_flags(options)
+  flags = settings.values_of(options)
+  run_settings = settings.RunSettings(**settings.parts(flags))
   config = run_checks.run_config(run_settings)
   run_checks.check_segments(config, run_settings.model, "SQuAD's inputs (question, context)")
   validate_flags_or_throw(options, config)
-  return _run(run_settings, Squad.from_flags(options), config, strategy)
+  squad = Squad(**settings.fields(Squad, flags))
+  return _run(run_settings, squad, config, strategy)
 
 
 def _run(run, squad, config, strategy):

@@ -1,6 +1,12 @@
-"""What a run_* script hands to the runtime: its flags turned, once, into small typed objects
-(RunSettings.from_flags, and a script's own FromFlags dataclass). The runtime takes these,
-never the flags namespace.
+"""What a run_* script hands to the runtime: its flags turned, once, into small typed objects.
+The script builds them itself from its flags' values:
+
+  flags = settings.values_of(options)
+  run = settings.RunSettings(**settings.parts(flags))
+  tagging = Tagging(**settings.fields(Tagging, flags))
+
+(from_flags(options) does the same in one call, for tests and benchmarks). The runtime takes
+these, never the flags namespace.
 
 Each field bears its flag's name, so a runtime message names the flag the user gave
 (f"--{field}"); option_checks.check reads these objects as it reads a namespace. A field with
@@ -28,22 +34,22 @@ def values_of(options):
 MOVE_ASIDE = "_move_aside"
 
 
-def typed(kind, options, **more):
-  """A `kind` dataclass (this module's, or a script's or a task's own) from the options' values
-  of its fields' names (a field whose flag the script does not define keeps its default) and
-  `more`: the one way flags become typed objects."""
-  values = values_of(options)
-  return kind(**{field.name: values[field.name] for field in dataclasses.fields(kind)
-                 if field.name in values and field.name not in more}, **more)
+def fields(kind, flags):
+  """{field: value} of a `kind` dataclass (this module's, or a script's own) from the flags'
+  values, {flag: value}: each field from the flag of its name; a field whose flag the script
+  does not define keeps its default. The one way flags become typed objects:
+  kind(**fields(kind, flags))."""
+  return {field.name: flags[field.name] for field in dataclasses.fields(kind)
+          if field.name in flags}
 
 
 class FromFlags:
-  """A typed object's one way from flags: from_flags(options) takes each field from the flag of
-  its name (typed). A script's own dataclass of its task flags inherits it too."""
+  """from_flags(options): kind(**fields(kind, values_of(options))) in one call. A script's own
+  dataclass of its task flags inherits it too."""
 
   @classmethod
   def from_flags(cls, options):
-    return typed(cls, options)
+    return cls(**fields(cls, values_of(options)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,8 +72,8 @@ class OutputDir:
 
   @classmethod
   def from_flags(cls, options):
-    values = values_of(options)
-    return cls(values["output_dir"], move_aside=bool(values.get(MOVE_ASIDE, False)))
+    flags = values_of(options)
+    return cls(flags["output_dir"], move_aside=bool(flags.get(MOVE_ASIDE, False)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,8 +140,13 @@ class RunSettings:
   @classmethod
   def from_flags(cls, options):
     """A training script's flags (after model_dir.resolve_options and its own checks)."""
-    return cls(model=ModelSource.from_flags(options), output=OutputDir.from_flags(options),
-               placement=Placement.from_flags(options),
-               training=Training.from_flags(options),
-               evaluation=Evaluation.from_flags(options),
-               recorded=types.MappingProxyType(dict(values_of(options))))
+    return cls(**parts(values_of(options)))
+
+
+def parts(flags):
+  """RunSettings' parts from a training script's flags' values, {flag: value}:
+  RunSettings(**parts(flags))."""
+  return dict(model=ModelSource.from_flags(flags), output=OutputDir.from_flags(flags),
+              placement=Placement.from_flags(flags), training=Training.from_flags(flags),
+              evaluation=Evaluation.from_flags(flags),
+              recorded=types.MappingProxyType(dict(flags)))
