@@ -42,6 +42,7 @@ from absl import logging
 from bert_keras import checkpoint_rules
 from bert_keras import model_files
 from bert_keras import modeling
+from bert_keras import sentence_transformers_layout
 from bert_keras import task_registry
 from bert_keras import tokenization
 from bert_keras.utils import file_io
@@ -279,7 +280,7 @@ def _resolve_checkpoint(path):
   its only *.index). A directory holding both kinds is a CheckpointError naming both files:
   which one is meant cannot be told (a stray model.safetensors beside a run's checkpoint)."""
   gfile = file_io.gfile
-  path = model_files.transformer_dir(path)
+  path = sentence_transformers_layout.transformer_dir(path)
   if gfile.isdir(path):
     hf = [os.path.join(path, name) for name in ("model.safetensors", "pytorch_model.bin")
           if gfile.exists(os.path.join(path, name))]
@@ -423,7 +424,8 @@ def checkpoint_task(path):
   run_* output_dir's task.json decides first),
   "pretrainer" (the MLM head cls/predictions) or "encoder" (none of these)."""
   task = _task_of_names([_normal_name(key) for key in checkpoint_shapes(path)])
-  if task == "classifier":
+  if task == modeling.ClassifierHead.CHECKPOINT_TASK:  # (a tagger's head has the same names)
+    tagger = next(kind for kind in task_registry.kinds() if kind.family.tagged)
     directory = path if file_io.gfile.isdir(path) else os.path.dirname(path)
     architectures = []
     if file_io.gfile.exists(os.path.join(directory, "config.json")):
@@ -434,10 +436,9 @@ def checkpoint_task(path):
           architectures = []
     described = model_files.read_task(directory)  # a run_* output_dir's task.json says which
     if described is not None:
-      return "tagger" if described == "tagger" else "classifier"
-    if ("BertForTokenClassification" in architectures
-        or model_files.read_labels(directory) is not None):
-      return "tagger"
+      return tagger.name if described in (tagger.name, *tagger.aliases) else task
+    if tagger.hf_architecture in architectures or model_files.read_labels(directory) is not None:
+      return tagger.name
   return task
 
 
@@ -448,7 +449,8 @@ def checkpoint_head(shapes):
   compares a model directory's task.json with."""
   task = _task_of_names([_normal_name(key) for key in shapes])
   try:
-    rows = _classifier_rows(shapes, "") if task == "classifier" else None
+    rows = (_classifier_rows(shapes, "") if task == modeling.ClassifierHead.CHECKPOINT_TASK
+            else None)
   except ValueError:
     rows = None
   return task, rows
@@ -783,7 +785,7 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
         ", ".join(task_registry.names(text_input=True)), task))
   if task_kind.family.pooled:  # the directory's pooling, unless given
     model_kwargs = {**_described_pooling(path), **model_kwargs}
-  path = model_files.transformer_dir(path)
+  path = sentence_transformers_layout.transformer_dir(path)
   kind, resolved = _resolve_checkpoint(path)
   directory = path if file_io.gfile.isdir(path) else os.path.dirname(path)
   config_file = bert_config_file or model_files.config_file_in(directory, path)
@@ -832,7 +834,7 @@ def load_model(path, task="encoder", num_labels=None, bert_config_file=None, voc
 def _described_pooling(path):
   """{"pooling", "normalize"} that the model directory of `path` says (a run_embeddings
   task.json, a sentence-transformers directory's Pooling and Normalize modules), else {}."""
-  description = model_files.read_model_files(path)
+  description = sentence_transformers_layout.read_model_files(path)
   if not description or description.get("task") not in task_registry.task_json_names() or (
       not task_registry.of_description(description).family.pooled):
     return {}

@@ -45,6 +45,7 @@ from bert_keras import checkpoints
 from bert_keras import huggingface_layout
 from bert_keras import model_files
 from bert_keras import modeling
+from bert_keras import sentence_transformers_layout
 from bert_keras import task_registry
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import option_checks as checks
@@ -143,7 +144,7 @@ def run(options):
           model, options.output_dir, max_seq_length or model.config.max_position_embeddings)
     elif options.format == "huggingface":
       # (model_max_length: the length the model was trained at, where its task.json says)
-      trained = (model_files.read_model_files(options.init_checkpoint) or {}).get(
+      trained = (sentence_transformers_layout.read_model_files(options.init_checkpoint) or {}).get(
           "max_seq_length")
       huggingface_layout.save_huggingface(model, options.output_dir, label_names=labels,
                                           max_seq_length=trained)
@@ -202,8 +203,9 @@ def _check_head(options, task):
 def _bi_encoder_options(options):
   """--format=sentence_transformers: {"pooling", "normalize", "max_seq_length"} (load_model's
   pooling and normalize; the last None when neither the flag nor the source says), each the
-  flag's, else what the source says (model_files.read_model_files: a run_embeddings task.json,
-  a sentence-transformers directory); a ValueError when the pooling is known from neither.
+  flag's, else what the source says (sentence_transformers_layout.read_model_files: a
+  run_embeddings task.json, a sentence-transformers directory); a ValueError when the pooling
+  is known from neither.
   None for the other formats (where these flags are a ValueError)."""
   given = [f"--{name}" for name in ("pooling", "normalize", "max_seq_length")
            if getattr(options, name) is not None]
@@ -213,7 +215,7 @@ def _bi_encoder_options(options):
     return None
   checks.check(options, {checks.CHOICES: {"pooling": (None,) + modeling.POOLINGS},
                          checks.POSITIVE: ("max_seq_length",)})
-  source = model_files.read_model_files(options.init_checkpoint) or {}
+  source = sentence_transformers_layout.read_model_files(options.init_checkpoint) or {}
   if source.get("task") not in (None, "embeddings"):
     source = {}  # (another task's directory says nothing about pooling)
   pooling = options.pooling or source.get("pooling")

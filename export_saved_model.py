@@ -356,8 +356,7 @@ def run(options):
     raise ValueError(f"--multi_label: {len(head[0])} labels ({', '.join(head[0])}), the "
                      f"flags say {labels}")
   _check_options(options, config)
-  tags = (tagger_labels(options) if task_registry.get(options.task).family.served_by == "tagger"
-          else None)
+  tags = tagger_labels(options) if task_registry.get(options.task).family.tagged else None
   preprocessor = preprocessing.BertPreprocessor(
       options.vocab_file, options.do_lower_case, options.max_seq_length,
       core_ops_only=not options.tensorflow_text_ops)
@@ -380,7 +379,7 @@ def _export(options, config, labels, tags, preprocessor, multi_label=None):
                     "initialised", options.init_checkpoint, options.task)
   if options.format == "saved_model":  # (its outputs are 0 at the padding anyway)
     getattr(model, "bert", model).skip_padding = True
-  if task_registry.get(options.task).family.served_by == "tagger":
+  if task_registry.get(options.task).family.tagged:
     module = tagger.TaggerModule(model, preprocessor, tags)
     serving.save_atomic(module, options.export_dir, options.overwrite)
     logging.info("Wrote the SavedModel %s (task tagger, signature serving_default)",

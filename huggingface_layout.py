@@ -1,8 +1,8 @@
 """HuggingFace's layout of a BERT model, and sentence-transformers' of a bi-encoder, written:
 config.json (hf_config), model.safetensors (hf_state_dict: checkpoints' names through
 checkpoints.hf_name), vocab.txt and tokenizer_config.json; a bi-encoder's modules beside them
-(model_files.write_sentence_transformers_modules). What transformers and sentence-transformers
-load; checkpoints.load_model reads them back.
+(sentence_transformers_layout.write_sentence_transformers_modules). What transformers and
+sentence-transformers load; checkpoints.load_model reads them back.
 
   huggingface_layout.save_huggingface(model, "/tmp/hf", vocab_file="vocab.txt")
   huggingface_layout.save_sentence_transformers(encoder, "/tmp/st", 128, "mean", True)
@@ -16,6 +16,7 @@ import numpy as np
 from bert_keras import checkpoints
 from bert_keras import model_files
 from bert_keras import modeling
+from bert_keras import sentence_transformers_layout
 from bert_keras import task_registry
 from bert_keras.utils import file_io
 from bert_keras.utils import weight_files
@@ -151,7 +152,8 @@ def _write_huggingface(model, directory, config, vocab_file, do_lower_case,
 
 def save_sentence_transformers(model, directory, max_seq_length, pooling=None, normalize=None,
                                vocab_file=None, do_lower_case=None):
-  """Writes a bi-encoder in sentence-transformers' layout (model_files.py lists its files):
+  """Writes a bi-encoder in sentence-transformers' layout (sentence_transformers_layout.py lists
+  its files):
   the transformer as save_huggingface writes it (BertModel) at the top level, and the
   Transformer, Pooling and (when normalized) Normalize modules, so that
   sentence_transformers.SentenceTransformer(directory).encode(texts) returns the vectors
@@ -185,10 +187,10 @@ def save_sentence_transformers(model, directory, max_seq_length, pooling=None, n
   if not vocab_file or not file_io.gfile.exists(vocab_file):
     raise ValueError("save_sentence_transformers: a vocab file is needed (%s)"
                      % (vocab_file or "none"))
-  checkpoints.check_replaceable(directory, _HF_FILES + model_files.ST_FILES)
+  checkpoints.check_replaceable(directory, _HF_FILES + sentence_transformers_layout.ST_FILES)
   config = hf_config(encoder)
   with file_io.replaced_directory(directory) as tmp:  # (.<name>.tmp-<pid>)
     _write_huggingface(encoder, tmp, config, vocab_file, do_lower_case)
-    model_files.write_sentence_transformers_modules(
+    sentence_transformers_layout.write_sentence_transformers_modules(
         tmp, encoder.config.hidden_size, pooling, normalize, max_seq_length)
   return directory

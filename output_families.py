@@ -61,6 +61,7 @@ class OutputsFamily(object):
   labelled = False      # one output per named label (label names, windows over long texts)
   thresholds = False    # labels chosen by thresholds (task.json's, thresholds.json, --threshold)
   answers = False       # an answer span in a context (doc_stride, query and answer lengths)
+  tagged = False        # a label per word: its labels are tags (prediction/tagger serves it)
   ranks = False         # one number per row that orders candidates (predict.py --rerank_run)
   headless = False      # the encoder's own outputs, no head (a bi-encoder can be written)
 
@@ -391,6 +392,7 @@ class Tags(OutputsFamily):
   probabilities = "softmax"
   served_by = "tagger"
   row_fields = ("entities",)
+  tagged = True
 
   def rows(self, outputs, texts_a, texts_b, predictor):
     """The entity_* outputs ([B, E]; byte offsets into the UTF-8 texts, -1 padding) ->

@@ -401,7 +401,7 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     raise ValueError(f"--model_dir {path}: no vocab.txt")
   if kind.labels and labels is None:
     labels = model.labels
-  if kind.family.served_by == "tagger":
+  if kind.family.tagged:
     check_tags(labels, description)
   # (task.json's "pair": a classifier trained on pairs reads pairs, one trained on single
   # texts reads one text; an older directory without it, either)
@@ -431,7 +431,7 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
         pair=pair, labels=labels, multi_label=description.get("multi_label", False),
         thresholds=_thresholds(description, labels, threshold), text_columns=columns)
   preprocessor = preprocessing.BertPreprocessor(model.vocab_file, do_lower_case, max_seq_length)
-  if kind.family.served_by == "tagger":
+  if kind.family.tagged:
     module = tagger.TaggerModule(model, preprocessor, labels)
     predictor = GraphPredictor(lambda a, b: module.serve(a), kind.name, labels=labels,
                                text_columns=columns)

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from bert_keras import model_files
 from bert_keras import modeling
+from bert_keras import sentence_transformers_layout
 from bert_keras import task_registry
 from bert_keras.runtime import option_checks
 from bert_keras.runtime import settings
@@ -44,11 +45,12 @@ def write_model_dir(directory, options, config, task, labels=None, write_options
 
 
 def read_model_dir(path):
-  """model_files.read_model_files(path): task.json, checked field by field and against the
-  directory's other files (its "task" one of TASKS), with "directory", "bert_config_file",
-  "vocab_file" and "options" added; None without a task.json. A wrong field is a one-line
+  """sentence_transformers_layout.read_model_files(path): task.json, checked field by field
+  and against the directory's other files (its "task" one of TASKS), with "directory",
+  "bert_config_file", "vocab_file" and "options" added (a sentence-transformers directory
+  described as a run_embeddings one); None without either. A wrong field is a one-line
   ValueError naming the file and the field."""
-  return model_files.read_model_files(path)
+  return sentence_transformers_layout.read_model_files(path)
 
 
 # ----------------------------------------------------------------------------

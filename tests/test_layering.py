@@ -207,7 +207,7 @@ def test_each_subpackage_says_what_it_holds_and_may_import():
 PUBLIC_LIBRARIES = {"modeling", "losses", "tokenization", "optimization", "checkpoints",
                     "preprocessing",
                     "serving", "task_registry", "output_families", "model_files", "retrieval",
-                    "huggingface_layout",
+                    "huggingface_layout", "sentence_transformers_layout",
                     "checkpoint_rules"}
 
 

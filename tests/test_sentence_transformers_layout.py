@@ -17,9 +17,9 @@ import pytest
 from bert_keras import checkpoints
 from bert_keras import huggingface_layout
 from bert_keras import convert_checkpoint
-from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import preprocessing
+from bert_keras import sentence_transformers_layout
 from bert_keras.prediction import predictors
 from conftest import randomize
 
@@ -104,7 +104,7 @@ def test_written_layout_computes_our_vectors(source, tmp_path, pooling, normaliz
   config = _read(directory, "1_Pooling", "config.json")
   assert config["word_embedding_dimension"] == 32
   assert {k for k, v in config.items() if v is True and k.startswith("pooling_mode")} == {
-      model_files.ST_POOLING_KEYS[pooling]}
+      sentence_transformers_layout.ST_POOLING_KEYS[pooling]}
   assert _read(directory, "config.json")["architectures"] == ["BertModel"]
   tokenizer = _read(directory, "tokenizer_config.json")
   assert (tokenizer["do_lower_case"], tokenizer["model_max_length"]) == (True, 16)
@@ -123,7 +123,7 @@ def test_written_layout_computes_our_vectors(source, tmp_path, pooling, normaliz
 def test_a_sentence_transformers_directory_is_an_embeddings_model_directory(source, tmp_path):
   directory = _convert(source, tmp_path / "st", pooling="max", normalize=True,
                        max_seq_length=10)
-  description = model_files.read_model_files(directory)
+  description = sentence_transformers_layout.read_model_files(directory)
   assert (description["task"], description["pooling"], description["normalize"],
           description["max_seq_length"], description["do_lower_case"]) == (
               "embeddings", "max", True, 10, True)
@@ -156,7 +156,7 @@ def test_an_older_layout_with_0_transformer(source, tmp_path):
   assert model.vocab_file == str(old / "0_Transformer" / "vocab.txt")
   want = checkpoints.load_model(source, task="embeddings", pooling="cls")(_features())
   np.testing.assert_allclose(np.asarray(model(_features())), np.asarray(want), atol=1e-5)
-  assert model_files.read_model_files(str(old))["max_seq_length"] == 8
+  assert sentence_transformers_layout.read_model_files(str(old))["max_seq_length"] == 8
 
 
 def test_without_pooling_from_flags_or_source_is_a_one_line_error(source, tmp_path):
@@ -191,7 +191,7 @@ def test_bad_files_are_one_line_errors(source, tmp_path, name, content, message)
                        max_seq_length=12)
   with open(os.path.join(directory, name), "w") as f:
     f.write(content)
-  for read in (model_files.read_model_files,
+  for read in (sentence_transformers_layout.read_model_files,
                lambda d: checkpoints.load_model(d, task="embeddings")):
     with pytest.raises(ValueError, match=message) as e:
       read(directory)
