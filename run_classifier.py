@@ -79,13 +79,9 @@ def define_flags(fv=flags.FLAGS):
   flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.", flag_values=fv)
   flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.", flag_values=fv)
   flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.", flag_values=fv)
-  common_flags.define_fine_tuning_flags(fv=fv)
-  common_flags.define_tpu_flags(fv=fv)
   # bert-tensorflow 1.0.4's extra TPU flag: accepted (TPUStrategy finds the TPU workers).
   flags.DEFINE_string("tpu_job_name", None,
                       "Name of TPU worker, if anything other than 'tpu_worker'", flag_values=fv)
-  common_flags.define_training_flags(fv=fv)
-  common_flags.define_trim_train_batches_flag(fv=fv)
   flags.DEFINE_string(
       "tfds_name", None,
       "Read the task through TensorFlow Datasets instead of --data_dir: glue/<config> (e.g. "
@@ -93,11 +89,9 @@ def define_flags(fv=flags.FLAGS):
   flags.DEFINE_string("tfds_data_dir", None,
                       "TensorFlow Datasets data directory of --tfds_name (default: TFDS's).",
                       flag_values=fv)
-  common_flags.define_eval_during_training_flags(fv=fv)
-  # (data_dir, task_name: below; vocab_file, bert_config_file: also from a model directory)
-  flags.mark_flag_as_required("output_dir", flag_values=fv)
-  flags.adopt_module_key_flags(common_flags,
-                               flag_values=fv)  # --help lists them too, not only --helpfull
+  # (data_dir, task_name: checked in run(), as --tfds_name may stand for them)
+  common_flags.define_shared_flags(common_flags.FINE_TUNING + ("trim_train_batches",), fv=fv)
+  flags.adopt_module_key_flags(common_flags, flag_values=fv)  # (--help lists them)
 
 
 def _define_custom_task_flags(fv=flags.FLAGS):

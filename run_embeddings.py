@@ -113,13 +113,8 @@ def define_flags(fv=flags.FLAGS):
   flags.DEFINE_string("metric", "NDCG@10",
                       "The measure that chooses output_dir/best (a name of eval_results.txt "
                       "without eval_, e.g. MRR@10, Recall@100).", flag_values=fv)
-  common_flags.define_fine_tuning_flags(fv=fv)
-  common_flags.define_tpu_flags(fv=fv)
-  common_flags.define_training_flags(fv=fv)
-  common_flags.define_eval_during_training_flags(fv=fv)
-  for name in ("data_dir", "output_dir"):
-    flags.mark_flag_as_required(name, flag_values=fv)
-  flags.adopt_module_key_flags(common_flags, flag_values=fv)
+  common_flags.define_shared_flags(common_flags.FINE_TUNING, ("data_dir", "output_dir"), fv)
+  flags.adopt_module_key_flags(common_flags, flag_values=fv)  # (--help lists them)
 
 
 # The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,

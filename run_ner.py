@@ -92,14 +92,9 @@ def define_flags(fv=flags.FLAGS):
   flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.", flag_values=fv)
   flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.", flag_values=fv)
   flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.", flag_values=fv)
-  common_flags.define_fine_tuning_flags(fv=fv)
-  common_flags.define_tpu_flags(fv=fv)
-  common_flags.define_training_flags(fv=fv)
-  common_flags.define_trim_train_batches_flag(fv=fv)
-  common_flags.define_eval_during_training_flags(fv=fv)
-  for name in ("data_dir", "output_dir"):  # (the model flags: also from a model directory)
-    flags.mark_flag_as_required(name, flag_values=fv)
-  flags.adopt_module_key_flags(common_flags, flag_values=fv)
+  common_flags.define_shared_flags(common_flags.FINE_TUNING + ("trim_train_batches",),
+                                   ("data_dir", "output_dir"), fv)
+  flags.adopt_module_key_flags(common_flags, flag_values=fv)  # (--help lists them)
 
 
 # The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,

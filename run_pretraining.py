@@ -71,14 +71,10 @@ def define_flags(fv=flags.FLAGS):
   flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.", flag_values=fv)
   flags.DEFINE_integer("save_checkpoints_steps", 1000,
                        "How often to save the model checkpoint.", flag_values=fv)
-  common_flags.define_iterations_per_loop_flag(fv=fv)
   flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.", flag_values=fv)
-  common_flags.define_tpu_flags(fv=fv)
-  common_flags.define_training_flags(fv=fv)
-  flags.mark_flag_as_required("input_file", flag_values=fv)
-  flags.mark_flag_as_required("output_dir", flag_values=fv)
-  flags.adopt_module_key_flags(common_flags,
-                               flag_values=fv)  # --help lists them too, not only --helpfull
+  common_flags.define_shared_flags(("iterations_per_loop", "tpu", "training"),
+                                   ("input_file", "output_dir"), fv)
+  flags.adopt_module_key_flags(common_flags, flag_values=fv)  # (--help lists them)
 
 
 # The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,

@@ -87,7 +87,6 @@ def define_flags(fv=flags.FLAGS):
   flags.DEFINE_bool("do_predict", False, "Whether to run eval on the dev set.", flag_values=fv)
   flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.", flag_values=fv)
   flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predictions.", flag_values=fv)
-  common_flags.define_fine_tuning_flags(fv=fv)
   flags.DEFINE_integer(
       "n_best_size", 20,
       "The total number of n-best predictions to generate in the "
@@ -96,7 +95,6 @@ def define_flags(fv=flags.FLAGS):
       "max_answer_length", 30,
       "The maximum length of an answer that can be generated. This is needed "
       "because the start and end predictions are not conditioned on one another.", flag_values=fv)
-  common_flags.define_tpu_flags(fv=fv)
   flags.DEFINE_bool(
       "verbose_logging", False,
       "If true, all of the warnings related to data processing will be printed. "
@@ -107,8 +105,6 @@ def define_flags(fv=flags.FLAGS):
   flags.DEFINE_float(
       "null_score_diff_threshold", 0.0,
       "If null_score - best_non_null is greater than the threshold predict null.", flag_values=fv)
-  common_flags.define_training_flags(fv=fv)
-  common_flags.define_trim_train_batches_flag(fv=fv)
   flags.DEFINE_string(
       "tfds_name", None,
       "Read SQuAD through TensorFlow Datasets instead of --train_file/--predict_file: "
@@ -124,10 +120,9 @@ def define_flags(fv=flags.FLAGS):
       "the original also ranks the padding positions (never an answer) for its n_best_size "
       "candidates, so an undertrained model's answers can differ. Off: the original's.",
       flag_values=fv)
-  flags.mark_flag_as_required("output_dir",
-                              flag_values=fv)  # (the model flags: also from a model directory)
-  flags.adopt_module_key_flags(common_flags,
-                               flag_values=fv)  # --help lists them too, not only --helpfull
+  common_flags.define_shared_flags(("fine_tuning", "tpu", "training", "trim_train_batches"),
+                                   fv=fv)
+  flags.adopt_module_key_flags(common_flags, flag_values=fv)  # (--help lists them)
 
 
 # The options of run() (options(), model_dir.resolve_options): the flags' names and defaults,

@@ -202,3 +202,23 @@ def define_eval_during_training_flags(fv=flags.FLAGS):
       "trim_eval_batches", True,
       "Cut each eval/predict batch to its longest sequence (rounded up to a multiple of 8): "
       "the same results, less work on the padding. Ignored on TPU.", flag_values=fv)
+
+
+# The shared flag groups a run_* script may define (define_shared_flags), by name.
+GROUPS = {"fine_tuning": define_fine_tuning_flags, "tpu": define_tpu_flags,
+          "training": define_training_flags, "trim_train_batches": define_trim_train_batches_flag,
+          "eval_during_training": define_eval_during_training_flags,
+          "iterations_per_loop": define_iterations_per_loop_flag}
+# The groups of a fine-tuning script that evaluates during training.
+FINE_TUNING = ("fine_tuning", "tpu", "training", "eval_during_training")
+
+
+def define_shared_flags(groups, required=("output_dir",), fv=flags.FLAGS):
+  """A run_* script's shared flags: the groups named in `groups` (GROUPS), and `required`
+  marked as required (never the model flags: a model directory may give them). The script
+  then adopts this module's flags as its key flags (absl's adopt_module_key_flags, called
+  from the script itself), so its --help lists them, not only --helpfull."""
+  for name in groups:
+    GROUPS[name](fv=fv)
+  for name in required:
+    flags.mark_flag_as_required(name, flag_values=fv)

@@ -328,3 +328,19 @@ def test_max_seq_length_beyond_the_positions_names_the_flag_and_config():
                      r"was only trained up to sequence length 16 \(--max_seq_length=32; "
                      r"max_position_embeddings of cfg/bert_config\.json\)$"):
     run_checks.check_max_seq_length(config, options)
+
+
+@pytest.mark.parametrize("script, own", [
+    ("run_classifier", "task_name"), ("run_squad", "doc_stride"), ("run_ner", "labels"),
+    ("run_embeddings", "pooling"), ("run_reranker", "loss"),
+    ("run_pretraining", "max_predictions_per_seq")])
+def test_a_run_script_s_help_lists_the_shared_flags_beside_its_own(script, own):
+  # --help shows a module's key flags: the script's own and the shared groups it adopts.
+  from absl import flags
+  import importlib
+  module = importlib.import_module(f"bert_keras.{script}")
+  fv = flags.FlagValues()
+  module.define_flags(fv=fv)
+  keys = {flag.name for flag in fv.get_key_flags_for_module(module.__name__)}
+  assert {own, "use_xla", "seed", "output_dir", "use_tpu"} <= keys, sorted(keys)
+  assert all(fv[name].name in keys for name in ("learning_rate", "save_checkpoints_steps"))
