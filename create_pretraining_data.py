@@ -49,6 +49,7 @@ from bert_keras.pretraining_data import parallel_parts
 from bert_keras.pretraining_data import random_replay
 from bert_keras.pretraining_data import tfrecord_encoding
 from bert_keras.utils import file_io
+from bert_keras.utils import text_lines
 
 FLAGS = None
 
@@ -147,9 +148,9 @@ def decode_lines(raw_lines, path, first_line_no, start=0):
   try:
     return joined.decode("utf-8").split("\n")
   except UnicodeDecodeError as e:
-    bad_line = first_line_no + joined[:e.start].count(b"\n") + 1
-    raise UsageError("--input_file %s, line %d%s: not valid UTF-8 (%s)" % (
-        path, bad_line, " after byte %d" % start if start else "", e.reason)) from None
+    raise UsageError(text_lines.message(
+        e, "--input_file %s%s" % (path, " from byte %d" % start if start else ""),
+        first_line_no + 1)) from None
 
 
 def line_encoder(tokenizer):

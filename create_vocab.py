@@ -31,6 +31,7 @@ from absl import logging
 from bert_keras import tokenization
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
+from bert_keras.utils import text_lines
 
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -73,8 +74,7 @@ def decode_text(raw, path, lenient_decoding=False):
   except UnicodeDecodeError as e:
     if lenient_decoding:
       return raw.decode("utf-8", "ignore")
-    line = raw.count(b"\n", 0, e.start) + 1
-    raise ValueError(f"--input_file {path}, line {line}: not valid UTF-8 ({e.reason}); pass "
+    raise ValueError(f"{text_lines.message(e, f'--input_file {path}')}; pass "
                      "--lenient_decoding to drop such bytes") from None
 
 

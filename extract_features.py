@@ -39,6 +39,7 @@ from bert_keras.runtime import outputs
 from bert_keras.runtime import run_checks
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
+from bert_keras.utils import text_lines
 
 SEPARATOR = " ||| "
 
@@ -131,11 +132,7 @@ def read_examples(input_file):
     lines.pop()
   examples = []
   for unique_id, raw in enumerate(lines):
-    try:
-      line = raw.decode("utf-8").strip()
-    except UnicodeDecodeError as e:
-      raise ValueError(f"--input_file {input_file}, line {unique_id + 1}: not valid UTF-8 "
-                       f"({e.reason})") from None
+    line = text_lines.decode(raw, f"--input_file {input_file}", unique_id + 1).strip()
     text_a, separator, text_b = line.rpartition(SEPARATOR)
     if not separator:
       text_a, text_b = line, None

@@ -45,6 +45,7 @@ from keras import ops
 from bert_keras.utils import file_io
 from bert_keras.utils import jax_ops
 from bert_keras.utils import memory
+from bert_keras.utils import text_lines
 
 # TensorFlow where it is the backend (a few TensorFlow-only steps below), else None: on JAX and
 # PyTorch this module imports no TensorFlow.
@@ -127,8 +128,9 @@ class BertConfig(object):
     try:
       with file_io.open_read(json_file) as reader:
         json_object = json.loads(reader.read())
-    except UnicodeDecodeError as e:
-      raise ValueError("%s: not UTF-8 text (%s)" % (json_file, e.reason)) from None
+    except UnicodeDecodeError:
+      text_lines.check_utf8(json_file)
+      raise
     except ValueError as e:
       raise ValueError("%s: not valid JSON: %s" % (json_file, e)) from None
     except Exception as e:  # noqa: BLE001  (OSError, or TensorFlow's file errors on gs://)

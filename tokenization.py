@@ -52,6 +52,8 @@ import unicodedata
 
 import numpy as np
 
+from bert_keras.utils import text_lines
+
 # The C hot loop of the batch methods (_word_table.c, built by `pip install`); without it
 # (no C compiler, or BERT_KERAS_PURE_PYTHON=1) the same runs in pure Python.
 _word_table = None
@@ -100,8 +102,8 @@ class VocabDecodeError(VocabError, UnicodeDecodeError):
   def __init__(self, vocab_file, line_number, error):
     UnicodeDecodeError.__init__(self, error.encoding, error.object, error.start, error.end,
                                 error.reason)
-    self.message = (f"vocab file {vocab_file}, line {line_number}: not valid UTF-8 "
-                    f"({error.reason}); pass lenient_decoding=True to drop such bytes")
+    self.message = (f"{text_lines.message(error, f'vocab file {vocab_file}', line_number)}; "
+                    "pass lenient_decoding=True to drop such bytes")
 
   def __str__(self):
     return self.message
@@ -216,8 +218,8 @@ def load_vocab(vocab_file, strict=False, lenient_decoding=False):
     except UnicodeDecodeError as e:
       if not lenient_decoding:
         raise VocabDecodeError(vocab_file, index + 1, e) from None
-      logging.warning("vocab file %s, line %d: not valid UTF-8 (%s); dropping those bytes",
-                      vocab_file, index + 1, e.reason)
+      logging.warning("%s; dropping those bytes",
+                      text_lines.message(e, f"vocab file {vocab_file}", index + 1))
       token = raw.decode("utf-8", "ignore")
     token = token.strip()
     if token in first_line:

@@ -25,6 +25,7 @@ import sys
 
 from bert_keras.utils import file_io
 from bert_keras.utils import json_lines
+from bert_keras.utils import text_lines
 
 FORMATS = ("tsv", "csv", "jsonl")
 _EXTENSIONS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl",
@@ -146,7 +147,7 @@ class Reader(object):
   def _table_rows(self, lines):
     """TSV / CSV rows: the first line is the header. Lines that are not UTF-8 are decoded
     with surrogate escapes and the row holding them is marked bad."""
-    bad_lines = set()
+    bad_lines = {}  # {line: why it is not UTF-8}
     state = {"last": 0, "bytes": 0}
 
     def decoded():
@@ -155,8 +156,8 @@ class Reader(object):
         state["bytes"] += len(raw)
         try:
           yield raw.decode("utf-8")
-        except UnicodeDecodeError:
-          bad_lines.add(number)
+        except UnicodeDecodeError as e:
+          bad_lines[number] = text_lines.problem(e)
           yield raw.decode("utf-8", "surrogateescape")
 
     file_io.allow_long_csv_fields()
@@ -171,7 +172,8 @@ class Reader(object):
     if header is None:
       return
     if state["last"] in bad_lines:
-      raise ValueError(f"{self.where(state['last'])}: the header is not UTF-8")
+      raise ValueError(f"{self.where(state['last'])}: the header is "
+                       f"{bad_lines[state['last']]}")
     if header and header[0].startswith("\ufeff"):
       header[0] = header[0][1:]
     if len(set(header)) != len(header):
@@ -196,7 +198,8 @@ class Reader(object):
       if too_long is not None:
         yield Row(None, line, too_long)
       elif any(number in bad_lines for number in range(line, state["last"] + 1)):
-        yield Row(None, line, "not UTF-8")
+        yield Row(None, line, next(bad_lines[number] for number in range(line, state["last"] + 1)
+                                   if number in bad_lines))
       elif len(values) != len(header):
         yield Row(None, line, f"{len(values)} fields, the header has {len(header)}")
       else:

@@ -137,7 +137,7 @@ def test_delimiter_and_field_count(tmp_path):
   with pytest.raises(ValueError, match=r"bad.txt line 3: 2 fields where line 1 .* has 3"):
     evaluate_ner.evaluate(str(bad))
   bad.write_bytes(b"a O O\n\xff O O\n")
-  with pytest.raises(ValueError, match=r"bad.txt line 2 is not UTF-8"):
+  with pytest.raises(ValueError, match=r"bad.txt, line 2: not UTF-8 \(byte 1"):
     evaluate_ner.evaluate(str(bad))
   crlf = tmp_path / "crlf.txt"
   crlf.write_bytes(EXAMPLE.replace("\n", "\r\n").encode())

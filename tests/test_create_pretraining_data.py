@@ -550,7 +550,7 @@ def test_no_partial_output_when_a_worker_fails(tmp_path):
   vocab = _corpus_vocab(tmp_path, [CORPUS_1, CORPUS_2])
   out_dir = tmp_path / "out"
   out_dir.mkdir()
-  with pytest.raises(cpd.UsageError, match="c2.txt.*not valid UTF-8"):
+  with pytest.raises(cpd.UsageError, match="c2.txt.*line [0-9]+: not UTF-8 \\(byte"):
     cpd.run(cpd.Config(files + [str(bad)], [str(out_dir / "a")], vocab, max_seq_length=32,
                        dupe_factor=1, progress=False, num_workers=2, part_size_mb=0.002))
   assert os.listdir(out_dir) == []

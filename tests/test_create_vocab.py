@@ -79,7 +79,7 @@ def test_invalid_utf8_is_an_error_naming_the_file_and_line(tmp_path):
   bad = subprocess.run(command, capture_output=True, text=True)
   assert bad.returncode != 0 and not out.exists()
   assert bad.stderr.strip().splitlines()[-1] == (
-      f"error: --input_file {corpus}, line 3: not valid UTF-8 (invalid start byte); pass "
+      f"error: --input_file {corpus}, line 3: not UTF-8 (byte 5: invalid start byte); pass "
       "--lenient_decoding to drop such bytes")
   lenient = subprocess.run(command + ["--lenient_decoding"], capture_output=True, text=True)
   assert lenient.returncode == 0, lenient.stderr

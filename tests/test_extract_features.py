@@ -360,7 +360,7 @@ def test_bad_input_raises_one_line_errors(tiny, tmp_path):
   assert "does not fit --init_checkpoint" in error(bert_config_file=str(tmp_path / "wider.json"))
   (tmp_path / "latin1.txt").write_bytes(b"the dog\nis \xe9 hairy\n")
   assert error(input_file=str(tmp_path / "latin1.txt")) == \
-      f"--input_file {tmp_path}/latin1.txt, line 2: not valid UTF-8 (invalid continuation byte)"
+      f"--input_file {tmp_path}/latin1.txt, line 2: not UTF-8 (byte 4: invalid continuation byte)"
   # A vocab longer than the config's vocab_size: refused before the model, not
   # while writing at the first id past the table.
   fewer_words = modeling.BertConfig(**{**CONFIG, "vocab_size": 24})

@@ -10,7 +10,7 @@ from bert_keras.utils import json_lines
     (b'{"a": 1', "not valid JSON"),
     (b'{"a": NaN}', "NaN is not a JSON value"),
     (b'[1, 2]', "not a JSON object"),
-    (b'{"a": "\xff"}', "not UTF-8 (byte 8 of the line)"),
+    (b'{"a": "\xff"}', "not UTF-8 (byte 8: invalid start byte)"),
     (b'{"a": "x \\ud800 y"}', "lone surrogate"),
     (b'[' * 100000 + b']' * 100000, "nested too deeply"),
 ])

@@ -551,7 +551,7 @@ def test_config_file_errors_name_the_file(tmp_path):
   with pytest.raises(ValueError, match=str(path) + ": not valid JSON"):
     modeling.BertConfig.from_json_file(str(path))
   path.write_bytes(b'{"vocab_size": "\xff"}')
-  with pytest.raises(ValueError, match=str(path) + ": not UTF-8"):
+  with pytest.raises(ValueError, match=str(path) + ", line 1: not UTF-8"):
     modeling.BertConfig.from_json_file(str(path))
   with pytest.raises(ValueError, match="missing.json: no such file"):
     modeling.BertConfig.from_json_file(str(tmp_path / "missing.json"))

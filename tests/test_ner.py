@@ -62,7 +62,7 @@ def test_read_conll_layouts(tmp_path):
     (b"John B-PER\nSmith\n", True, r"bad.txt line 2: 'Smith' has no tag"),
     (b"John\n", True, r"bad.txt line 1: 'John' has no tag"),
     (b"John\nSmith I-PER\n", False, r"bad.txt line 2: .* has a tag, but the file's first"),
-    (b"John B-PER\n\xe9 O\n", True, r"bad.txt line 2 is not UTF-8 \(byte 1"),
+    (b"John B-PER\n\xe9 O\n", True, r"bad.txt, line 2: not UTF-8 \(byte 1"),
     (b"", True, r"bad.txt has no tokens"),
     (b"-DOCSTART- O\n\n \n", True, r"bad.txt has no tokens"),
 ])

@@ -13,7 +13,7 @@ def test_squad_file_not_utf8_names_the_file(tmp_path):
   from bert_keras import run_squad
   path = tmp_path / "train.json"
   path.write_bytes(b'{"data": [{"paragraphs": [{"context": "caf\xe9", "qas": []}]}]}')
-  with pytest.raises(ValueError, match=f"^{path}: not UTF-8 text \\(byte 42: invalid"):
+  with pytest.raises(ValueError, match=f"^{path}, line 1: not UTF-8 \\(byte 43: invalid"):
     run_squad.read_squad_examples(str(path), is_training=True)
 
 

@@ -25,6 +25,8 @@ import collections
 import json
 import re
 
+from bert_keras.utils import text_lines
+
 BOUNDARY = "-X-"
 
 # (previous prefix, prefix) pairs that end the chunk of the previous tag / start a chunk.
@@ -242,11 +244,7 @@ def decoded_lines(data, path):
   if lines[-1] == b"":
     lines.pop()
   for number, raw in enumerate(lines, 1):
-    try:
-      yield raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-      raise ValueError("%s line %d is not UTF-8 (byte %d: %r)"
-                       % (path, number, e.start + 1, raw[e.start:e.start + 1])) from None
+    yield text_lines.decode(raw, path, number)
 
 
 def metrics_json(counts):

@@ -10,6 +10,7 @@ import json
 import re
 
 from bert_keras.utils import file_io
+from bert_keras.utils import text_lines
 
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
@@ -35,7 +36,7 @@ def parse_object(raw):
   try:
     text = raw.decode("utf-8")
   except UnicodeDecodeError as e:
-    return None, f"not UTF-8 (byte {e.start + 1} of the line)"
+    return None, text_lines.problem(e)
   try:
     value = json.loads(text, parse_constant=_not_json)
   except ValueError as e:

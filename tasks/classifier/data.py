@@ -20,6 +20,7 @@ from bert_keras import tokenization
 from bert_keras.tasks.classifier import multi_label as multi_label_lib
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
+from bert_keras.utils import text_lines
 
 
 class InputExample(object):
@@ -77,8 +78,9 @@ class DataProcessor(object):
       reader = csv.reader(f, delimiter="\t", quotechar=quotechar)
       try:
         return [_Row(row, input_file, reader.line_num) for row in reader]
-      except UnicodeDecodeError as e:
-        raise ValueError(f"--data_dir: {input_file} is not UTF-8 text ({e.reason})") from None
+      except UnicodeDecodeError:
+        text_lines.check_utf8(input_file, f"--data_dir: {input_file}")
+        raise
       except csv.Error as e:
         raise ValueError(f"--data_dir: {input_file}, line {reader.line_num}: {e}") from None
 

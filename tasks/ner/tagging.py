@@ -32,7 +32,7 @@ from bert_keras.runtime import input_pipeline
 from bert_keras.runtime import training
 from bert_keras.tasks import windows as windows_lib
 from bert_keras.utils import conlleval
-from bert_keras.utils import file_io
+from bert_keras.utils import text_lines
 
 DOCSTART = "-DOCSTART-"
 OUTSIDE = "O"
@@ -58,17 +58,9 @@ def read_conll(path, tags_required=True):
   one field is read untagged (tags None). ValueErrors name the file and line: a line
   without a tag, a byte that is not UTF-8, a file without words, a mix of tagged and
   untagged lines."""
-  with file_io.open_read(path) as f:
-    data = f.read()
   sentences, words, tags, lines = [], [], [], []
   tagged = None  # whether the file's word lines have tags (decided by its first one)
-  raw_lines = data.split(b"\n")
-  for number, raw in enumerate(raw_lines, 1):
-    try:
-      line = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-      raise ValueError(f"{path} line {number} is not UTF-8 (byte {e.start + 1}: "
-                       f"{raw[e.start:e.start + 1]!r})") from None
+  for number, line in text_lines.numbered_lines(path):
     fields = [f for f in _FIELDS.split(line.strip(" \t\r")) if f]
     if not fields or fields[0] == DOCSTART:
       if words:

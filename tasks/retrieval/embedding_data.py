@@ -27,8 +27,8 @@ import tensorflow as tf
 
 from bert_keras import preprocessing
 from bert_keras.tasks.retrieval import metrics as retrieval_metrics
-from bert_keras.utils import file_io
 from bert_keras.utils import json_lines
+from bert_keras.utils import text_lines as text_lines_lib
 
 ANCHOR, POSITIVE, NEGATIVE = "anchor", "positive", "negative"
 
@@ -48,15 +48,9 @@ class Pair:
 
 
 def text_lines(path):
-  """(1-based line number, text of the line without its end) of a UTF-8 file."""
-  with file_io.open_read(path) as f:
-    data = f.read()
-  try:
-    text = data.decode("utf-8")
-  except UnicodeDecodeError as e:
-    line = data[:e.start].count(b"\n") + 1
-    raise ValueError(f"{path} line {line}: not UTF-8 ({e.reason})") from None
-  return list(enumerate(text.splitlines(), 1))
+  """(1-based line number, text of the line without its end) of a UTF-8 file
+  (utils/text_lines)."""
+  return list(text_lines_lib.numbered_lines(path))
 
 
 def json_rows(path):

@@ -27,23 +27,11 @@ import math
 import numpy as np
 
 from bert_keras.utils import file_io
+from bert_keras.utils import text_lines
 
 MEASURES = ("NDCG", "MAP", "Recall", "P", "MRR", "Accuracy")
 DEFAULT_K_VALUES = (1, 3, 5, 10, 100)
 BEIR_QRELS_HEADER = ("query-id", "corpus-id", "score")
-
-
-def _lines(path):
-  """(line number, text without its line end) of a UTF-8 file (local or with a scheme); a
-  UTF-8 byte order mark at its start (as spreadsheet tools write) is skipped."""
-  with file_io.open_read(path) as f:
-    for number, raw in enumerate(f, 1):
-      if number == 1 and raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-      try:
-        yield number, raw.decode("utf-8").rstrip("\r\n")
-      except UnicodeDecodeError as e:
-        raise ValueError(f"{path} line {number}: not UTF-8 ({e.reason})") from None
 
 
 def _integer(text):
@@ -61,7 +49,7 @@ def read_qrels(path):
   ValueError naming the file and line."""
   qrels = {}
   beir = None
-  for number, line in _lines(path):
+  for number, line in text_lines.numbered_lines(path):
     if beir is None:
       beir = tuple(x.strip() for x in line.split("\t")) == BEIR_QRELS_HEADER
       if beir:
@@ -101,7 +89,7 @@ def read_run(path):
   are skipped. A line with other fields, a rank that is not an integer, a score that is not a
   number (or NaN), or a (qid, docid) given twice is a ValueError naming the file and line."""
   run = {}
-  for number, line in _lines(path):
+  for number, line in text_lines.numbered_lines(path):
     fields = line.split()
     if not fields:
       continue

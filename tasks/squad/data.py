@@ -22,6 +22,7 @@ from bert_keras import preprocessing
 from bert_keras import tokenization
 from bert_keras.tasks import tfds_input
 from bert_keras.tasks import windows
+from bert_keras.utils import text_lines
 
 
 # ----------------------------------------------------------------------------
@@ -87,8 +88,9 @@ def load_squad_json(input_file):
       text = reader.read()
   except tf.errors.OpError as e:
     raise ValueError(f"{input_file}: cannot read ({e.message})") from None
-  except UnicodeDecodeError as e:
-    raise ValueError(f"{input_file}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+  except UnicodeDecodeError:
+    text_lines.check_utf8(input_file)
+    raise
   try:
     root = json.loads(text)
   except json.JSONDecodeError as e:
