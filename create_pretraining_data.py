@@ -39,6 +39,7 @@ import array
 import itertools
 import os
 import random
+import types
 
 import numpy as np
 from absl import logging
@@ -48,6 +49,7 @@ from bert_keras.pretraining_data import data_progress as progress_lib
 from bert_keras.pretraining_data import parallel_parts
 from bert_keras.pretraining_data import random_replay
 from bert_keras.pretraining_data import tfrecord_encoding
+from bert_keras.runtime import option_checks as checks
 from bert_keras.utils import file_io
 from bert_keras.utils import text_lines
 
@@ -278,19 +280,27 @@ class InstanceParams(object):
         for n in range(max_seq_length + 1)]
 
 
+def check_bounds(table, **values):
+  """The flags' `values` against option_checks' `table`: a UsageError in the table's wording
+  ("--dupe_factor=0: must be >= 1") at the first one out of bounds."""
+  try:
+    checks.check(types.SimpleNamespace(**values), table)
+  except ValueError as e:
+    raise UsageError(str(e)) from None
+
+
 def _validate(max_seq_length, masked_lm_prob, max_predictions_per_seq, short_seq_prob,
               dupe_factor):
-  if max_seq_length < 5:
-    raise UsageError("--max_seq_length=%d is too small to hold [CLS] a [SEP] b [SEP] with a "
-                     "and b non-empty (needs at least 5)" % max_seq_length)
-  if not 0.0 < masked_lm_prob <= 1.0:
-    raise UsageError("--masked_lm_prob=%r must be in (0, 1]" % masked_lm_prob)
-  if max_predictions_per_seq < 1:
-    raise UsageError("--max_predictions_per_seq=%d must be at least 1" % max_predictions_per_seq)
-  if not 0.0 <= short_seq_prob <= 1.0:
-    raise UsageError("--short_seq_prob=%r must be in [0, 1]" % short_seq_prob)
-  if dupe_factor < 1:
-    raise UsageError("--dupe_factor=%d must be at least 1" % dupe_factor)
+  check_bounds({checks.AT_LEAST: {"max_seq_length": (5, "[CLS] a [SEP] b [SEP], a and b "
+                                                       "non-empty")},
+                checks.ABOVE_ZERO: ("masked_lm_prob",)},
+               max_seq_length=max_seq_length, masked_lm_prob=masked_lm_prob)
+  if not masked_lm_prob <= 1.0:
+    raise UsageError("--masked_lm_prob=%r: must be in (0, 1]" % masked_lm_prob)
+  check_bounds({checks.POSITIVE: ("max_predictions_per_seq", "dupe_factor"),
+                checks.PROPORTION: ("short_seq_prob",)},
+               max_predictions_per_seq=max_predictions_per_seq, dupe_factor=dupe_factor,
+               short_seq_prob=short_seq_prob)
 
 
 def document_order(corpus, words):
@@ -738,10 +748,8 @@ class Config(object):
     self.progress = progress
     _validate(max_seq_length, masked_lm_prob, max_predictions_per_seq, short_seq_prob,
               dupe_factor)
-    if num_workers < 1:
-      raise UsageError("--num_workers=%d must be at least 1" % num_workers)
-    if part_size_mb <= 0:
-      raise UsageError("--part_size_mb=%r must be positive" % part_size_mb)
+    check_bounds({checks.POSITIVE: ("num_workers",), checks.ABOVE_ZERO: ("part_size_mb",)},
+                 num_workers=num_workers, part_size_mb=part_size_mb)
     if not self.input_files:
       raise UsageError("--input_file: no files match")
     if not self.output_files or not all(self.output_files):

@@ -31,6 +31,7 @@ from bert_keras import tokenization
 from bert_keras.pretraining_data import random_replay
 from bert_keras.pretraining_data import tfrecord_encoding
 from bert_keras.runtime import beam_runner
+from bert_keras.runtime import option_checks as checks
 from bert_keras.utils import file_io
 
 
@@ -503,12 +504,10 @@ class Config(cpd.Config):
                read_chunk_mb=64.0, input_sizes=None, **kwargs):
     kwargs.setdefault("progress", False)
     super().__init__(input_files, output_files, vocab_file, **kwargs)
-    if num_shards < 0:
-      raise UsageError("--num_shards=%d must be 0 (automatic) or positive" % num_shards)
-    if not bucket_size_mb > 0:
-      raise UsageError("--bucket_size_mb=%r must be positive" % bucket_size_mb)
-    if not read_chunk_mb > 0:
-      raise UsageError("--read_chunk_mb=%r must be positive" % read_chunk_mb)
+    cpd.check_bounds({checks.AT_LEAST: {"num_shards": (0, "0: automatic")},
+                      checks.ABOVE_ZERO: ("bucket_size_mb", "read_chunk_mb")},
+                     num_shards=num_shards, bucket_size_mb=bucket_size_mb,
+                     read_chunk_mb=read_chunk_mb)
     self.num_shards = num_shards
     self.bucket_size_mb = bucket_size_mb
     self.read_chunk_mb = read_chunk_mb

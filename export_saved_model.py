@@ -161,8 +161,7 @@ def num_labels(options):
       raise ValueError(f"--task_name {options.task_name}: not a known task ("
                        f"{', '.join(sorted(NUM_LABELS))}); give --num_labels instead")
   if options.num_labels is not None:
-    if options.num_labels < 1:
-      raise ValueError(f"--num_labels {options.num_labels}: must be at least 1")
+    checks.check(options, {checks.POSITIVE: ("num_labels",)})
     if from_name is not None and from_name != options.num_labels:
       raise ValueError(f"--num_labels {options.num_labels} disagrees with --task_name "
                        f"{options.task_name} ({from_name} labels)")
@@ -177,11 +176,9 @@ def _check_options(options, config):
   if options.max_seq_length > config.max_position_embeddings:
     raise ValueError(f"--max_seq_length {options.max_seq_length} is longer than the model's "
                      f"max_position_embeddings {config.max_position_embeddings}")
-  if options.max_seq_length < 3:
-    raise ValueError(f"--max_seq_length {options.max_seq_length}: must be at least 3")
   family = task_registry.get(options.task).family
-  if family.answers and options.max_answer_length < 1:
-    raise ValueError(f"--max_answer_length {options.max_answer_length}: must be at least 1")
+  checks.check(options, {checks.AT_LEAST: {"max_seq_length": (3, "[CLS] a piece [SEP]")},
+                         checks.POSITIVE: ("max_answer_length",) if family.answers else ()})
   checks.check(options, {checks.CHOICES: {"pooling": modeling.POOLINGS}})
   if not family.pooled and (options.pooling != "mean" or options.normalize):
     raise ValueError(f"--pooling / --normalize are for --task=embeddings, not "

@@ -151,12 +151,9 @@ def check_options(options):
   if options.input_file != "-" and not tf.io.gfile.exists(options.input_file):
     raise ValueError(f"--input_file {options.input_file}: no such file")
   row_io.format_of(options.input_file, options.input_format)
-  if options.batch_size < 1:
-    raise ValueError(f"--batch_size={options.batch_size}: must be at least 1")
-  if options.max_row_bytes < 0:
-    raise ValueError(f"--max_row_bytes={options.max_row_bytes}: must be 0 (no bound) or more")
-  if options.max_seq_length is not None and options.max_seq_length < 3:
-    raise ValueError(f"--max_seq_length={options.max_seq_length}: must be at least 3")
+  checks.check(options, {checks.POSITIVE: ("batch_size",),
+                         checks.AT_LEAST: {"max_row_bytes": (0, "0: no bound"),
+                                           "max_seq_length": (3, "[CLS] a piece [SEP]")}})
   if options.task not in (None,) + CHECKPOINT_TASKS:
     raise ValueError(f"--task={options.task}: only {', '.join(CHECKPOINT_TASKS)} (else the "
                      "model's own task)")

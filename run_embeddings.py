@@ -168,10 +168,9 @@ def _validate(options):
                         "iterations_per_loop", "gradient_accumulation_steps"),
       checks.NON_NEGATIVE: ("mini_batch_size",),
       checks.AT_LEAST: {"max_seq_length": (3, "[CLS] a piece [SEP]")},
+      checks.ABOVE_ZERO: ("scale",),
       checks.CHOICES: {"pooling": POOLINGS},
       checks.REQUIRES: checks.EVAL_EVERY_STEPS})
-  if not options.scale > 0:
-    raise ValueError(f"--scale={options.scale}: must be > 0")
   retrieval_metrics.check_metric(options.metric, embeddings.K_VALUES, also=STS_MEASURES)
 
 

@@ -12,6 +12,7 @@ order of messages when several flags are wrong), each kind's entries in their or
   POSITIVE: (flag, ...)                        "--flag=<v>: must be >= 1"
   NON_NEGATIVE: (flag, ...)                    "--flag=<v>: must be >= 0"
   AT_LEAST: {flag: (minimum, why or None)}     "--flag=<v>: must be >= <minimum> (<why>)"
+  ABOVE_ZERO: (flag, ...)                      "--flag=<v>: must be > 0" (a size, a scale)
   FRACTION: (flag, ...)                        "--flag=<v>: must be between 0 and 1" (open)
   PROPORTION: (flag, ...)                      "--flag=<v>: must be in [0, 1]" (closed)
   CHOICES: {flag: allowed values}              "--flag=<v>: one of a, b" (None allowed: unset)
@@ -35,13 +36,14 @@ runtime/model_dir.resolve_options: the command line's flags), else it is not kno
 value other than the default counts as given.
 """
 
-import tensorflow as tf
+from bert_keras.utils import file_io
 
 REQUIRED = "required"
 EXISTING_FILES = "existing_files"
 POSITIVE = "positive"
 NON_NEGATIVE = "non_negative"
 AT_LEAST = "at_least"
+ABOVE_ZERO = "above_zero"
 FRACTION = "fraction"
 PROPORTION = "proportion"
 CHOICES = "choices"
@@ -90,7 +92,7 @@ def _required(options, name, where):
 
 def _existing_file(options, name, _):
   value = _value(options, name)
-  if value and not tf.io.gfile.exists(value):
+  if value and not file_io.gfile.exists(value):
     return f"--{name} {value}: no such file"
 
 
@@ -98,6 +100,12 @@ def _at_least(options, name, spec):
   (minimum, why), value = spec, _value(options, name)
   if value is not None and not value >= minimum:
     return f"--{name}={value}: must be >= {minimum}" + (f" ({why})" if why else "")
+
+
+def _above_zero(options, name, _):
+  value = _value(options, name)
+  if value is not None and not value > 0:
+    return f"--{name}={value}: must be > 0"
 
 
 def _fraction(options, name, _):
@@ -150,6 +158,7 @@ _KINDS = {
     POSITIVE: (_at_least, (1, None)),
     NON_NEGATIVE: (_at_least, (0, None)),
     AT_LEAST: (_at_least, None),
+    ABOVE_ZERO: (_above_zero, ()),
     FRACTION: (_fraction, ()),
     PROPORTION: (_proportion, ()),
     CHOICES: (_choice, None),

@@ -55,6 +55,9 @@ def test_nan_breaks_every_bound():
   for value in (nan, -0.5, 1.01):
     assert error({checks.PROPORTION: ("p",)}, p=value) == f"--p={value}: must be in [0, 1]"
   checks.check(types.SimpleNamespace(p=0.0, q=1.0), {checks.PROPORTION: ("p", "q")})
+  for value in (nan, 0, -1e-9):
+    assert error({checks.ABOVE_ZERO: ("s",)}, s=value) == f"--s={value}: must be > 0"
+  checks.check(types.SimpleNamespace(s=1e-9, t=None), {checks.ABOVE_ZERO: ("s", "t")})
 
 
 def test_what_passes():

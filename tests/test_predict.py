@@ -559,7 +559,7 @@ def test_rows_over_max_row_bytes_are_refused(dirs, tmp_path, caplog):
   assert _run(tmp_path, dirs, "classifier", _csv(["sentence", "i"], table), "long.csv",
               max_row_bytes=limit, skip_bad_rows=True) == [
       dict(unbounded[0], i="0"), dict(unbounded[2], i="2")]
-  with pytest.raises(ValueError, match="--max_row_bytes=-1: must be 0"):
+  with pytest.raises(ValueError, match=r"--max_row_bytes=-1: must be >= 0 \(0: no bound\)"):
     predict.run(predict.options(model_dir=dirs["paths"]["classifier"],
                                 input_file=str(tmp_path / "long.jsonl"), max_row_bytes=-1))
 

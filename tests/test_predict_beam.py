@@ -277,7 +277,7 @@ def test_launcher_errors(setup, tmp_path):
       (dict(input_file="-"), "a pipeline does not read standard input"),
       (dict(output_file=None), "--output_file is required"),
       (dict(output_file=str(tmp_path / "no" / "o")), "--output_file .*: no such directory"),
-      (dict(batch_size=0), "--batch_size=0: must be at least 1"),
+      (dict(batch_size=0), "--batch_size=0: must be >= 1"),
       (dict(num_shards=-1), "--num_shards=-1"),
       (dict(rerank_run=str(tmp_path / "in.jsonl")), "--rerank_run: predict.py reranks"),
       (dict(output_tfrecord=True), "--output_tfrecord: for embeddings, not a classifier"),
