@@ -468,7 +468,7 @@ def check_description(description, directory, options):
   for name in _COLUMN_OPTIONS:
     if options.get(name) is not None and not isinstance(options[name], str):
       _fail(options_path, name, "must be a string", options[name])
-  if "classifier" in (kind.name, kind.variant_of):  # run_classifier's windows (doc_windows)
+  if kind.doc_windows:  # run_classifier's windows (tasks/classifier/doc_windows)
     for where, values in ((path, description), (options_path, options)):
       problem = stride_problem(values.get("doc_stride"), values.get("max_seq_length"),
                                '"max_seq_length"')

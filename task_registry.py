@@ -61,6 +61,8 @@ class TaskKind:
     None: no model directory of its own (a checkpoint directory).
   variant_of: the kind whose scripts make this one by a flag (run_classifier's and export's
     --multi_label, or one output: a regression), or None.
+  doc_windows: a long text may be read as windows (run_classifier's --doc_stride; task.json's
+    "doc_stride" then fits its "max_seq_length").
   aliases: older names read as this kind (task.json's "pretraining").
   description: one line for --help and errors.
   """
@@ -79,6 +81,7 @@ class TaskKind:
   text_input: bool = True
   task_json: Optional[str] = None
   variant_of: Optional[str] = None
+  doc_windows: bool = False
   aliases: tuple = ()
   description: str = ""
 
@@ -270,17 +273,18 @@ register(TaskKind(
     description="one vector per text (pooling mean, cls or max; normalize)"))
 register(TaskKind(
     "classifier", modeling.BertClassifier, "classes", "BertForSequenceClassification",
-    labels=True, compile_options=_classifier_compile,
+    labels=True, compile_options=_classifier_compile, doc_windows=True,
     task_json="classifier", description="one label of N per text or pair (run_classifier)"))
 register(TaskKind(
     "multi_label", modeling.BertClassifier, "multi_label", "BertForSequenceClassification",
     labels=True, model_options={"multi_label": True},
     compile_options=_multi_label_compile, task_json="classifier", variant_of="classifier",
+    doc_windows=True,
     description="any number of N labels per text or pair (run_classifier --multi_label)"))
 register(TaskKind(
     "regression", modeling.BertClassifier, "score", "BertForSequenceClassification",
     num_labels=1, compile_options=_regression_compile, task_json="regression",
-    variant_of="classifier",
+    variant_of="classifier", doc_windows=True,
     description="one number per text or pair (run_classifier on STS-B)"))
 register(TaskKind(
     "reranker", modeling.BertCrossEncoder, "score", "BertForSequenceClassification",
