@@ -72,13 +72,6 @@ def define_flags(fv=flags.FLAGS):
   flags.DEFINE_string("task_name", None, "The name of the task to train.", flag_values=fv)
   _define_custom_task_flags(fv=fv)
   classifier_options.define_flags(fv=fv)
-  flags.DEFINE_bool("do_train", False, "Whether to run training.", flag_values=fv)
-  flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.", flag_values=fv)
-  flags.DEFINE_bool("do_predict", False,
-                    "Whether to run the model in inference mode on the test set.", flag_values=fv)
-  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.", flag_values=fv)
-  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.", flag_values=fv)
-  flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.", flag_values=fv)
   # bert-tensorflow 1.0.4's extra TPU flag: accepted (TPUStrategy finds the TPU workers).
   flags.DEFINE_string("tpu_job_name", None,
                       "Name of TPU worker, if anything other than 'tpu_worker'", flag_values=fv)
@@ -90,7 +83,8 @@ def define_flags(fv=flags.FLAGS):
                       "TensorFlow Datasets data directory of --tfds_name (default: TFDS's).",
                       flag_values=fv)
   # (data_dir, task_name: checked in run(), as --tfds_name may stand for them)
-  common_flags.define_shared_flags(common_flags.FINE_TUNING + ("trim_train_batches",), fv=fv)
+  common_flags.define_shared_flags(
+      ("jobs",) + common_flags.FINE_TUNING + ("trim_train_batches",), fv=fv)
   flags.adopt_module_key_flags(common_flags, flag_values=fv)  # (--help lists them)
 
 

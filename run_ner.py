@@ -85,14 +85,7 @@ def define_flags(fv=flags.FLAGS):
                       "Comma-separated tags in the order of the model's outputs (default: "
                       "output_dir/labels.txt, else the tags of train.txt, sorted, O first).",
                       flag_values=fv)
-  flags.DEFINE_bool("do_train", False, "Whether to run training.", flag_values=fv)
-  flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.", flag_values=fv)
-  flags.DEFINE_bool("do_predict", False,
-                    "Whether to run the model in inference mode on the test set.", flag_values=fv)
-  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.", flag_values=fv)
-  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.", flag_values=fv)
-  flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.", flag_values=fv)
-  common_flags.define_shared_flags(common_flags.FINE_TUNING + ("trim_train_batches",),
+  common_flags.define_shared_flags(("jobs",) + common_flags.FINE_TUNING + ("trim_train_batches",),
                                    ("data_dir", "output_dir"), fv)
   flags.adopt_module_key_flags(common_flags, flag_values=fv)  # (--help lists them)
 

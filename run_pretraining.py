@@ -62,18 +62,15 @@ def define_flags(fv=flags.FLAGS):
       "max_predictions_per_seq", 20,
       "Maximum number of masked LM predictions per sequence. Must match data generation.",
       flag_values=fv)
-  flags.DEFINE_bool("do_train", False, "Whether to run training.", flag_values=fv)
-  flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.", flag_values=fv)
-  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.", flag_values=fv)
-  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.", flag_values=fv)
   flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.", flag_values=fv)
   flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.", flag_values=fv)
   flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.", flag_values=fv)
   flags.DEFINE_integer("save_checkpoints_steps", 1000,
                        "How often to save the model checkpoint.", flag_values=fv)
   flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.", flag_values=fv)
-  common_flags.define_shared_flags(("iterations_per_loop", "tpu", "training"),
-                                   ("input_file", "output_dir"), fv)
+  common_flags.define_shared_flags(
+      ("train_and_eval_jobs", "iterations_per_loop", "tpu", "training"),
+      ("input_file", "output_dir"), fv)
   flags.adopt_module_key_flags(common_flags, flag_values=fv)  # (--help lists them)
 
 

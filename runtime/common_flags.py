@@ -104,6 +104,23 @@ def define_model_flags(max_seq_length, tokenizer=True, output_dir=True,
       "than this will be padded." + max_seq_length_help, flag_values=fv)
 
 
+def define_job_flags(predict=True, fv=flags.FLAGS):
+  """The original's --do_train, --do_eval, --do_predict and their batch sizes (run_classifier's
+  names, help texts and defaults; without the predict pair when `predict` is False, as in
+  run_pretraining)."""
+  flags.DEFINE_bool("do_train", False, "Whether to run training.", flag_values=fv)
+  flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set.", flag_values=fv)
+  if predict:
+    flags.DEFINE_bool("do_predict", False,
+                      "Whether to run the model in inference mode on the test set.",
+                      flag_values=fv)
+  flags.DEFINE_integer("train_batch_size", 32, "Total batch size for training.", flag_values=fv)
+  flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.", flag_values=fv)
+  if predict:
+    flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.",
+                         flag_values=fv)
+
+
 def define_fine_tuning_flags(fv=flags.FLAGS):
   """The original fine-tuning scripts' common optimisation and loop flags (learning rate,
   epochs, warmup, checkpoint steps, ...), with their defaults."""
@@ -205,7 +222,9 @@ def define_eval_during_training_flags(fv=flags.FLAGS):
 
 
 # The shared flag groups a run_* script may define (define_shared_flags), by name.
-GROUPS = {"fine_tuning": define_fine_tuning_flags, "tpu": define_tpu_flags,
+GROUPS = {"jobs": define_job_flags,
+          "train_and_eval_jobs": lambda fv: define_job_flags(predict=False, fv=fv),
+          "fine_tuning": define_fine_tuning_flags, "tpu": define_tpu_flags,
           "training": define_training_flags, "trim_train_batches": define_trim_train_batches_flag,
           "eval_during_training": define_eval_during_training_flags,
           "iterations_per_loop": define_iterations_per_loop_flag}
