@@ -64,6 +64,9 @@ class OutputsFamily(object):
   tagged = False        # a label per word: its labels are tags (prediction/tagger serves it)
   ranks = False         # one number per row that orders candidates (predict.py --rerank_run)
   headless = False      # the encoder's own outputs, no head (a bi-encoder can be written)
+  # The HTTP API that serve.py answers it with (server/apis.py: "embed", "predict"; a kind may
+  # name another: a reranker's "rerank"), or None: not served over HTTP.
+  http_api = None
 
   def to_probabilities(self, logits):
     """The family's logits -> probabilities in float64 (logits as they are when it has
@@ -88,6 +91,21 @@ class OutputsFamily(object):
     """How far a quantized model's outputs `got` stay from the float model's `want` (dicts of
     arrays): {"measure": name, "agreement": value, ...more figures}."""
     raise NotImplementedError(f"no measure for outputs {self.name!r}")
+
+  def http_answer(self, row, raw_scores=False):
+    """One row (rows()'s dict; with "logits" when the predictor keeps them) as serve.py's
+    POST /predict answers it for one input: TEI's [{"label", "score"}, ...], or HuggingFace's
+    token-classification entities or question-answering answer. raw_scores: logits instead
+    of probabilities (TEI's raw_scores)."""
+    raise NotImplementedError(f"outputs {self.name!r} have no /predict answer")
+
+
+def _raw(row):
+  """A row's logits (the predictor keeps them for raw_scores); a ValueError where the runtime
+  gives probabilities only."""
+  if row.get("logits") is None:
+    raise ValueError("raw_scores: this model's runtime gives probabilities only")
+  return [float(x) for x in row["logits"]]
 
 
 _FAMILIES = {}
@@ -244,6 +262,7 @@ class Vectors(OutputsFamily):
   served_by = "serving"
   row_fields = ("embedding",)
   pooled = headless = True
+  http_api = "embed"
 
   def serving_outputs(self, module, features, outputs, numeric=False):
     import tensorflow as tf
@@ -272,6 +291,15 @@ class Classes(OutputsFamily):
   served_by = "serving"
   row_fields = ("label", "probabilities")
   labelled = True
+  http_api = "predict"
+
+  def http_answer(self, row, raw_scores=False):
+    """TEI's [{"label", "score"}] of every label, the most probable first."""
+    scores = row["probabilities"]
+    if raw_scores:
+      scores = dict(zip(scores, _raw(row)))
+    return [{"label": label, "score": float(score)}
+            for label, score in sorted(scores.items(), key=lambda item: -item[1])]
 
   def serving_outputs(self, module, features, outputs, numeric=False):
     import tensorflow as tf
@@ -319,6 +347,8 @@ class MultiLabel(OutputsFamily):
   served_by = "serving"
   row_fields = ("labels", "probabilities")
   labelled = thresholds = True
+  http_api = "predict"
+  http_answer = Classes.http_answer
 
   def serving_outputs(self, module, features, outputs, numeric=False):
     import tensorflow as tf
@@ -368,6 +398,12 @@ class Score(OutputsFamily):
   served_by = "serving"
   row_fields = ("score",)
   ranks = True
+  http_api = "predict"
+
+  def http_answer(self, row, raw_scores=False):
+    """TEI's one-output answer: [{"label": "score", "score": the number}] (a regression's value
+    as it is; raw_scores changes nothing)."""
+    return [{"label": "score", "score": float(row["score"])}]
 
   def serving_outputs(self, module, features, outputs, numeric=False):
     import tensorflow as tf
@@ -393,6 +429,13 @@ class Tags(OutputsFamily):
   served_by = "tagger"
   row_fields = ("entities",)
   tagged = True
+  http_api = "predict"
+
+  def http_answer(self, row, raw_scores=False):
+    """HuggingFace's token-classification entities (aggregated): [{"entity_group", "score",
+    "word", "start", "end"}], character offsets."""
+    return [{"entity_group": e["type"], "score": float(e["score"]), "word": e["text"],
+             "start": e["start"], "end": e["end"]} for e in row["entities"]]
 
   def rows(self, outputs, texts_a, texts_b, predictor):
     """The entity_* outputs ([B, E]; byte offsets into the UTF-8 texts, -1 padding) ->
@@ -428,6 +471,14 @@ class Spans(OutputsFamily):
   served_by = "serving"
   row_fields = ("answer",)
   answers = True
+  http_api = "predict"
+
+  def http_answer(self, row, raw_scores=False):
+    """HuggingFace's question-answering answer {"answer", "score", "start", "end"} (score:
+    the span's start + end logit, as run_squad ranks spans; None when no span was found)."""
+    answer = row["answer"]
+    return {"answer": answer["text"], "score": answer.get("score"), "start": answer["start"],
+            "end": answer["end"]}
 
   def serving_outputs(self, module, features, outputs, numeric=False):
     import tensorflow as tf

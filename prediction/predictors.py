@@ -63,6 +63,10 @@ class Predictor(object):
     self.task, self.labels, self.multi_label = task, labels, bool(multi_label)
     self.kind = task_registry.get(task)
     self.thresholds, self.pair, self.text_columns = thresholds, pair, text_columns
+    # Rows keep the raw scores too ("logits"; a squad answer's "score"): serve.py's
+    # raw_scores. predict.py's rows leave them out.
+    self.keep_scores = False
+    self.max_seq_length = None  # (the length inputs are cut to, where known)
 
   def predict(self, texts_a, texts_b):
     """texts_a, texts_b: lists of str of one batch (texts_b None, or "" for a row without
@@ -102,7 +106,11 @@ class GraphPredictor(Predictor):
     a = tf.constant(texts_a, tf.string)
     b = tf.constant(texts_b if texts_b is not None else [""] * len(texts_a), tf.string)
     outputs = {k: v.numpy() for k, v in self._fn(a, b).items()}
-    return self.kind.family.rows(outputs, texts_a, texts_b, self)
+    rows = self.kind.family.rows(outputs, texts_a, texts_b, self)
+    if self.keep_scores and "logits" in outputs:
+      for row, logits in zip(rows, outputs["logits"]):
+        row["logits"] = logits.tolist()
+    return rows
 
   def pooled(self, outputs, texts_a, texts_b):
     """A SavedModel's embeddings pooled here as --pooling says (with a preprocess
@@ -226,8 +234,9 @@ class SquadPredictor(Predictor):
       if best is None or scores[s, e] > best[0]:
         best = (float(scores[s, e]), int(piece[s]), int(piece[e]))
     if best is None:
-      return {"answer": {"text": "", "start": None, "end": None}}
-    _, first, last = best
+      return {"answer": dict(text="", start=None, end=None,
+                             **({"score": None} if self.keep_scores else {}))}
+    score, first, last = best
     tok_text = " ".join(pieces[first:last + 1]).replace(" ##", "").replace("##", "")
     tok_text = " ".join(tok_text.strip().split())
     _, char_start, _ = words[piece_word[first]]
@@ -236,7 +245,8 @@ class SquadPredictor(Predictor):
     lower = self._tokenizer.basic_tokenizer.do_lower_case
     text = tokenization.get_final_text(tok_text, orig_text, lower)
     start = char_start + orig_text.find(text)
-    return {"answer": {"text": text, "start": start, "end": start + len(text)}}
+    return {"answer": dict(text=text, start=start, end=start + len(text),
+                           **({"score": score} if self.keep_scores else {}))}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -419,17 +429,19 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
                                    ("max_answer_length", 30))}
     squad.update({k: v for k, v in (squad_options or {}).items() if v is not None})
     tokenizer = tokenization.FullTokenizer(model.vocab_file, do_lower_case)
-    return SquadPredictor(model, tokenizer, max_seq_length, batch_size=batch_size, **squad)
+    return _sized(SquadPredictor(model, tokenizer, max_seq_length, batch_size=batch_size,
+                                 **squad), max_seq_length)
   if kind.family.labelled and description.get("doc_stride"):
     problem = model_files.stride_problem(description["doc_stride"], max_seq_length)
     if problem:  # (task.json's own pair is checked by model_files; this is --max_seq_length)
       raise ValueError(f"--max_seq_length={max_seq_length}: {path}'s {model_dir.TASK_FILE} "
                        f"\"doc_stride\" {description['doc_stride']} {problem}")
-    return WindowPredictor(
+    return _sized(WindowPredictor(
         model, tokenization.FullTokenizer(model.vocab_file, do_lower_case), max_seq_length,
         description["doc_stride"], description.get("window_pooling") or "mean", batch_size,
         pair=pair, labels=labels, multi_label=description.get("multi_label", False),
-        thresholds=_thresholds(description, labels, threshold), text_columns=columns)
+        thresholds=_thresholds(description, labels, threshold), text_columns=columns),
+        max_seq_length)
   preprocessor = preprocessing.BertPreprocessor(model.vocab_file, do_lower_case, max_seq_length)
   if kind.family.tagged:
     module = tagger.TaggerModule(model, preprocessor, labels)
@@ -445,6 +457,12 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
                                thresholds=_thresholds(description, labels, threshold),
                                pair=pair, text_columns=columns)
   predictor.keep_alive = module
+  return _sized(predictor, max_seq_length)
+
+
+def _sized(predictor, max_seq_length):
+  """`predictor` knowing the length (in word pieces) its inputs are cut to."""
+  predictor.max_seq_length = max_seq_length
   return predictor
 
 

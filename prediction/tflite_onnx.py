@@ -199,6 +199,8 @@ def load(path, pooling=None, normalize=False, threshold=None, threads=None):
       labels=labels if kind.labels else None, multi_label=kind.family.thresholds,
       thresholds=None if threshold is None else [threshold], pair=kind.pair)
   predictor.runner, predictor.token_ids = run, tokens
+  predictor.max_seq_length = tokens.max_seq_length
+  predictor.dtype = "int8" if config.get("quantize", "none") != "none" else "float32"
   return predictor
 
 

@@ -21,7 +21,9 @@ ALLOWED = {
     "runtime": {"utils", "root"},
     "tasks": {"utils", "runtime", "root"},
     "prediction": {"utils", "runtime", "root", "tasks"},
-    "script": {"utils", "root", "runtime", "pretraining_data", "tasks", "prediction", "script"},
+    "server": {"utils", "root"},
+    "script": {"utils", "root", "runtime", "pretraining_data", "tasks", "prediction", "server",
+               "script"},
 }
 # The scripts that import another script, each for a stated reason: the Beam twin is
 # create_pretraining_data's job on another runner; run_squad scores itself with the official
