@@ -1,6 +1,7 @@
 """The sentence-transformers layout: a bi-encoder's directory beyond TensorFlow, written by
 convert_checkpoint.py (huggingface_layout.save_sentence_transformers) and read as a
-run_embeddings model directory (read_model_files).
+run_embeddings model directory (read_model_files); and a CrossEncoder's directory
+(HuggingFace's layout, one output) read as a run_reranker model directory.
 
   modules.json                       the pipeline: Transformer (path "" here, "0_Transformer"
                                      in older directories), Pooling, Normalize when normalized
@@ -20,6 +21,7 @@ import json
 import os
 
 from bert_keras import model_files
+from bert_keras import task_registry
 from bert_keras.utils import file_io
 
 ST_MODULES_FILE = "modules.json"
@@ -212,10 +214,41 @@ def sentence_transformers_description(directory):
           "vocab_file": vocab_file, "options": {}, "layout": "sentence_transformers"}
 
 
+def cross_encoder_description(directory):
+  """A CrossEncoder directory (HuggingFace's layout: no task.json, no modules.json, a
+  config.json of the reranker kind's architecture with one output) described as a
+  run_reranker model directory; None for any other directory. (A one-output classifier is a
+  relevance scorer, as TEI reads it; a regression exported this way reads as one too.)"""
+  kind = task_registry.get("reranker")
+  config_file = os.path.join(directory, model_files.HF_CONFIG_FILE)
+  if (file_io.gfile.exists(os.path.join(directory, model_files.TASK_FILE))
+      or file_io.gfile.exists(os.path.join(directory, ST_MODULES_FILE))
+      or not file_io.gfile.exists(config_file)):
+    return None
+  config = model_files.read_json_object(config_file)
+  labels = config.get("id2label") or {}
+  outputs = config.get("num_labels", len(labels) if isinstance(labels, dict) else None)
+  if kind.hf_architecture not in (config.get("architectures") or []) or outputs != 1:
+    return None
+  vocab = os.path.join(directory, model_files.VOCAB_FILE)
+  vocab = vocab if file_io.gfile.exists(vocab) else None
+  length = None
+  tokenizer_config = os.path.join(directory, model_files.TOKENIZER_CONFIG_FILE)
+  if file_io.gfile.exists(tokenizer_config):
+    value = model_files.read_json_object(tokenizer_config).get("model_max_length")
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 20:
+      length = value  # (transformers' "no limit" is a huge number)
+  return {"task": kind.name, "multi_label": False, "labels": None, "max_seq_length": length,
+          "do_lower_case": model_files.read_do_lower_case(directory, vocab),
+          "directory": os.fspath(directory).rstrip("/") or "/", "bert_config_file": config_file,
+          "vocab_file": vocab, "options": {}, "layout": "cross_encoder"}
+
+
 def read_model_files(path):
   """model_files.read_model_files(path); a sentence-transformers directory (modules.json, no
   task.json) described as a run_embeddings model directory (sentence_transformers_description).
-  Every reader of a model directory reads it through here."""
+  Every reader of a model directory reads it through here (a CrossEncoder directory: only what
+  predicts, predictors.load)."""
   directory = model_files.model_dir_of(os.fspath(path))
   if is_sentence_transformers_dir(directory):
     return sentence_transformers_description(directory)

@@ -108,8 +108,11 @@ def load(model_dir, runtime="auto"):
   if runtime == "keras" and saved_model:
     raise ValueError(f"--runtime=keras: --model_dir {model_dir} is a SavedModel (use "
                      "--runtime=saved_model)")
-  task = None if (saved_model or predictors.is_embeddings_model_dir(model_dir)
-                  or sentence_transformers_layout.read_model_files(model_dir)) else "embeddings"
+  # (a directory without a task of its own: a CrossEncoder's is a reranker, any other
+  # checkpoint directory serves its encoder's embeddings)
+  task = None if (saved_model or sentence_transformers_layout.read_model_files(model_dir)
+                  or sentence_transformers_layout.cross_encoder_description(model_dir)
+                  ) else "embeddings"
   return predictors.load(model_dir, task=task), "saved_model" if saved_model else "keras"
 
 

@@ -35,6 +35,7 @@ from bert_keras import preprocessing
 from bert_keras.runtime import inference
 from bert_keras.runtime import model_dir
 from bert_keras.runtime import option_checks as checks
+from bert_keras import sentence_transformers_layout
 from bert_keras import serving
 from bert_keras import task_registry
 from bert_keras.tasks.classifier import doc_windows
@@ -373,6 +374,8 @@ def load(path, task=None, max_seq_length=None, pooling=None, normalize=False, th
     return load_saved_model(path, pooling, normalize,
                             None if threshold is None else [threshold])
   description = model_dir.read_model_dir(path)
+  if description is None and task is None:  # a CrossEncoder directory: a reranker
+    description = sentence_transformers_layout.cross_encoder_description(path)
   if description is None and not (task and task_registry.get(task).family.pooled):
     raise ValueError(f"--model_dir {path}: no {model_dir.TASK_FILE} (not a run_* output_dir "
                      "or its best/) and no saved_model.pb; pass --task=embeddings to embed "

@@ -106,6 +106,23 @@ def test_reranker_sorts_by_the_sigmoid_of_predict_s_score(setup):  # noqa: F811
     assert client.post("/predict", json={"inputs": "x"}).status_code == 404
 
 
+def test_a_cross_encoder_directory_serves_as_a_reranker(setup):  # noqa: F811
+  from bert_keras import huggingface_layout
+  from test_task_registry import _model
+  model = _model(task_registry.get("reranker"), setup)
+  directory = str(setup.root / "cross_encoder")
+  huggingface_layout.save_huggingface(model, directory, vocab_file=setup.vocab,
+                                      do_lower_case=True, max_seq_length=S)
+  with TestClient(serve.build(serve.options(model_dir=directory))) as client:
+    assert client.get("/info").json()["task"] == "reranker"
+    query, texts = "who was jim", ["jim henson", "the dog is hairy"]
+    got = client.post("/rerank", json={"query": query, "texts": texts,
+                                       "raw_scores": True}).json()
+  rows = predictors.load(model_directory(task_registry.get("reranker"), setup),
+                         max_seq_length=S).predict([query] * 2, texts)
+  _close(sorted(g["score"] for g in got), sorted(r["score"] for r in rows))
+
+
 def test_tagger_and_squad_answer_in_huggingface_s_formats(setup):  # noqa: F811
   with served(setup, "tagger") as (client, predictor):
     row = predictor.predict([TEXTS[0][0]], None)[0]
