@@ -37,6 +37,7 @@ from absl import logging
 
 from bert_keras import model_files
 from bert_keras import sentence_transformers_layout
+from bert_keras import task_registry
 from bert_keras import tokenization
 from bert_keras.prediction import predictors
 from bert_keras.prediction import tflite_onnx
@@ -108,11 +109,16 @@ def load(model_dir, runtime="auto"):
   if runtime == "keras" and saved_model:
     raise ValueError(f"--runtime=keras: --model_dir {model_dir} is a SavedModel (use "
                      "--runtime=saved_model)")
-  # (a directory without a task of its own: a CrossEncoder's is a reranker, any other
-  # checkpoint directory serves its encoder's embeddings)
-  task = None if (saved_model or sentence_transformers_layout.read_model_files(model_dir)
-                  or sentence_transformers_layout.cross_encoder_description(model_dir)
-                  ) else "embeddings"
+  # The task: the directory's own; a pre-training run's what it is served as (embeddings); a
+  # CrossEncoder directory's a reranker; any other checkpoint directory's the encoder's
+  # embeddings.
+  description = None if saved_model else sentence_transformers_layout.read_model_files(model_dir)
+  if saved_model or sentence_transformers_layout.cross_encoder_description(model_dir):
+    task = None
+  elif description:
+    task = task_registry.of_description(description).served_as
+  else:
+    task = task_registry.get("encoder").served_as
   return predictors.load(model_dir, task=task), "saved_model" if saved_model else "keras"
 
 

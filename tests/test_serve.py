@@ -39,32 +39,39 @@ def served(setup, name, **overrides):  # noqa: F811
     yield client, predictors.load(directory, max_seq_length=S)
 
 
+@pytest.fixture(scope="module")
+def embeddings(setup):  # noqa: F811
+  """One embeddings server for the tests that only ask it (a model load each is seconds)."""
+  with served(setup, "embeddings", max_wait_ms=20) as pair:
+    yield pair
+
+
 def _close(got, want, tol=1e-5):
   np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64),
                              rtol=tol, atol=tol)
 
 
-def test_embeddings_tei_openai_and_root_give_predict_s_vectors(setup):  # noqa: F811
-  with served(setup, "embeddings") as (client, predictor):
-    want = [r["embedding"] for r in predictor.predict(TEXTS[0], None)]
-    unit = [np.asarray(v) / np.linalg.norm(v) for v in want]
-    got = client.post("/embed", json={"inputs": TEXTS[0]}).json()
-    _close(got, unit)
-    _close(client.post("/embed", json={"inputs": TEXTS[0][1], "normalize": False}).json(),
-           [want[1]])
-    _close(client.post("/", json={"inputs": TEXTS[0][0]}).json(), [unit[0]])
-    answer = client.post("/v1/embeddings", json={"input": TEXTS[0], "model": "m"}).json()
-    assert [d["index"] for d in answer["data"]] == [0, 1] and answer["model"] == "m"
-    _close([d["embedding"] for d in answer["data"]], want)
-    # "the dog is hairy": 4 pieces, "who was jim": 3; [CLS] and [SEP] each
-    assert answer["usage"] == {"prompt_tokens": 6 + 5, "total_tokens": 11}
-    encoded = client.post("/v1/embeddings", json={"input": TEXTS[0][0],
-                                                   "encoding_format": "base64"}).json()
-    _close(np.frombuffer(base64.b64decode(encoded["data"][0]["embedding"]), "<f4"), want[0])
-    short = client.post("/v1/embeddings", json={"input": "the dog", "dimensions": 8}).json()
-    vector = np.asarray(short["data"][0]["embedding"])
-    full = predictor.predict(["the dog"], None)[0]["embedding"]
-    _close(vector, np.asarray(full[:8]) / np.linalg.norm(full[:8]))
+def test_embeddings_tei_openai_and_root_give_predict_s_vectors(embeddings):
+  client, predictor = embeddings
+  want = [r["embedding"] for r in predictor.predict(TEXTS[0], None)]
+  unit = [np.asarray(v) / np.linalg.norm(v) for v in want]
+  got = client.post("/embed", json={"inputs": TEXTS[0]}).json()
+  _close(got, unit)
+  _close(client.post("/embed", json={"inputs": TEXTS[0][1], "normalize": False}).json(),
+         [want[1]])
+  _close(client.post("/", json={"inputs": TEXTS[0][0]}).json(), [unit[0]])
+  answer = client.post("/v1/embeddings", json={"input": TEXTS[0], "model": "m"}).json()
+  assert [d["index"] for d in answer["data"]] == [0, 1] and answer["model"] == "m"
+  _close([d["embedding"] for d in answer["data"]], want)
+  # "the dog is hairy": 4 pieces, "who was jim": 3; [CLS] and [SEP] each
+  assert answer["usage"] == {"prompt_tokens": 6 + 5, "total_tokens": 11}
+  encoded = client.post("/v1/embeddings", json={"input": TEXTS[0][0],
+                                                 "encoding_format": "base64"}).json()
+  _close(np.frombuffer(base64.b64decode(encoded["data"][0]["embedding"]), "<f4"), want[0])
+  short = client.post("/v1/embeddings", json={"input": "the dog", "dimensions": 8}).json()
+  vector = np.asarray(short["data"][0]["embedding"])
+  full = predictor.predict(["the dog"], None)[0]["embedding"]
+  _close(vector, np.asarray(full[:8]) / np.linalg.norm(full[:8]))
 
 
 def test_classifier_predict_sorted_labels_raw_scores_and_root(setup):  # noqa: F811
@@ -123,6 +130,7 @@ def test_a_cross_encoder_directory_serves_as_a_reranker(setup):  # noqa: F811
   _close(sorted(g["score"] for g in got), sorted(r["score"] for r in rows))
 
 
+@pytest.mark.slow  # (every kind is served in test_task_registry's slow tier too)
 def test_tagger_and_squad_answer_in_huggingface_s_formats(setup):  # noqa: F811
   with served(setup, "tagger") as (client, predictor):
     row = predictor.predict([TEXTS[0][0]], None)[0]
@@ -152,17 +160,17 @@ def test_tagger_and_squad_answer_in_huggingface_s_formats(setup):  # noqa: F811
     ("/embed", {"inputs": "the dog " * 20}, 413, "tokens, more than the model's 12"),
     ("/rerank", {"query": "q", "texts": ["a"]}, 404, "POST /embed"),
 ])
-def test_a_bad_request_is_one_line_4xx_and_the_server_keeps_serving(setup, route, body,  # noqa
+def test_a_bad_request_is_one_line_4xx_and_the_server_keeps_serving(embeddings, route, body,
                                                                      status, words):
-  with served(setup, "embeddings") as (client, _):
-    sent = (client.post(route, content=body) if isinstance(body, bytes)
-            else client.post(route, json=body))
-    assert sent.status_code == status, sent.text
-    error = sent.json()["error"]
-    assert words in error and "\n" not in error
-    assert client.post("/embed", json={"inputs": "the dog", "truncate": True}).status_code == 200
-    assert client.post("/embed", json={"inputs": "the dog " * 20,
-                                       "truncate": True}).status_code == 200
+  client, _ = embeddings
+  sent = (client.post(route, content=body) if isinstance(body, bytes)
+          else client.post(route, json=body))
+  assert sent.status_code == status, sent.text
+  error = sent.json()["error"]
+  assert words in error and "\n" not in error
+  assert client.post("/embed", json={"inputs": "the dog", "truncate": True}).status_code == 200
+  assert client.post("/embed", json={"inputs": "the dog " * 20,
+                                     "truncate": True}).status_code == 200
 
 
 def test_health_info_and_metrics(setup):  # noqa: F811
@@ -180,24 +188,24 @@ def test_health_info_and_metrics(setup):  # noqa: F811
     assert "bert_batch_size_count{} 1" in text and "bert_queue_texts 0" in text
 
 
-def test_concurrent_clients_each_get_their_own_answers(setup):  # noqa: F811
+def test_concurrent_clients_each_get_their_own_answers(embeddings):
   words = ["the", "dog", "is", "hairy", "who", "was", "jim", "henson", "a", "puppet"]
   texts = [" ".join((words[i % 10:] + words)[:1 + i % 9]) for i in range(40)]
-  with served(setup, "embeddings", max_wait_ms=20) as (client, predictor):
-    alone = {t: np.asarray(predictor.predict([t], None)[0]["embedding"]) for t in set(texts)}
+  client, predictor = embeddings
+  alone = {t: np.asarray(predictor.predict([t], None)[0]["embedding"]) for t in set(texts)}
 
-    def ask(i):
-      mine = texts[i:i + 1 + i % 3]
-      got = client.post("/embed", json={"inputs": mine, "normalize": False}).json()
-      return mine, got
+  def ask(i):
+    mine = texts[i:i + 1 + i % 3]
+    got = client.post("/embed", json={"inputs": mine, "normalize": False}).json()
+    return mine, got
 
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-      for mine, got in pool.map(ask, range(len(texts))):
-        assert len(got) == len(mine)
-        for text, vector in zip(mine, got):
-          _close(vector, alone[text])
-    sizes = client.get("/metrics").text
-    assert "bert_batch_size_count" in sizes
+  with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    for mine, got in pool.map(ask, range(len(texts))):
+      assert len(got) == len(mine)
+      for text, vector in zip(mine, got):
+        _close(vector, alone[text])
+  sizes = client.get("/metrics").text
+  assert "bert_batch_size_count" in sizes
 
 
 def test_a_full_queue_refuses_at_once_and_queued_work_finishes():
@@ -228,6 +236,7 @@ def _free_port():
     return s.getsockname()[1]
 
 
+@pytest.mark.slow  # (the clients are also tested against a server in a thread, below)
 def test_live_server_with_real_clients_stops_on_sigterm(setup):  # noqa: F811
   openai = pytest.importorskip("openai")
   hub = pytest.importorskip("huggingface_hub")
@@ -267,10 +276,12 @@ def test_live_server_with_real_clients_stops_on_sigterm(setup):  # noqa: F811
   assert code == 0, server.stdout.read()
 
 
-def test_huggingface_hub_text_classification_against_a_live_classifier(setup):  # noqa: F811
-  hub = pytest.importorskip("huggingface_hub")
+@contextlib.contextmanager
+def listening(setup, name):  # noqa: F811
+  """(the URL of serve.py's app on kind `name`'s model directory, served by uvicorn in a
+  thread on a free port, the model directory); stopped after."""
   import uvicorn
-  directory = model_directory(task_registry.get("classifier"), setup)
+  directory = model_directory(task_registry.get(name), setup)
   server = uvicorn.Server(uvicorn.Config(serve.build(serve.options(model_dir=directory)),
                                          host="127.0.0.1", port=_free_port(),
                                          log_level="warning"))
@@ -278,13 +289,29 @@ def test_huggingface_hub_text_classification_against_a_live_classifier(setup):  
   thread.start()
   try:
     while not server.started:
+      assert thread.is_alive(), "the server did not start"
       time.sleep(0.05)
-    url = f"http://127.0.0.1:{server.config.port}"
+    yield f"http://127.0.0.1:{server.config.port}", directory
+  finally:
+    server.should_exit = True
+    thread.join(30)
+
+
+def test_the_real_clients_against_a_live_server(setup):  # noqa: F811
+  openai = pytest.importorskip("openai")
+  hub = pytest.importorskip("huggingface_hub")
+  with listening(setup, "classifier") as (url, directory):
     got = hub.InferenceClient(base_url=url).text_classification(TEXTS[0][0])
     row = predictors.load(directory, max_seq_length=S).predict([TEXTS[0][0]], None)[0]
     assert [e.label for e in got] == sorted(row["probabilities"],
                                             key=lambda n: -row["probabilities"][n])
     _close([e.score for e in got], sorted(row["probabilities"].values(), reverse=True))
-  finally:
-    server.should_exit = True
-    thread.join(30)
+  with listening(setup, "embeddings") as (url, directory):
+    want = [r["embedding"] for r in predictors.load(directory, max_seq_length=S).predict(
+        TEXTS[0], None)]
+    answer = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0
+                           ).embeddings.create(input=TEXTS[0], model="tiny")
+    _close([d.embedding for d in answer.data], want)
+    assert answer.usage.prompt_tokens == 11 and answer.model == "tiny"
+    vectors = hub.InferenceClient(base_url=url).feature_extraction(TEXTS[0][0])
+    _close(np.reshape(vectors, -1), np.asarray(want[0]) / np.linalg.norm(want[0]), 1e-4)

@@ -246,6 +246,11 @@ def check_family(kind, setup):
   predictor = predictors.GraphPredictor(serve, kind.name, labels=LABELS if kind.labels else None)
   rows = predictor.predict(texts_a, texts_b)
   assert len(rows) == 2 and all(sorted(row) == sorted(family.row_fields) for row in rows), rows
+  # serve.py: the kind's HTTP API (server/apis.py), and a /predict family's answer of a row
+  from bert_keras.server import apis
+  assert kind.served_api in apis.ROOT, f"{kind.name}: no HTTP API ({kind.served_api})"
+  if kind.served_api == "predict":
+    assert all(json.dumps(family.http_answer(row)) for row in rows)
   numeric = {k: np.asarray(v) for k, v in out.items()}
   if hasattr(module, "serve_token_ids"):  # (the TFLite / ONNX export's outputs)
     ids = {k: tf.constant(v) for k, v in setup.inputs.items()}
@@ -347,6 +352,35 @@ def check_token_id_model(kind, setup):
   _assert_rows_close(rows, _model_dir_rows(kind, setup), kind.name)
 
 
+def check_serve(kind, setup):
+  """serve.py on the model directory (no model flags): its API answers as predict.py
+  predicts, through the family's http_answer."""
+  from starlette.testclient import TestClient
+  from bert_keras import serve
+  served = task_registry.served(kind)
+  directory = model_directory(kind, setup)
+  predictor = predictors.load(directory, task=None if served is kind else served.name,
+                              max_seq_length=S)
+  with TestClient(serve.build(serve.options(model_dir=directory))) as client:
+    if served.served_api == "embed":
+      got = client.post("/embed", json={"inputs": TEXTS[0], "normalize": False})
+      want = [r["embedding"] for r in predictor.predict(TEXTS[0], None)]
+    elif served.served_api == "rerank":
+      got = client.post("/rerank", json={"query": TEXTS[0][0], "texts": TEXTS[1],
+                                         "raw_scores": True})
+      scores = [r["score"] for r in predictor.predict([TEXTS[0][0]] * 2, TEXTS[1])]
+      want = [{"index": int(i), "score": scores[i]} for i in np.argsort(scores)[::-1]]
+    else:
+      inputs = ([{"question": a, "context": b} for a, b in zip(*TEXTS)] if served.family.answers
+                else [[a, b] for a, b in zip(*TEXTS)] if served.pair != "no" else TEXTS[0])
+      got = client.post("/predict", json={"inputs": inputs})
+      predictor.keep_scores = True
+      want = [served.family.http_answer(row) for row in predictor.predict(
+          TEXTS[0], TEXTS[1] if served.pair != "no" else None)]
+    assert got.status_code == 200, got.text
+    _assert_rows_close(got.json(), json.loads(json.dumps(want)), kind.name)
+
+
 def check_predict_beam(kind, setup):
   """predict_beam.py (Beam's DirectRunner) on the model directory: predict.py's rows."""
   from bert_keras import predict_beam
@@ -384,7 +418,7 @@ def test_every_kind_on_every_surface(setup, name, surface):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("surface", (check_saved_model, check_predict, check_token_id_model,
-                                     check_predict_beam),
+                                     check_predict_beam, check_serve),
                          ids=lambda f: f.__name__[6:])
 @pytest.mark.parametrize("name", KINDS)
 def test_every_kind_is_served(setup, name, surface):
@@ -504,6 +538,10 @@ def _planted_family(omit):
     signature = score.signature + ("planted",)
     numeric = score.numeric + ("planted",)
     served_by, row_fields = score.served_by, score.row_fields
+    http_api = score.http_api
+
+    def http_answer(self, row, raw_scores=False):
+      return score.http_answer(row, raw_scores)
 
     def serving_outputs(self, module, features, outputs, numeric=False):
       served = score.serving_outputs(module, features, outputs, numeric)
@@ -522,7 +560,8 @@ def _planted_family(omit):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("omit", ["signature", "numeric", "served_by", "row_fields",
-                                  "serving_outputs", "rows", "measure"])
+                                  "serving_outputs", "rows", "measure", "http_api",
+                                  "http_answer"])
 def test_a_family_that_omits_its_behaviour_fails(setup, omit):
   """A new outputs family touches its declaration, its head, its reader and its tests: a
   family that leaves out any part of its declaration fails check_family; the whole one
