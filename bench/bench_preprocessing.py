@@ -15,7 +15,6 @@ each keeps its best round. Parity = share of lines whose three rows equal the or
 Prints a table, then a JSON object of the figures as its last line.
 """
 
-import glob
 import json
 import os
 import sys
@@ -26,16 +25,11 @@ from absl import flags
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from shared_data import shared_data  # noqa: E402
+from shared_data import define_corpus_flags, read_lines  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("input_file",
-                    shared_data("text", "gutenberg_sentence_per_line", "*.txt"),
-                    "Glob(s), comma-separated, of text files, one line per text.")
-flags.DEFINE_string("vocab_file", shared_data("vocab", "bert-base-uncased-vocab.txt"),
-                    "WordPiece vocab.")
-flags.DEFINE_bool("do_lower_case", True, "Uncased tokenization.")
+define_corpus_flags()
 flags.DEFINE_integer("batch_size", 32, "Lines per batch.")
 flags.DEFINE_integer("max_seq_length", 128, "Length of the packed rows.")
 flags.DEFINE_integer("repeats", 2, "Interleaved timed rounds (each peer keeps its best).")
@@ -109,14 +103,7 @@ def main(_):
   # do_lower_case and max_seq_length with its own defaults)
   vocab_file, lower, length = FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.max_seq_length
   batch_size, repeats = FLAGS.batch_size, FLAGS.repeats
-  files = sorted(f for pattern in FLAGS.input_file.split(",") for f in glob.glob(pattern))
-  lines = []
-  for path in files:
-    with open(path, encoding="utf-8") as f:
-      lines.extend(f.read().split("\n"))
-  if FLAGS.max_lines:
-    lines = lines[:FLAGS.max_lines]
-  megabytes = sum(len(line.encode("utf-8")) for line in lines) / 1e6
+  files, lines, megabytes = read_lines(FLAGS.input_file, FLAGS.max_lines)
   print(f"corpus: {len(files)} files, {len(lines)} lines, {megabytes:.2f} MB; vocab "
         f"{vocab_file}; do_lower_case={lower}; batch {batch_size}, "
         f"max_seq_length {length}; tf.data map, one call at a time")

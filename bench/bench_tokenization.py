@@ -18,7 +18,6 @@ Prints a table, then a JSON object of the figures as its last line.
 """
 
 import gc
-import glob
 import json
 import os
 import sys
@@ -29,16 +28,11 @@ from absl import flags
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from shared_data import shared_data  # noqa: E402
+from shared_data import define_corpus_flags, read_lines  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("input_file",
-                    shared_data("text", "gutenberg_sentence_per_line", "*.txt"),
-                    "Glob(s), comma-separated, of text files, one line per text.")
-flags.DEFINE_string("vocab_file", shared_data("vocab", "bert-base-uncased-vocab.txt"),
-                    "WordPiece vocab.")
-flags.DEFINE_bool("do_lower_case", True, "Uncased tokenization.")
+define_corpus_flags()
 flags.DEFINE_integer("repeats", 5,
                      "Interleaved rounds over the fast tokenizers (each keeps its best).")
 flags.DEFINE_integer("batch_lines", 4096, "Lines per call of the batch APIs.")
@@ -53,14 +47,7 @@ def main(_):
   from bert_keras import tokenization
   import oracle
   original = oracle.original("tokenization")
-  files = sorted(f for pattern in FLAGS.input_file.split(",") for f in glob.glob(pattern))
-  lines = []
-  for path in files:
-    with open(path, encoding="utf-8") as f:
-      lines.extend(f.read().split("\n"))
-  if FLAGS.max_lines:
-    lines = lines[:FLAGS.max_lines]
-  megabytes = sum(len(line.encode("utf-8")) for line in lines) / 1e6
+  files, lines, megabytes = read_lines(FLAGS.input_file, FLAGS.max_lines)
   batches = _batches(lines, FLAGS.batch_lines)
   vocab_file, lower = FLAGS.vocab_file, FLAGS.do_lower_case
 

