@@ -14,6 +14,7 @@
 #  11. a fresh Python process     queries the SavedModel with a raw sentence pair
 #  12. convert_checkpoint.py      the classifier in HuggingFace's layout (model.safetensors)
 #  13. export_saved_model.py      the classifier as int8 TFLite (--format=tflite)
+#  14. serve.py                   the classifier over HTTP: started, asked, stopped (SIGTERM)
 # and prints a summary table (each step's figure, time and files), also in OUT/summary.md.
 #
 #   bash demo.sh             # built-in data, a tiny model (the summary gives each step's time)
@@ -30,7 +31,7 @@ unset TF_USE_LEGACY_KERAS
 export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 if [ -z "${PY:-}" ]; then
   [ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e .
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[serve]"
   PY=.venv/bin/python
 fi
 
@@ -239,6 +240,40 @@ $PY export_saved_model.py --task=classifier --labels="$LABELS" --format=tflite \
   --min_agreement=0.9 --export_dir="$OUT/classifier_tflite"
 done_step tflite "$OUT/classifier_tflite/model.tflite"
 
+begin "14. serve.py: the classifier over HTTP (TEI's POST /predict), then SIGTERM"
+# (a free port; the server's log in OUT/serve.log; it must answer, then stop with exit 0)
+$PY - "$OUT" "$PY" <<'PY'
+import json, signal, socket, subprocess, sys, time, urllib.request
+out, python = sys.argv[1], sys.argv[2]
+with socket.socket() as s:
+  s.bind(("127.0.0.1", 0))
+  port = s.getsockname()[1]
+log = open(f"{out}/serve.log", "w")
+server = subprocess.Popen([python, "serve.py", f"--model_dir={out}/classifier_output",
+                           f"--port={port}"], stdout=log, stderr=subprocess.STDOUT)
+url = f"http://127.0.0.1:{port}"
+try:
+  for _ in range(240):
+    try:
+      urllib.request.urlopen(url + "/health", timeout=1)
+      break
+    except OSError:
+      assert server.poll() is None, open(f"{out}/serve.log").read()[-2000:]
+      time.sleep(0.5)
+  pair = ["The keeper lit the lamp before the storm.", "Waves broke on the cliffs all night."]
+  request = urllib.request.Request(url + "/predict", json.dumps({"inputs": pair}).encode(),
+                                   {"Content-Type": "application/json"})
+  answer = json.load(urllib.request.urlopen(request, timeout=60))
+  print("POST /predict", json.dumps({"inputs": pair}), "->", json.dumps(answer))
+finally:
+  server.send_signal(signal.SIGTERM)
+  code = server.wait(60)
+print("the server stopped on SIGTERM with exit code", code)
+assert code == 0, open(f"{out}/serve.log").read()[-2000:]
+json.dump({"inputs": pair, "answer": answer, "exit_code": code}, open(f"{out}/served.json", "w"))
+PY
+done_step serve "$OUT/served.json"
+
 $PY - "$OUT" "$REAL" 2> "$OUT/summary.log" <<'PY' || { cat "$OUT/summary.log"; exit 1; }
 # The summary: each step, its key figure, its time and its files (also OUT/summary.md).
 import json, os, sys
@@ -293,6 +328,10 @@ def figure(step, path):
         ", ".join(config["id2label"][str(i)] for i in range(len(config["id2label"]))))
   if step == "tflite":
     return "int8 model.tflite %.2f MB" % (os.path.getsize(path) / 1e6)
+  if step == "serve":
+    served = json.load(open(path))
+    return "POST /predict: %s %.3f; exit %d on SIGTERM" % (
+        served["answer"][0]["label"], served["answer"][0]["score"], served["exit_code"])
   if step == "query":
     query = json.load(open(path))
     return "probabilities " + ", ".join(

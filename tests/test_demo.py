@@ -18,7 +18,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = ("vocab", "pretraining_data", "pretraining", "classifier", "squad", "tagger", "embeddings",
-         "rerank", "features", "export", "query", "huggingface", "tflite")
+         "rerank", "features", "export", "query", "huggingface", "tflite", "serve")
 # What each step's figure must show (a number after the name of the measure).
 FIGURES = {
     "vocab": r"\d+ tokens",
@@ -36,6 +36,7 @@ FIGURES = {
     "huggingface": r"model\.safetensors \d+\.\d\d MB, BertForSequenceClassification, "
                    r"labels other_topic, same_topic",
     "tflite": r"int8 model\.tflite \d+\.\d\d MB",
+    "serve": r"POST /predict: (other_topic|same_topic) [01]\.\d{3}; exit 0 on SIGTERM",
 }
 
 
@@ -149,7 +150,8 @@ def test_each_step_wrote_its_files_in_out(demo_out):
       "reranker_output/task.json", "features.jsonl",
       "saved_model/saved_model.pb", "query.json", "classifier_hf/config.json",
       "classifier_hf/model.safetensors", "classifier_hf/vocab.txt",
-      "classifier_tflite/model.tflite", "classifier_tflite/labels.txt", "summary.md"]
+      "classifier_tflite/model.tflite", "classifier_tflite/labels.txt", "served.json",
+      "serve.log", "summary.md"]
   missing = [p for p in expected if not os.path.exists(os.path.join(demo_out, p))]
   assert not missing
   with open(os.path.join(demo_out, "classifier_output/test_results.tsv")) as f:
