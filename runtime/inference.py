@@ -5,6 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras.runtime import input_pipeline
+from bert_keras.utils import progress as progress_lib
 
 
 def make_inference_fn(strategy, forward, use_xla=False):
@@ -64,20 +65,29 @@ def pad_batch(arrays, batch_size):
           for k, v in arrays.items()}, n
 
 
-def infer_dataset(infer, dataset, batch_size, trim_key=None):
+def infer_dataset(infer, dataset, batch_size, trim_key=None, what="rows"):
   """Runs infer (make_inference_fn) over a dataset of batches of at most batch_size (a dict
   of tensors each), every batch zero-padded to batch_size (one shape for every step) and the
   padding rows dropped from the outputs. Yields (batch as numpy arrays, outputs as numpy
-  arrays) per batch, in order.
+  arrays) per batch, in order. A progress line ("inference: 640 of 3,000 rows, 21.3 rows/s,
+  ETA 0:01:51"; `what` names the rows) at most every 30 seconds, whatever the batch size.
 
   trim_key: e.g. "input_mask": each batch's sequence features are cut to the batch's longest
   sequence first (trim_batch), which saves the work on the padding; outputs with a sequence
   axis then have the trimmed length (a caller pads them back if it needs to)."""
+  batches = int(dataset.cardinality())
+  total = batches * batch_size if batches >= 0 else None  # (at most: the last may be short)
+  progress, done = progress_lib.Progress(total, live=False), 0
   for batch in dataset:
     arrays = {k: v.numpy() for k, v in batch.items()}
     inputs = trim_batch(arrays, trim_key)[0] if trim_key else arrays
     padded, n = pad_batch(inputs, batch_size)
-    yield arrays, tf.nest.map_structure(lambda x: x[:n], infer(padded))
+    outputs = tf.nest.map_structure(lambda x: x[:n], infer(padded))
+    done += n
+    of = f" of about {total:,}" if total else ""
+    progress.show(f"inference: {done:,}{of} {what}, {progress.rate(done):.1f} {what}/s, "
+                  f"ETA {progress.eta(done) if total else '?'}")
+    yield arrays, outputs
 
 
 def trim_batch(arrays, mask_key="input_mask", multiple=8):

@@ -332,14 +332,21 @@ class Trainer:
     writer = (tf.summary.create_file_writer(output_dir) if chief
               else tf.summary.create_noop_writer())
     progress = Progress(step, num_train_steps, self.task.examples_name)
+    seconds_per_step = None  # (of the last device call: a call is cut to about 30 s)
     while step < num_train_steps:
       n = steps_to_run(step, num_train_steps, steps_per_loop, log_every_steps,
                        save_checkpoints_steps, eval_every_steps)
+      if seconds_per_step:
+        n = max(1, min(n, int(progress_lib.Progress.LOG_INTERVAL_S // seconds_per_step)))
       start = time.perf_counter()
-      sums, diverged = self._train_loop(iterator, tf.constant(n, tf.int32))
+      with progress_lib.heartbeat(lambda s, first=step, n=n: (
+          f"step {first}: a device call of {n} steps has run {s:.0f} s"
+          + (" (tracing and compiling first)" if seconds_per_step is None else ""))):
+        sums, diverged = self._train_loop(iterator, tf.constant(n, tf.int32))
       sums = {k: float(v.numpy()) for k, v in sums.items()}
       elapsed = time.perf_counter() - start
       previous, step = step, int(self.global_step.numpy())
+      seconds_per_step = elapsed / max(step - previous, 1)
       stats = self._loop_stats(sums, step - previous, elapsed, global_batch_size,
                                flops_per_sequence, peak_flops)
       logging.info("%s", progress.line(step, stats))

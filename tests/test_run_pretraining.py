@@ -627,3 +627,24 @@ def test_damaged_record_past_the_first_records_is_one_line(data, tmp_path):  # n
       f"--input_file {path}: corrupted record at byte {offset} (its checksum does not match: "
       "the file is damaged)")
   assert run_pretraining.damaged_record_text("another error", [str(path)]) is None
+
+
+@pytest.mark.slow  # (the fast tier stays under 5 minutes on 2 cores)
+def test_a_slow_step_still_shows_progress_every_interval(data, tmp_path, caplog, monkeypatch):
+  """Progress at least every 30 s whatever --log_every_steps says: once a device call shows
+  how long a step takes, the next calls are cut so that each lasts about 30 s (here the
+  interval is made tiny, so every call after the first is one step, where --log_every_steps=2
+  alone gives lines at 2, 4 and 6); the weights are those of the uncut run."""
+  import logging
+  from bert_keras.utils import progress as progress_lib
+  caplog.set_level(logging.INFO)
+  monkeypatch.setattr(progress_lib.Progress, "LOG_INTERVAL_S", 1e-6)
+  run_pretraining.run(_options(data, tmp_path / "cut", iterations_per_loop=1000,
+                               log_every_steps=2, save_checkpoints_steps=1000))
+  lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step = ")]
+  assert [int(line.split(",")[0].split(" = ")[1]) for line in lines] == [2, 3, 4, 5, 6], lines
+  monkeypatch.undo()
+  run_pretraining.run(_options(data, tmp_path / "whole", iterations_per_loop=1000,
+                               log_every_steps=2, save_checkpoints_steps=1000))
+  _assert_same_weights(_weights(tmp_path / "cut" / "bert_model.ckpt"),
+                       _weights(tmp_path / "whole" / "bert_model.ckpt"), atol=0)

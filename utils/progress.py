@@ -1,8 +1,10 @@
 """The one progress line of every long job: work done of a total, the rate, the ETA; on a
 terminal rewritten in place, otherwise an INFO log line at most every `interval` seconds."""
 
+import contextlib
 import datetime
 import sys
+import threading
 import time
 
 from absl import logging
@@ -87,3 +89,22 @@ class Progress(object):
       sys.stderr.write("\n")
       sys.stderr.flush()
       self._printed = False
+
+
+@contextlib.contextmanager
+def heartbeat(text, every=Progress.LOG_INTERVAL_S):
+  """Logs text(seconds so far) every `every` seconds while the block runs: a long call that
+  cannot report its own progress (a compiled training loop) still shows it is alive."""
+  stop, start = threading.Event(), time.perf_counter()
+
+  def beat():
+    while not stop.wait(every):
+      logging.info("%s", text(time.perf_counter() - start))
+
+  thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    stop.set()
+    thread.join()

@@ -33,6 +33,7 @@ from bert_keras.runtime import training
 from bert_keras.tasks.retrieval import embedding_data
 from bert_keras.tasks.retrieval import embeddings
 from bert_keras.tasks.retrieval import metrics as retrieval_metrics
+from bert_keras.utils import progress as progress_lib
 
 QUERY, PASSAGE, LABEL = "query", "passage", "label"
 LOSSES = ("pointwise", "listwise")
@@ -291,9 +292,11 @@ def rerank_file(score, run_path, corpus_path, queries_path, output_path, top_k=T
   candidates = read_candidates(run_path, queries, corpus, top_k)
 
   def batched(texts_a, texts_b):
-    found = []
+    found, progress = [], progress_lib.Progress(len(texts_a), live=False)
     for start in range(0, len(texts_a), batch_size):
       found.extend(score(texts_a[start:start + batch_size], texts_b[start:start + batch_size]))
+      progress.show(f"rerank: {len(found):,} of {len(texts_a):,} pairs, "
+                    f"{progress.rate(len(found)):.1f} pairs/s, ETA {progress.eta(len(found))}")
     return np.asarray(found, np.float64)
 
   run = rerank(candidates, queries, corpus, batched)
