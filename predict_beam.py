@@ -117,6 +117,9 @@ def define_flags(fv=flags.FLAGS):
   flags.DEFINE_bool("output_tfrecord", False, "Embeddings: also write the vectors as "
                     "PREFIX-SSSSS-of-NNNNN.tfrecord (tf.train.Example: id, embedding).",
                     flag_values=fv)
+  flags.DEFINE_bool("overwrite", False, "Replace the shards an earlier run left under "
+                    "--output_file (without it they are refused: two runs' rows would mix).",
+                    flag_values=fv)
 
 
 DEFAULTS = common_flags.flag_defaults(define_flags)
@@ -141,10 +144,11 @@ class ReadRows(_DoFn):
   """A file's path -> its good rows (path, line, fields, text_a, text_b or None); a bad row
   is a PredictError, or (skip_bad_rows) a {"file", "line", "reason"} on the "bad" output."""
 
-  def __init__(self, info, input_format, text_a_column, text_b_column, skip_bad_rows):
+  def __init__(self, info, input_format, text_a_column, text_b_column, skip_bad_rows,
+               max_row_bytes=predict.MAX_ROW_BYTES):
     self.info, self.input_format = info, input_format
     self.text_a_column, self.text_b_column = text_a_column, text_b_column
-    self.skip_bad_rows = skip_bad_rows
+    self.skip_bad_rows, self.max_row_bytes = skip_bad_rows, max_row_bytes
 
   def setup(self):
     self.c_rows = beam.metrics.Metrics.counter(NAMESPACE, "rows")
@@ -159,7 +163,8 @@ class ReadRows(_DoFn):
       raise PredictError(str(e)) from None
 
   def _rows(self, path):
-    reader = row_io.Reader(path, row_io.format_of(path, self.input_format))
+    reader = row_io.Reader(path, row_io.format_of(path, self.input_format),
+                           max_row_bytes=self.max_row_bytes)
     columns = predict.Columns(self.info, self.text_a_column, self.text_b_column)
     for row in reader:
       self.c_rows.inc()
@@ -311,10 +316,37 @@ def check_options(options):
   if options.direct_num_workers < 0:
     raise ValueError(f"--direct_num_workers={options.direct_num_workers}: must be 0 (one per "
                      "CPU) or positive")
-  parent = os.path.dirname(options.output_file)
-  if parent and not file_io.is_remote(parent) and not os.path.isdir(parent):
-    raise ValueError(f"--output_file {options.output_file}: no such directory {parent}")
+  prefix = options.output_file
+  if not file_io.is_remote(prefix) and os.path.isdir(prefix):
+    raise ValueError(f"--output_file {prefix}: a directory; give the shards' prefix inside it "
+                     f"(e.g. {os.path.join(prefix, 'predictions')})")
+  shard = _shard_pattern(prefix)
+  covered = [f for f in files if shard.match(_local(f))]
+  if covered:
+    raise ValueError(f"--input_file {options.input_file} holds the output shards of "
+                     f"--output_file {prefix} ({covered[0]}): a run would read its own output")
+  earlier = output_shards(prefix)
+  if earlier and not options.overwrite:
+    raise ValueError(f"--output_file {prefix}: {len(earlier)} shards of an earlier run are "
+                     f"there ({earlier[0]}); pass --overwrite to replace them (the two runs' "
+                     "rows would mix)")
   return files
+
+
+def _local(path):
+  return path if file_io.is_remote(path) else os.path.abspath(path)
+
+
+def _shard_pattern(prefix):
+  """The names of the shards a run writes under `prefix`: rows, dead letters, TFRecords."""
+  return re.compile(re.escape(_local(prefix)) + r"(-errors)?-\d{5}-of-\d{5}\.(jsonl|tfrecord)$")
+
+
+def output_shards(prefix):
+  """The shards under `prefix` that a run writes (or an earlier run wrote), sorted."""
+  pattern = _shard_pattern(prefix)
+  found = FileSystems.match([prefix + "-*"])[0].metadata_list
+  return sorted(m.path for m in found if pattern.match(_local(m.path)))
 
 
 def build_pipeline(pipeline, files, info, options):
@@ -326,7 +358,7 @@ def build_pipeline(pipeline, files, info, options):
           | "SpreadFiles" >> beam.Reshuffle()
           | "ReadRows" >> beam.ParDo(ReadRows(
               info, options.input_format, options.text_a_column, options.text_b_column,
-              options.skip_bad_rows)).with_outputs("bad", main="rows"))
+              options.skip_bad_rows, options.max_row_bytes)).with_outputs("bad", main="rows"))
   rows = (read.rows
           | "SpreadRows" >> beam.Reshuffle()
           | "Predict" >> inference_base.RunInference(
@@ -397,6 +429,14 @@ def run(options, beam_options=None):
     std_logging.getLogger("apache_beam").setLevel(std_logging.WARNING)
   logging.info("predict_beam: %d input files -> %s-SSSSS-of-NNNNN.jsonl", len(files),
                options.output_file)
+  parent = os.path.dirname(options.output_file)
+  if parent and not file_io.is_remote(parent):
+    os.makedirs(parent, exist_ok=True)  # (as Beam's sinks make a bucket's folders)
+  for path in output_shards(options.output_file):  # (--overwrite: checked)
+    FileSystems.delete([path])
+  for path in _temporary_dirs(options.output_file):
+    logging.info("predict_beam: removing %s, a temporary folder that a killed run left", path)
+    tf.io.gfile.rmtree(path)
   before = _temporary_dirs(options.output_file)
   start = time.perf_counter()
   pipeline = beam.Pipeline(runner=runner, options=beam_options)

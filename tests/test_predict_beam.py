@@ -276,7 +276,8 @@ def test_launcher_errors(setup, tmp_path):
       (dict(input_file=str(tmp_path / "nothing-*.tsv")), "--input_file .*: no files match"),
       (dict(input_file="-"), "a pipeline does not read standard input"),
       (dict(output_file=None), "--output_file is required"),
-      (dict(output_file=str(tmp_path / "no" / "o")), "--output_file .*: no such directory"),
+      (dict(output_file=str(tmp_path)), "--output_file .*: a directory; give the shards' "
+                                          "prefix inside it"),
       (dict(batch_size=0), "--batch_size=0: must be >= 1"),
       (dict(num_shards=-1), "--num_shards=-1"),
       (dict(rerank_run=str(tmp_path / "in.jsonl")), "--rerank_run: predict.py reranks"),
@@ -340,3 +341,33 @@ def test_command_line(setup, tmp_path):
     assert done.returncode == 1 and done.stderr.strip().splitlines()[-1].startswith(message), (
         done.stderr)
     assert "Traceback" not in done.stderr
+
+
+def test_runs_never_mix_and_a_row_over_max_row_bytes_is_bad(setup, tmp_path):
+  """An earlier run's shards under the prefix are refused (replaced with --overwrite), an
+  input pattern that covers the output shards is refused, a prefix in a folder that does
+  not exist yet is made as Beam's sinks make one, and --max_row_bytes bounds a row."""
+  rows = tmp_path / "in.jsonl"
+  rows.write_text('{"text": "the dog"}\n{"text": "' + "word " * 400 + '"}\n{"text": "jim"}\n')
+  prefix = tmp_path / "new" / "folder" / "pred"
+
+  def run(**overrides):
+    return predict_beam.run(predict_beam.options(**dict(dict(
+        model_dir=setup.paths["classifier"], input_file=str(rows), output_file=str(prefix),
+        batch_size=4, skip_bad_rows=True, max_row_bytes=200, num_shards=2), **overrides)),
+        beam_runner.pipeline_options())
+
+  counts = run()
+  assert (counts["written"], counts["bad"]) == (2, 1)
+  shards = sorted(p.name for p in prefix.parent.iterdir())
+  assert shards == ["pred-00000-of-00002.jsonl", "pred-00001-of-00002.jsonl",
+                    "pred-errors-00000-of-00002.jsonl", "pred-errors-00001-of-00002.jsonl"]
+  bad = "".join(p.read_text() for p in prefix.parent.glob("pred-errors-*"))
+  assert "over --max_row_bytes=200" in bad and '"line": 2' in bad
+  with pytest.raises(ValueError, match="4 shards of an earlier run are there .*--overwrite"):
+    run(num_shards=1)
+  with pytest.raises(ValueError, match="holds the output shards of --output_file"):
+    run(input_file=str(prefix.parent / "*.jsonl"), overwrite=True)
+  counts = run(num_shards=1, overwrite=True, skip_bad_rows=False, max_row_bytes=0)
+  assert counts["written"] == 3
+  assert sorted(p.name for p in prefix.parent.iterdir()) == ["pred-00000-of-00001.jsonl"]
