@@ -40,6 +40,7 @@ import json
 import math
 
 import keras
+import numpy as np
 from keras import ops
 
 from bert_keras.utils import file_io
@@ -882,6 +883,28 @@ class BertModel(keras.Model):
     if isinstance(config.get("dtype"), dict):
       config["dtype"] = keras.saving.deserialize_keras_object(config["dtype"])
     return cls(BertConfig.from_dict(config.pop("config")), **config)
+
+  # A saved encoder records its number of layers beside its weights: a .keras file whose
+  # config.json says fewer (or more) layers than its model.weights.h5 holds is refused, where
+  # Keras loads the layers the config names and drops the rest without a word.
+  _LAYERS_KEY = "num_hidden_layers"
+
+  def save_own_variables(self, store):
+    super().save_own_variables(store)
+    store[self._LAYERS_KEY] = np.asarray(self.config.num_hidden_layers, np.int64)
+
+  def load_own_variables(self, store):
+    names = list(store.keys())
+    if self._LAYERS_KEY in names:
+      saved = int(np.asarray(store[self._LAYERS_KEY]))
+      if saved != self.config.num_hidden_layers:
+        self._refused = (f"the saved weights hold {saved} encoder layers, the model's config "
+                         f"{self.config.num_hidden_layers} (num_hidden_layers): refused (a "
+                         ".keras file whose config.json and weights do not match)")
+      store = {name: store[name] for name in names if name != self._LAYERS_KEY}
+    if getattr(self, "_refused", None):  # (again on Keras's second path to this layer)
+      raise ValueError(self._refused)
+    super().load_own_variables(store)
 
 
 class _TaskModel(keras.Model):

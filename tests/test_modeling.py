@@ -563,3 +563,25 @@ def test_num_parameters_counts_the_built_model():
                                max_position_embeddings=40, type_vocab_size=3)
   model = modeling.BertModel(config)
   assert config.num_parameters() == sum(int(np.prod(v.shape)) for v in model.weights)
+
+
+def test_a_keras_file_whose_config_has_fewer_layers_than_its_weights_is_refused(tmp_path):
+  """Keras builds what config.json says and loads the weights of those layers only: a .keras
+  file whose config names fewer encoder layers than its weights hold loaded without a word,
+  its last layer dropped. The encoder records its layer count beside its weights."""
+  import zipfile
+  config = modeling.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=3,
+                               num_attention_heads=2, intermediate_size=64,
+                               max_position_embeddings=32)
+  path, edited = tmp_path / "model.keras", tmp_path / "edited.keras"
+  modeling.BertClassifier(config, 2).save(str(path))
+  assert len(keras.saving.load_model(str(path)).weights) == 57
+  with zipfile.ZipFile(path) as source, zipfile.ZipFile(edited, "w") as target:
+    for name in source.namelist():
+      data = source.read(name)
+      if name == "config.json":
+        data = data.replace(b'"num_hidden_layers": 3', b'"num_hidden_layers": 2')
+      target.writestr(name, data)
+  with pytest.raises(ValueError, match="the saved weights hold 3 encoder layers, the model's "
+                     "config 2"):
+    keras.saving.load_model(str(edited))
