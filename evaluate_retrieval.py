@@ -68,12 +68,16 @@ def run(options):
   {name: value}."""
   k_values = parse_k_values(options.k_values)
   qrels = retrieval_metrics.read_qrels(options.qrels)
-  ranking = retrieval_metrics.read_run(options.run)
-  if not retrieval_metrics.scored_queries(qrels):
+  scored = set(retrieval_metrics.scored_queries(qrels))
+  if not scored:
     raise ValueError(f"--qrels {options.qrels}: no query has a relevant document "
                      "(relevance > 0)")
+  # (only the scored queries' top max(k) documents are kept: memory bounded by what is scored)
+  ignored = set()
+  ranking = retrieval_metrics.read_run(options.run, queries=scored, top_k=max(k_values),
+                                       skipped=ignored)
   measures = retrieval_metrics.evaluate(qrels, ranking, k_values)
-  counts = retrieval_metrics.query_counts(qrels, ranking)
+  counts = dict(retrieval_metrics.query_counts(qrels, ranking), ignored=len(ignored))
   print(f"{counts['scored']:,} queries scored ({counts['not_in_run']:,} not in the run, "
         f"scored 0); {counts['ignored']:,} queries of the run ignored (no relevant document "
         "in the qrels)")

@@ -270,3 +270,25 @@ def test_script_command_line(tmp_path):
   assert result.returncode == 0, result.stderr
   assert json.loads(output.read_text())["Recall@1"] == 0.5
   assert "1 not in the run" in result.stdout
+
+
+def test_a_run_is_read_keeping_only_what_is_scored(tmp_path):
+  """A run held whole took 4.7x its size in memory: the scored queries' top max(k) documents
+  are kept (trec_eval's order, ties by docid), the other queries counted; a line over the
+  bound is refused where it is read."""
+  from bert_keras.tasks.retrieval import metrics
+  rng = np.random.default_rng(3)
+  lines = [f"q{q} Q0 d{d} {d} {float(s):.3f} t" for q in range(3) for d, s in
+           enumerate(rng.integers(0, 5, 40) / 2)]  # (many ties)
+  path = tmp_path / "run.trec"
+  path.write_text("\n".join(lines) + "\n")
+  whole = metrics.read_run(str(path))
+  skipped = set()
+  kept = metrics.read_run(str(path), queries={"q0", "q2"}, top_k=7, skipped=skipped)
+  assert sorted(kept) == ["q0", "q2"] and skipped == {"q1"}
+  for qid, scores in kept.items():
+    assert len(scores) == 7
+    assert metrics.rank_documents(scores) == metrics.rank_documents(whole[qid])[:7]
+  path.write_text(lines[0] + "\n" + "q9 Q0 " + "x" * (metrics.MAX_LINE_BYTES + 10) + " 1 2 t\n")
+  with pytest.raises(ValueError, match=r"run.trec, line 2: over 65,536 bytes"):
+    metrics.read_run(str(path))

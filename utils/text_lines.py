@@ -40,13 +40,22 @@ def decode(data, where, line=1):
     raise ValueError(message(e, where, line)) from None
 
 
-def numbered_lines(path, where=None):
+def numbered_lines(path, where=None, max_line_bytes=None):
   """(1-based line number, the line without its "\\n" or "\\r\\n") of each line of the UTF-8
   file `path` (local or with a scheme), streamed; a byte order mark at its start (as
   spreadsheet tools write) is skipped; a byte that is not UTF-8 is a ValueError in the one
-  wording (`where`, default `path`)."""
+  wording (`where`, default `path`). max_line_bytes: a longer line is a ValueError naming it,
+  found before more of it is read."""
   with file_io.open_read(path) as f:
-    for number, raw in enumerate(f, 1):
+    number = 0
+    while True:
+      raw = f.readline(max_line_bytes + 1) if max_line_bytes else f.readline()
+      if not raw:
+        return
+      number += 1
+      if max_line_bytes and len(raw) > max_line_bytes and not (
+          len(raw) == max_line_bytes + 1 and raw.endswith(b"\n")):
+        raise ValueError(f"{where or path}, line {number}: over {max_line_bytes:,} bytes")
       if number == 1 and raw.startswith(BYTE_ORDER_MARK):
         raw = raw[len(BYTE_ORDER_MARK):]
       yield number, decode(raw, where or path, number).rstrip("\r\n")

@@ -22,6 +22,7 @@ The conventions (trec_eval's, checked against pytrec_eval in tests/test_evaluate
   k (trec_eval's success).
 """
 
+import heapq
 import math
 
 import numpy as np
@@ -83,13 +84,24 @@ def read_qrels(path):
   return qrels
 
 
-def read_run(path):
+# The longest line of a run or qrels file read (a run line is ids and two numbers: far less).
+MAX_LINE_BYTES = 1 << 16
+
+
+def read_run(path, queries=None, top_k=None, skipped=None):
   """{qid: {docid: float score}} of a TREC run file (`qid Q0 docid rank score tag`,
   whitespace-separated; the Q0 and rank fields are not used, as by trec_eval). Blank lines
   are skipped. A line with other fields, a rank that is not an integer, a score that is not a
-  number (or NaN), or a (qid, docid) given twice is a ValueError naming the file and line."""
-  run = {}
-  for number, line in text_lines.numbered_lines(path):
+  number (or NaN), a (qid, docid) given twice or a line over MAX_LINE_BYTES is a ValueError
+  naming the file and line.
+
+  Memory stays bounded by what is kept: queries (a set, or None: all) keeps only those
+  queries' documents (the others' lines are checked and dropped, their ids added to the set
+  `skipped` when given); top_k keeps each query's top_k documents in trec_eval's order
+  (rank_documents: all a measure at k <= top_k reads), a document given twice being found
+  among those kept."""
+  run, kept = {}, {}
+  for number, line in text_lines.numbered_lines(path, max_line_bytes=MAX_LINE_BYTES):
     fields = line.split()
     if not fields:
       continue
@@ -105,11 +117,20 @@ def read_run(path):
       value = math.nan
     if math.isnan(value):
       raise ValueError(f"{path} line {number}: {line!r}: the score {score!r} is not a number")
+    if queries is not None and qid not in queries:
+      if skipped is not None:
+        skipped.add(qid)
+      continue
     ranked = run.setdefault(qid, {})
     if docid in ranked:
       raise ValueError(f"{path} line {number}: document {docid!r} of query {qid!r} is ranked "
                        f"a second time")
     ranked[docid] = value
+    if top_k is not None:  # (a min-heap of the kept: trec_eval's order, float32 scores)
+      heap = kept.setdefault(qid, [])
+      heapq.heappush(heap, (float(np.float32(value)), docid))
+      if len(heap) > top_k:
+        del ranked[heapq.heappop(heap)[1]]
   return run
 
 

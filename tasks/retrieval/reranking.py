@@ -34,6 +34,7 @@ from bert_keras.tasks.retrieval import embedding_data
 from bert_keras.tasks.retrieval import embeddings
 from bert_keras.tasks.retrieval import metrics as retrieval_metrics
 from bert_keras.utils import progress as progress_lib
+from bert_keras.utils import text_lines
 
 QUERY, PASSAGE, LABEL = "query", "passage", "label"
 LOSSES = ("pointwise", "listwise")
@@ -120,8 +121,8 @@ def read_candidates(path, queries, corpus, top_k=TOP_K):
   (retrieval_metrics.read_run: a malformed line is a ValueError naming it), in the run's own
   order (retrieval_metrics.rank_documents). A query id not in `queries` or a document id not
   in `corpus` is a ValueError naming the file and line."""
-  run = retrieval_metrics.read_run(path)
-  for number, line in embedding_data.text_lines(path):
+  run = retrieval_metrics.read_run(path, top_k=top_k)  # (each query's first top_k kept)
+  for number, line in text_lines.numbered_lines(path):
     fields = line.split()
     if len(fields) == 6:
       if fields[0] not in queries:
