@@ -38,6 +38,7 @@ import numpy as np
 import tensorflow as tf
 
 from bert_keras import checkpoints
+from bert_keras import huggingface_layout
 from bert_keras import modeling
 from bert_keras import preprocessing
 from bert_keras import serving
@@ -92,8 +93,9 @@ def define_flags(fv=flags.FLAGS):
   flags.DEFINE_enum("format", "saved_model", FORMATS,
                     "saved_model: raw text in (the two signatures); tflite: model.tflite with "
                     "token ids in (input_ids, input_mask, segment_ids int32 [B, "
-                    "max_seq_length]), with vocab.txt, labels.txt and model_config.json; onnx: "
-                    "model.onnx (tf2onnx, the [onnx] extra), the same inputs and files.",
+                    "max_seq_length]), with vocab.txt, tokenizer.json, labels.txt and "
+                    "model_config.json; onnx: model.onnx (tf2onnx, the [onnx] extra), the same "
+                    "inputs and files.",
                     flag_values=fv)
   flags.DEFINE_enum("quantize", "none", serving.QUANTIZATIONS,
                     "--format=tflite: none (float32), dynamic (int8 weights) or float16; "
@@ -406,8 +408,9 @@ def _export(options, config, labels, tags, preprocessor, multi_label=None):
 
 def write_token_id_model(module, options, num_labels, directory):
   """--format=tflite's or onnx's files in `directory`: model.tflite (serving.tflite_model) or
-  model.onnx (serving.onnx_model), vocab.txt, labels.txt (a classifier's label names, one a
-  line) and model_config.json (task, inputs, max_seq_length, do_lower_case, labels,
+  model.onnx (serving.onnx_model), vocab.txt, tokenizer.json (huggingface_layout.tokenizer_json:
+  the same tokenizer for HuggingFace's `tokenizers`), labels.txt (a classifier's label names,
+  one a line) and model_config.json (task, inputs, max_seq_length, do_lower_case, labels,
   quantize; for TFLite also outputs, and input_tensors and output_tensors: the inputs and
   outputs in the interpreter's order (get_input_details / get_output_details) with their
   tensor names, so that an app without the signature runner knows which is which), what an
@@ -424,6 +427,9 @@ def write_token_id_model(module, options, num_labels, directory):
     tflite_onnx.onnx_int8(float_path, path)
     tf.io.gfile.remove(float_path)
   tf.io.gfile.copy(options.vocab_file, os.path.join(directory, "vocab.txt"))
+  # The same tokenizer for HuggingFace's `tokenizers` (ONNX Runtime servers, transformers.js).
+  huggingface_layout.write_tokenizer_json(directory, options.vocab_file, options.do_lower_case,
+                                          options.max_seq_length)
   names = None
   if _has_variants(options.task) and num_labels > 1:
     names = ([x.strip() for x in options.labels.split(",")] if options.labels
@@ -436,6 +442,8 @@ def write_token_id_model(module, options, num_labels, directory):
             "quantize": options.quantize}
   if options.format == "tflite":
     config.update(tflite_tensors(data))
+  # (what a reader checks the model file against before a runtime parses it: a damaged file)
+  config["model_file"] = tflite_onnx.file_record(path)
   with tf.io.gfile.GFile(os.path.join(directory, "model_config.json"), "w") as f:
     f.write(json.dumps(config, indent=2) + "\n")
   if options.quantize != "none":

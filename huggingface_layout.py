@@ -1,8 +1,10 @@
 """HuggingFace's layout of a BERT model, and sentence-transformers' of a bi-encoder, written:
 config.json (hf_config), model.safetensors (hf_state_dict: checkpoints' names through
-checkpoints.hf_name), vocab.txt and tokenizer_config.json; a bi-encoder's modules beside them
-(sentence_transformers_layout.write_sentence_transformers_modules). What transformers and
-sentence-transformers load; checkpoints.load_model reads them back.
+checkpoints.hf_name), vocab.txt, tokenizer_config.json and tokenizer.json (tokenizer_json: the
+same WordPiece for HuggingFace's `tokenizers`, which TEI, ONNX Runtime servers and
+transformers.js read; export_saved_model.py's TFLite / ONNX exports write it too); a
+bi-encoder's modules beside them (sentence_transformers_layout.write_sentence_transformers_modules).
+What transformers and sentence-transformers load; checkpoints.load_model reads them back.
 
   huggingface_layout.save_huggingface(model, "/tmp/hf", vocab_file="vocab.txt")
   huggingface_layout.save_sentence_transformers(encoder, "/tmp/st", 128, "mean", True)
@@ -18,6 +20,7 @@ from bert_keras import model_files
 from bert_keras import modeling
 from bert_keras import sentence_transformers_layout
 from bert_keras import task_registry
+from bert_keras import tokenization
 from bert_keras.utils import file_io
 from bert_keras.utils import weight_files
 
@@ -26,7 +29,107 @@ from bert_keras.utils import weight_files
 # is the exact erf form, our "gelu_exact".
 _HF_ACTIVATION_NAMES = {"gelu": "gelu_new", "gelu_exact": "gelu", "gelu_erf": "gelu",
                         "relu": "relu", "tanh": "tanh", "silu": "silu", "swish": "silu"}
-_HF_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json")
+TOKENIZER_JSON_FILE = "tokenizer.json"
+_HF_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer_config.json",
+             TOKENIZER_JSON_FILE)
+# The special tokens of BERT's vocabularies: tokenizer.json's added_tokens (those in the vocab).
+_SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# Python's str.lower makes a capital sigma final ("ς") when a cased letter precedes it and none
+# follows, case-ignorable characters (accents, apostrophes) skipped both ways; the original
+# lower-cases cleaned text, so the control characters that cleaning deletes are skipped too.
+# Escapes that Oniguruma (tokenizers) and JavaScript's "u" regexes (transformers.js) both read
+# as code points (Oniguruma reads \x80-\xff as UTF-8 bytes).
+_SKIPPED = (r"(?:\p{Case_Ignorable}"
+            r"|[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\ufffd])*")
+_CASED = r"[^\P{Cased}\p{Case_Ignorable}]"  # (cased, not case-ignorable as U+0345 is too)
+_FINAL_SIGMA = r"(?<=" + _CASED + _SKIPPED + r")\u03a3(?!" + _SKIPPED + _CASED + ")"
+
+
+def tokenizer_json(vocab_file, do_lower_case, max_seq_length):
+  """tokenizer.json (HuggingFace `tokenizers`' format, a str) of our FullTokenizer of
+  `vocab_file`: what TEI, ONNX Runtime servers and transformers.js tokenize with, giving the
+  word-piece ids that FullTokenizer, [CLS] and [SEP] give.
+
+  Each step is the original BERT's: BertNormalizer (clean_text; handle_chinese_chars; accents
+  stripped and lower-cased only when do_lower_case), BertPreTokenizer (whitespace, then each
+  punctuation character alone), WordPiece (greedy longest match, "##" continuations, the whole
+  word [UNK] when a piece fails or it is longer than WordpieceTokenizer's
+  max_input_chars_per_word), TemplateProcessing ([CLS] $A [SEP], and [CLS] $A [SEP] $B:1
+  [SEP]:1 for pairs), truncation to max_seq_length tokens (the special ones included), the
+  WordPiece decoder, and the special tokens of the vocab as added_tokens. Lower-casing is
+  Python's str.lower, whose Greek final sigma ("ΟΔΟΣ" -> "οδος") BertNormalizer lacks: a Replace
+  normalizer before it writes "ς" for such a "Σ" (_FINAL_SIGMA).
+
+  Known differences, none expressible here: `tokenizers` reads a special token written in the
+  text ("[MASK]") as that token (we split it: "[", "mask", "]"; its encode_special_tokens
+  setting, not saved in the file, does as we do); it deletes private-use characters (U+E000...),
+  which we keep ([UNK]); it takes U+2B920-2CEAF as Chinese where we (and the original) take
+  U+2B820-2CEAF; its Unicode tables are of other versions than Python's (a character assigned
+  in one version and not the other, as new punctuation, may split or case otherwise); a pair
+  whose texts are both cut to half of an odd number of word pieces (max_seq_length - 3) gives
+  the odd one to text b when b was the longer or as long (ours, the original's
+  truncate_seq_pair: always to text a); and text b "" is a pair there (a second [SEP]), a
+  single text in our preprocessing.
+
+  Args:
+    vocab_file: str, the vocab.txt (gs:// works); it must hold [UNK], [CLS] and [SEP].
+    do_lower_case: bool, the tokenizer's (an uncased model's: True).
+    max_seq_length: int, the length the model takes: longer inputs are truncated to it.
+
+  Returns:
+    the JSON document, a str (UTF-8 text, ending in a newline).
+  """
+  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=bool(do_lower_case))
+  vocab, wordpiece = tokenizer.vocab, tokenizer.wordpiece_tokenizer
+  tokenization.check_vocab(vocab, vocab_file, required=(wordpiece.unk_token, "[CLS]", "[SEP]"))
+  lower = bool(do_lower_case)
+  specials = sorted((vocab[token], token) for token in _SPECIAL_TOKENS if token in vocab)
+
+  def special(name, type_id):
+    return {"SpecialToken": {"id": name, "type_id": type_id}}
+
+  def sequence(name, type_id):
+    return {"Sequence": {"id": name, "type_id": type_id}}
+
+  normalizer = {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": True,
+                "strip_accents": lower, "lowercase": lower}
+  if lower:
+    normalizer = {"type": "Sequence", "normalizers": [
+        {"type": "Replace", "pattern": {"Regex": _FINAL_SIGMA}, "content": "\u03c2"},
+        normalizer]}
+  document = {
+      "version": "1.0",
+      "truncation": {"direction": "Right", "max_length": int(max_seq_length),
+                     "strategy": "LongestFirst", "stride": 0},
+      "padding": None,
+      "added_tokens": [{"id": i, "content": token, "single_word": False, "lstrip": False,
+                        "rstrip": False, "normalized": False, "special": True}
+                       for i, token in specials],
+      "normalizer": normalizer,
+      "pre_tokenizer": {"type": "BertPreTokenizer"},
+      "post_processor": {
+          "type": "TemplateProcessing",
+          "single": [special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0)],
+          "pair": [special("[CLS]", 0), sequence("A", 0), special("[SEP]", 0),
+                   sequence("B", 1), special("[SEP]", 1)],
+          "special_tokens": {token: {"id": token, "ids": [vocab[token]], "tokens": [token]}
+                             for token in ("[CLS]", "[SEP]")}},
+      "decoder": {"type": "WordPiece", "prefix": "##", "cleanup": True},
+      "model": {"type": "WordPiece", "unk_token": wordpiece.unk_token,
+                "continuing_subword_prefix": "##",
+                "max_input_chars_per_word": int(wordpiece.max_input_chars_per_word),
+                "vocab": dict(sorted(vocab.items(), key=lambda item: item[1]))},
+  }
+  return json.dumps(document, ensure_ascii=False, indent=2) + "\n"
+
+
+def write_tokenizer_json(directory, vocab_file, do_lower_case, max_seq_length):
+  """tokenizer.json (tokenizer_json) in `directory`, written atomically (a temporary, renamed);
+  returns its path. do_lower_case None (unknown): True, as tokenization's default."""
+  path = os.path.join(directory, TOKENIZER_JSON_FILE)
+  lower = True if do_lower_case is None else do_lower_case
+  file_io.write_text_atomic(path, tokenizer_json(vocab_file, lower, max_seq_length))
+  return path
 
 
 def hf_architecture(model):
@@ -95,9 +198,9 @@ def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, labe
                      max_seq_length=None):
   """Writes `model` in HuggingFace's layout, for transformers' from_pretrained and
   sentence-transformers: config.json (hf_config), model.safetensors (hf_state_dict, float32,
-  Linear weights [out, in]), vocab.txt and tokenizer_config.json (do_lower_case, the
-  tokenizer class, model_max_length: the length it was trained at, else max_position_embeddings).
-  Atomic as save_pretrained:
+  Linear weights [out, in]), vocab.txt, tokenizer_config.json (do_lower_case, the
+  tokenizer class, model_max_length: the length it was trained at, else max_position_embeddings)
+  and tokenizer.json (tokenizer_json, truncating at model_max_length). Atomic as save_pretrained:
   written into a temporary sibling, then renamed; an existing `directory` is replaced only
   when it holds nothing but these files (else ValueError). A one-output classifier (a
   regression, a reranker) is what sentence-transformers' CrossEncoder reads (hf_config).
@@ -131,8 +234,9 @@ def save_huggingface(model, directory, vocab_file=None, do_lower_case=None, labe
 
 
 def _write_huggingface(model, directory, config, vocab_file, do_lower_case,
-                       max_seq_length=None):
-  """save_huggingface's files, written into `directory` (which exists)."""
+                       max_seq_length=None, truncation=None):
+  """save_huggingface's files, written into `directory` (which exists). tokenizer.json
+  truncates at `truncation` (default: tokenizer_config.json's model_max_length)."""
   gfile = file_io.gfile
   with gfile.GFile(os.path.join(directory, model_files.HF_CONFIG_FILE), "w") as f:
     f.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
@@ -148,14 +252,16 @@ def _write_huggingface(model, directory, config, vocab_file, do_lower_case,
     tokenizer["do_lower_case"] = bool(do_lower_case)
   with gfile.GFile(os.path.join(directory, model_files.TOKENIZER_CONFIG_FILE), "w") as f:
     f.write(json.dumps(tokenizer, indent=2, sort_keys=True) + "\n")
+  write_tokenizer_json(directory, vocab_file, do_lower_case, truncation or length)
 
 
 def save_sentence_transformers(model, directory, max_seq_length, pooling=None, normalize=None,
                                vocab_file=None, do_lower_case=None):
   """Writes a bi-encoder in sentence-transformers' layout (sentence_transformers_layout.py lists
   its files):
-  the transformer as save_huggingface writes it (BertModel) at the top level, and the
-  Transformer, Pooling and (when normalized) Normalize modules, so that
+  the transformer as save_huggingface writes it (BertModel; tokenizer.json truncating at
+  max_seq_length) at the top level, and the Transformer, Pooling and (when normalized)
+  Normalize modules, so that
   sentence_transformers.SentenceTransformer(directory).encode(texts) returns the vectors
   `model` computes. Atomic as save_huggingface (an existing `directory` is replaced only when
   it holds nothing but these files).
@@ -190,7 +296,8 @@ def save_sentence_transformers(model, directory, max_seq_length, pooling=None, n
   checkpoints.check_replaceable(directory, _HF_FILES + sentence_transformers_layout.ST_FILES)
   config = hf_config(encoder)
   with file_io.replaced_directory(directory) as tmp:  # (.<name>.tmp-<pid>)
-    _write_huggingface(encoder, tmp, config, vocab_file, do_lower_case)
+    _write_huggingface(encoder, tmp, config, vocab_file, do_lower_case,
+                       truncation=int(max_seq_length))  # (tokenizer.json's, as ST's)
     sentence_transformers_layout.write_sentence_transformers_modules(
         tmp, encoder.config.hidden_size, pooling, normalize, max_seq_length)
   return directory

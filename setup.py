@@ -91,6 +91,8 @@ setup(
             "openai>=1.40",
             "huggingface_hub>=0.24",
             "httpx>=0.27",
+            # The oracle of tokenizer.json: HuggingFace's own tokenizer reads what we write.
+            "tokenizers>=0.20",
         ],
         # create_pretraining_data_beam.py. apache-beam 2.77 needs protobuf < 7, TensorFlow
         # 2.21 >= 6.31.1: both install with protobuf 6.x. For Dataflow (gs:// paths) install

@@ -18,6 +18,7 @@ entity_f1). gate() writes it into the export directory as quantization.json and 
 export below --min_agreement.
 """
 
+import hashlib
 import json
 import os
 import warnings
@@ -124,8 +125,50 @@ class OnnxRunner(object):
 
 
 def runner(path, threads=None):
-  """TFLiteRunner or OnnxRunner of a model file, by its extension."""
-  return (TFLiteRunner if path.endswith(".tflite") else OnnxRunner)(path, threads)
+  """TFLiteRunner or OnnxRunner of a model file, by its extension. A file the runtime cannot
+  read is a ValueError naming it (not the runtime's traceback)."""
+  try:
+    return (TFLiteRunner if path.endswith(".tflite") else OnnxRunner)(path, threads)
+  except ValueError:
+    raise
+  except Exception as e:  # (TFLite's and ONNX Runtime's own errors of a damaged file)
+    why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+    raise ValueError(f"--model_dir {path}: the runtime cannot read it ({why}): damaged? "
+                     "export it again") from None
+
+
+def file_record(path):
+  """{"name", "bytes", "sha256"} of an exported model file: model_config.json's record, which
+  check_file holds the file against before a runtime parses it."""
+  digest, size = hashlib.sha256(), 0
+  with tf.io.gfile.GFile(path, "rb") as f:
+    for chunk in iter(lambda: f.read(1 << 20), b""):
+      digest.update(chunk)
+      size += len(chunk)
+  return {"name": os.path.basename(path), "bytes": size, "sha256": digest.hexdigest()}
+
+
+# The first bytes of a FlatBuffer TFLite model: a 4-byte root offset, then its identifier.
+_TFLITE_IDENTIFIER = b"TFL3"
+
+
+def check_file(path, config):
+  """A ValueError naming `path` when the model file is damaged, before any runtime parses it
+  (a truncated model.tflite crashes the TFLite interpreter): its size and SHA-256 against
+  model_config.json's record (file_record), or, for an export without one, a TFLite file's
+  identifier."""
+  record = config.get("model_file")
+  found = tf.io.gfile.stat(path).length
+  if isinstance(record, dict) and record.get("name") == os.path.basename(path):
+    if found != record.get("bytes") or file_record(path)["sha256"] != record.get("sha256"):
+      raise ValueError(f"--model_dir {path}: damaged ({found:,} bytes; {CONFIG_FILE} records "
+                       f"{record.get('bytes')} bytes and their SHA-256): export it again")
+    return
+  if path.endswith(".tflite"):
+    with tf.io.gfile.GFile(path, "rb") as f:
+      head = f.read(8)
+    if len(head) < 8 or head[4:8] != _TFLITE_IDENTIFIER:
+      raise ValueError(f"--model_dir {path}: not a TFLite model (damaged?): export it again")
 
 
 def read_config(directory):
@@ -172,6 +215,7 @@ def load(path, pooling=None, normalize=False, threshold=None, threads=None):
   path = model_file(path)
   directory = os.path.dirname(path)
   config = read_config(directory)
+  check_file(path, config)
   run = runner(path, threads)
   kind = kind_of(run.output_names)
   if kind is None:

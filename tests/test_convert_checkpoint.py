@@ -106,8 +106,8 @@ def test_google_tf1_to_huggingface_gives_the_same_outputs(tmp_path, task, hidden
   labels = "neg,neutral,pos" if task == "classifier" else None
   written = convert_checkpoint.run(convert_checkpoint.options(
       init_checkpoint=source, output_dir=out, labels=labels))
-  assert sorted(written) == ["config.json", "model.safetensors", "tokenizer_config.json",
-                             "vocab.txt"]
+  assert sorted(written) == ["config.json", "model.safetensors", "tokenizer.json",
+                             "tokenizer_config.json", "vocab.txt"]
   numpy_out, config, state = _numpy_outputs(out)
   _assert_same(task, _keras_outputs(task, model), numpy_out)
   architecture = {"encoder": "BertModel", "pretrainer": "BertForPreTraining",

@@ -93,7 +93,7 @@ def test_written_layout_computes_our_vectors(source, tmp_path, pooling, normaliz
   names = sorted(os.listdir(directory))
   want = ["1_Pooling", "config.json", "config_sentence_transformers.json", "model.safetensors",
           "modules.json", "sentence_bert_config.json", "special_tokens_map.json",
-          "tokenizer_config.json", "vocab.txt"]
+          "tokenizer.json", "tokenizer_config.json", "vocab.txt"]
   assert names == sorted(want + (["2_Normalize"] if normalize else []))
   modules = _read(directory, "modules.json")
   assert [(m["idx"], m["path"], m["type"].rsplit(".", 1)[1]) for m in modules] == [

@@ -103,12 +103,13 @@ def test_int8_keeps_the_label_where_the_margin_is_clear_in_a_third_of_the_size(e
 def test_tflite_directory_holds_what_an_app_needs(exports):
   directory = exports["dynamic"]
   assert sorted(os.listdir(directory)) == ["labels.txt", "model.tflite", "model_config.json",
-                                           "quantization.json", "vocab.txt"]
+                                           "quantization.json", "tokenizer.json", "vocab.txt"]
   assert open(os.path.join(directory, "labels.txt")).read() == "neg\nneutral\npos\n"
   with open(os.path.join(directory, "model_config.json")) as f:
     config = json.load(f)
   tensors = {k: config.pop(k) for k in ("inputs", "outputs", "input_tensors",
                                          "output_tensors")}
+  assert config.pop("model_file")["name"] == "model.tflite"  # (its bytes and SHA-256)
   assert config == {"max_seq_length": SEQ, "do_lower_case": True, "task": "classifier",
                     "labels": ["neg", "neutral", "pos"], "quantize": "dynamic"}
   with warnings.catch_warnings():
@@ -148,7 +149,7 @@ def test_onnx_equals_the_saved_model(exports, tmp_path):
       bert_config_file=os.path.join(root, "ckpt", "bert_config.json"), max_seq_length=SEQ,
       export_dir=export_dir))
   assert sorted(os.listdir(export_dir)) == ["labels.txt", "model.onnx", "model_config.json",
-                                            "vocab.txt"]
+                                            "tokenizer.json", "vocab.txt"]
   features, want = _saved_model(exports["saved_model"], _texts(n=50, seed=2))
   session = onnxruntime.InferenceSession(os.path.join(export_dir, "model.onnx"))
   names = [o.name for o in session.get_outputs()]
@@ -165,3 +166,32 @@ def test_bad_tflite_flags_are_one_line_errors(tmp_path):
         modeling.BertConfig(vocab_size=10))
   with pytest.raises(ValueError, match="--labels names 2 labels, --num_labels says 3"):
     export_saved_model.num_labels(export_saved_model.options(labels="a,b", num_labels=3))
+
+
+@pytest.mark.slow
+def test_a_damaged_model_file_is_named_before_the_runtime_reads_it(exports, tmp_path):
+  """A truncated model.tflite crashed predict.py in the TFLite interpreter (a segmentation
+  fault): the file is held against model_config.json's record (its bytes and SHA-256) first;
+  an export without a record is checked for TFLite's identifier."""
+  import shutil
+  from bert_keras.prediction import tflite_onnx
+  directory = tmp_path / "export"
+  shutil.copytree(exports["none"], directory)
+  model = directory / "model.tflite"
+  good = model.read_bytes()
+  assert json.loads((directory / "model_config.json").read_text())["model_file"] == {
+      "name": "model.tflite", "bytes": len(good),
+      "sha256": __import__("hashlib").sha256(good).hexdigest()}
+  for damaged in (good[:len(good) // 2], good[:-1] + bytes([good[-1] ^ 1])):
+    model.write_bytes(damaged)
+    with pytest.raises(ValueError, match=r"model.tflite: damaged \(.* bytes; model_config.json "
+                       r"records \d+ bytes and their SHA-256\): export it again"):
+      tflite_onnx.load(str(directory))
+  config = json.loads((directory / "model_config.json").read_text())
+  del config["model_file"]
+  (directory / "model_config.json").write_text(json.dumps(config))
+  model.write_bytes(b"\x00" * 64)
+  with pytest.raises(ValueError, match="model.tflite: not a TFLite model"):
+    tflite_onnx.load(str(directory))
+  model.write_bytes(good)
+  assert tflite_onnx.load(str(directory)).predict(["w1 w2"], None)[0]["label"]
