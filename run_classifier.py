@@ -414,12 +414,8 @@ def _validate(options):
   optional = ("data_dir", "task_name") if options.tfds_name else ()  # (--tfds_name: from TFDS)
   required = dict(data_dir=None, task_name=checks.MODEL_DIR, vocab_file=checks.MODEL_DIR,
                   bert_config_file=checks.MODEL_DIR, output_dir=None)
-  checks.check(options, {
-      checks.EXCLUSIVE: {"tfds_name": ("data_dir",)},
-      checks.REQUIRED: {k: v for k, v in required.items() if k not in optional}})
-  tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
-  job.require_one(do_train=options.do_train, do_eval=options.do_eval,
-                             do_predict=options.do_predict)
+  checks.check(options, {checks.EXCLUSIVE: {"tfds_name": ("data_dir",)}})
+  checks.check_start(options, {k: v for k, v in required.items() if k not in optional})
   checks.check(options, {
       checks.EXISTING_FILES: ("bert_config_file", "vocab_file"),
       checks.POSITIVE: ("train_batch_size", "eval_batch_size", "predict_batch_size",

@@ -47,7 +47,6 @@ from absl import logging
 import tensorflow as tf
 
 from bert_keras import modeling
-from bert_keras import tokenization
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import job
 from bert_keras.runtime import model_dir
@@ -156,12 +155,7 @@ class Embedding(settings.FromFlags):
 
 
 def _validate(options):
-  checks.check(options, {checks.REQUIRED: dict(
-      data_dir=None, vocab_file=checks.MODEL_DIR, bert_config_file=checks.MODEL_DIR,
-      output_dir=None)})
-  tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
-  job.require_one(do_train=options.do_train, do_eval=options.do_eval,
-                             do_predict=options.do_predict)
+  checks.check_start(options)
   checks.check(options, {
       checks.EXISTING_FILES: ("bert_config_file", "vocab_file"),
       checks.POSITIVE: ("train_batch_size", "eval_batch_size", "predict_batch_size",

@@ -55,7 +55,6 @@ from bert_keras.runtime import run_checks
 from bert_keras.runtime import settings
 from bert_keras.runtime import training
 from bert_keras.tasks.ner import tagging as ner
-from bert_keras import tokenization
 from bert_keras.utils import conlleval
 from bert_keras.utils import errors
 from bert_keras.utils import file_io
@@ -194,12 +193,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, t
 # ----------------------------------------------------------------------------
 
 def _validate(options):
-  checks.check(options, {checks.REQUIRED: dict(
-      data_dir=None, vocab_file=checks.MODEL_DIR, bert_config_file=checks.MODEL_DIR,
-      output_dir=None)})
-  tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
-  job.require_one(do_train=options.do_train, do_eval=options.do_eval,
-                             do_predict=options.do_predict)
+  checks.check_start(options)
   checks.check(options, {
       checks.EXISTING_FILES: ("bert_config_file", "vocab_file"),
       checks.POSITIVE: ("train_batch_size", "eval_batch_size", "predict_batch_size",

@@ -178,7 +178,7 @@ class Pretraining(settings.FromFlags):
 
 
 def _validate(options):
-  job.require_one(do_train=options.do_train, do_eval=options.do_eval)
+  checks.require_one(do_train=options.do_train, do_eval=options.do_eval)
   checks.check(options, {
       checks.REQUIRED: dict(bert_config_file=checks.MODEL_DIR, input_file=None, output_dir=None),
       checks.EXISTING_FILES: ("bert_config_file",),

@@ -50,7 +50,6 @@ from absl import logging
 import tensorflow as tf
 
 from bert_keras import modeling
-from bert_keras import tokenization
 from bert_keras.runtime import common_flags
 from bert_keras.runtime import job
 from bert_keras.runtime import model_dir
@@ -138,12 +137,7 @@ TRAIN_BATCH_SIZES = {"listwise": 8, "pointwise": 32}
 
 
 def _validate(options):
-  checks.check(options, {checks.REQUIRED: dict(
-      data_dir=None, vocab_file=checks.MODEL_DIR, bert_config_file=checks.MODEL_DIR,
-      output_dir=None)})
-  tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
-  job.require_one(do_train=options.do_train, do_eval=options.do_eval,
-                             do_predict=options.do_predict)
+  checks.check_start(options)
   if (options.do_eval or options.eval_every_steps) and not options.candidates_file:
     raise ValueError("--do_eval / --eval_every_steps need --candidates_file (a TREC run of "
                      "the dev queries)")

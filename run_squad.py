@@ -386,7 +386,7 @@ def _check_options(options):
 def validate_flags_or_throw(options, bert_config):
   """The original's checks and messages (ValueError), then whether the SQuAD files exist."""
   tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
-  job.require_one(do_train=options.do_train, do_predict=options.do_predict)
+  checks.require_one(do_train=options.do_train, do_predict=options.do_predict)
   checks.check(options, {checks.EXCLUSIVE: {"tfds_name": ("train_file", "predict_file")}})
   if options.do_train and not options.train_file and not options.tfds_name:
     raise ValueError("If `do_train` is True, then `train_file` must be specified.")

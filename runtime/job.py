@@ -1,9 +1,7 @@
 """A run_* script's job, the skeleton the scripts share (run_classifier, run_ner, run_squad,
-run_embeddings, run_reranker; run_pretraining uses require_one and started), on their typed
-settings (runtime/settings.py):
+run_embeddings, run_reranker; run_pretraining uses started), on their typed settings
+(runtime/settings.py); the flags' first checks are option_checks.check_start's:
 
-  require_one(do_train=..., ...)
-                                 the original's "At least one of `do_train`, ..." check
   with started(run, config, kind, strategy) as run_dir:
                                  seeded, the strategy built, --output_dir made and locked, the
                                  model files written (model_dir.prepare)
@@ -25,17 +23,6 @@ from bert_keras.runtime import model_dir
 from bert_keras.runtime import outputs
 from bert_keras.runtime import training as training_lib
 from bert_keras.runtime import training_checkpoints
-
-
-def require_one(**jobs):
-  """A ValueError in the original's words when none of the flags `jobs` ({flag: value}, in
-  the script's order: do_train, do_eval, do_predict) is set."""
-  if any(jobs.values()):
-    return
-  jobs = list(jobs)
-  if len(jobs) == 3:  # (the original run_classifier's message, its quote marks as they are)
-    raise ValueError(f"At least one of `{jobs[0]}`, `{jobs[1]}` or `{jobs[2]}' must be True.")
-  raise ValueError(f"At least one of `{jobs[0]}` or `{jobs[1]}` must be True.")
 
 
 # What started() yields: the strategy, where the chief's records go (a private temporary

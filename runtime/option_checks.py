@@ -36,6 +36,7 @@ runtime/model_dir.resolve_options: the command line's flags), else it is not kno
 value other than the default counts as given.
 """
 
+from bert_keras import tokenization
 from bert_keras.utils import file_io
 
 REQUIRED = "required"
@@ -185,3 +186,29 @@ def check(options, table):
   """Raises the one-line ValueError of the first entry of `table` that `options` breaks."""
   for message in problems(options, table):
     raise ValueError(message)
+
+
+def require_one(**jobs):
+  """A ValueError in the original's words when none of the flags `jobs` ({flag: value}, in
+  the script's order: do_train, do_eval, do_predict) is set."""
+  if any(jobs.values()):
+    return
+  jobs = list(jobs)
+  if len(jobs) == 3:  # (the original run_classifier's message, its quote marks as they are)
+    raise ValueError(f"At least one of `{jobs[0]}`, `{jobs[1]}` or `{jobs[2]}' must be True.")
+  raise ValueError(f"At least one of `{jobs[0]}` or `{jobs[1]}` must be True.")
+
+
+# What a fine-tuning script requires (the model flags may come from a model directory).
+FINE_TUNING_REQUIRED = dict(data_dir=None, vocab_file=MODEL_DIR, bert_config_file=MODEL_DIR,
+                            output_dir=None)
+
+
+def check_start(options, required=FINE_TUNING_REQUIRED, jobs=("do_train", "do_eval",
+                                                              "do_predict")):
+  """The checks a fine-tuning script's flags start with, in the original's order: the
+  `required` flags (REQUIRED's entries), --do_lower_case against the checkpoint's name
+  (tokenization.validate_case_matches_checkpoint) and at least one of `jobs` (require_one)."""
+  check(options, {REQUIRED: required})
+  tokenization.validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
+  require_one(**{job: getattr(options, job) for job in jobs})
