@@ -166,12 +166,19 @@ def write_beir(directory):
         "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in ids))
 
 
+def tiny_vocab_and_config(root, vocab, max_position_embeddings=32):
+  """(root/vocab.txt of the tokens `vocab`, written; a tiny BertConfig of that vocabulary: 2
+  layers, hidden 32, 2 heads, intermediate 64)."""
+  from bert_keras import modeling
+  path = root / "vocab.txt"
+  path.write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
+  return path, modeling.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, intermediate_size=64,
+                                   max_position_embeddings=max_position_embeddings)
+
+
 def write_tiny_model_files(root, vocab):
   """vocab.txt (the tokens `vocab`) and bert_config.json (2 layers, hidden 32, 32 positions)
   in `root`, as the run_* tests' checkpoint-less models read them."""
-  from bert_keras import modeling
-  (root / "vocab.txt").write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
-  config = modeling.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
-                               num_attention_heads=2, intermediate_size=64,
-                               max_position_embeddings=32)
+  _, config = tiny_vocab_and_config(root, vocab)
   (root / "bert_config.json").write_text(config.to_json_string(), encoding="utf-8")

@@ -15,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import dead_pid
+from conftest import tiny_vocab_and_config
 from test_run_pretraining import data  # noqa: F401  (a fixture)
 from bert_keras import checkpoints
 from bert_keras import export_saved_model
@@ -52,11 +53,7 @@ def setup(tmp_path_factory):
   the original's TF1 checkpoints: a classifier as a run_classifier-style directory, squad as
   a prefix, embeddings as a pre-training checkpoint (MLM/NSP heads unused)."""
   root = tmp_path_factory.mktemp("export")
-  vocab = root / "vocab.txt"
-  vocab.write_text("\n".join(WORDS) + "\n", encoding="utf-8")
-  config = modeling.BertConfig(vocab_size=len(WORDS), hidden_size=32, num_hidden_layers=2,
-                               num_attention_heads=2, intermediate_size=64,
-                               max_position_embeddings=32)
+  vocab, config = tiny_vocab_and_config(root, WORDS, max_position_embeddings=32)
   (root / "bert_config.json").write_text(config.to_json_string())
   rng = np.random.default_rng(0)
   paths = {}

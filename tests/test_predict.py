@@ -26,6 +26,7 @@ from bert_keras.tasks.ner import tagging as ner
 from bert_keras.prediction import row_io
 from bert_keras import tokenization
 from bert_keras.utils import conlleval
+from conftest import tiny_vocab_and_config
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "is", "hairy", ".", "who",
@@ -45,11 +46,7 @@ def dirs(tmp_path_factory):
   as run_* output_dirs (model_dir.write_model_dir), and a Google-style checkpoint directory
   without task.json (embeddings); the Keras models, for the oracles."""
   root = tmp_path_factory.mktemp("predict")
-  vocab = root / "vocab.txt"
-  vocab.write_text("\n".join(WORDS) + "\n", encoding="utf-8")
-  config = modeling.BertConfig(vocab_size=len(WORDS), hidden_size=32, num_hidden_layers=2,
-                               num_attention_heads=2, intermediate_size=64,
-                               max_position_embeddings=64)
+  vocab, config = tiny_vocab_and_config(root, WORDS, max_position_embeddings=64)
   rng = np.random.default_rng(0)
   models, paths = {}, {}
   for task, model, labels, extra in (

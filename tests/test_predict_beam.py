@@ -18,13 +18,13 @@ import pytest
 beam = pytest.importorskip("apache_beam")
 
 from bert_keras import checkpoints  # noqa: E402
-from bert_keras import modeling  # noqa: E402
 from bert_keras import predict  # noqa: E402
 from bert_keras import predict_beam  # noqa: E402
 from bert_keras import task_registry  # noqa: E402
 from bert_keras.runtime import beam_runner  # noqa: E402
 from bert_keras.runtime import model_dir  # noqa: E402
 from bert_keras.prediction import row_io  # noqa: E402
+from conftest import tiny_vocab_and_config  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "dog", "is", "hairy", ".", "who",
@@ -50,11 +50,7 @@ def setup(tmp_path_factory):
   """A model directory of a tiny config with random weights for each of MODELS, and three
   input files (JSON Lines with ids, TSV and CSV without) of random rows."""
   root = tmp_path_factory.mktemp("predict_beam")
-  vocab = root / "vocab.txt"
-  vocab.write_text("\n".join(WORDS) + "\n", encoding="utf-8")
-  config = modeling.BertConfig(vocab_size=len(WORDS), hidden_size=32, num_hidden_layers=2,
-                               num_attention_heads=2, intermediate_size=64,
-                               max_position_embeddings=64)
+  vocab, config = tiny_vocab_and_config(root, WORDS, max_position_embeddings=64)
   paths = {}
   for index, (name, (kind_name, extra, _)) in enumerate(MODELS.items()):
     kind = task_registry.get(kind_name)
