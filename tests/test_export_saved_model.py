@@ -422,6 +422,7 @@ def test_export_lock_and_dead_exports_temporaries(data, tmp_path, monkeypatch,  
     export_saved_model.run(export_options())
 
 
+@pytest.mark.slow  # (the fast tier stays under 5 minutes on 2 cores)
 def test_serving_signatures_refuse_mismatched_batches(tmp_path):
   from bert_keras import export_saved_model
   from bert_keras import preprocessing

@@ -183,6 +183,7 @@ def test_rerun_with_changed_options_is_refused_listing_the_changes(trained):
   assert "--overwrite_output_dir" in error
 
 
+@pytest.mark.slow  # (the fast tier stays under 5 minutes on 2 cores)
 def test_same_options_resume_and_overwrite_moves_the_old_run_aside(trained, tmp_path):
   out = tmp_path / "out"
   shutil.copytree(trained["out"], out)

@@ -290,6 +290,7 @@ def test_sts_measures_against_scipy():
   assert found["eval_spearman"] == pytest.approx(stats.spearmanr(cosine, gold)[0], abs=1e-12)
 
 
+@pytest.mark.slow  # (the fast tier stays under 5 minutes on 2 cores)
 def test_sts_evaluation_alone_and_its_bad_rows(files, tmp_path):
   data = tmp_path / "data"
   data.mkdir()

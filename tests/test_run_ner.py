@@ -222,6 +222,7 @@ def test_tagger_needs_two_tags(tmp_path):
   assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow  # (the fast tier stays under 5 minutes on 2 cores)
 def test_huggingface_init_checkpoint_alone_and_conll_files(files, tmp_path):
   """--init_checkpoint a HuggingFace directory (config.json, vocab.txt, model.safetensors)
   with no --vocab_file or --bert_config_file: its files are used; --data_dir in WNUT-17's

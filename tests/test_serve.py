@@ -297,6 +297,7 @@ def listening(setup, name):  # noqa: F811
     thread.join(30)
 
 
+@pytest.mark.slow  # (the fast tier stays under 5 minutes on 2 cores)
 def test_the_real_clients_against_a_live_server(setup):  # noqa: F811
   openai = pytest.importorskip("openai")
   hub = pytest.importorskip("huggingface_hub")
