@@ -13,6 +13,7 @@ What transformers and sentence-transformers load; checkpoints.load_model reads t
 import json
 import os
 
+from absl import logging
 import numpy as np
 
 from bert_keras import checkpoints
@@ -125,10 +126,17 @@ def tokenizer_json(vocab_file, do_lower_case, max_seq_length):
 
 def write_tokenizer_json(directory, vocab_file, do_lower_case, max_seq_length):
   """tokenizer.json (tokenizer_json) in `directory`, written atomically (a temporary, renamed);
-  returns its path. do_lower_case None (unknown): True, as tokenization's default."""
+  returns its path, or None (with a warning) for a vocabulary without [UNK], [CLS] and [SEP],
+  which no BERT tokenizer.json describes. do_lower_case None (unknown): True, as
+  tokenization's default."""
   path = os.path.join(directory, TOKENIZER_JSON_FILE)
   lower = True if do_lower_case is None else do_lower_case
-  file_io.write_text_atomic(path, tokenizer_json(vocab_file, lower, max_seq_length))
+  try:
+    text = tokenizer_json(vocab_file, lower, max_seq_length)
+  except tokenization.VocabError as e:
+    logging.warning("no %s: %s", TOKENIZER_JSON_FILE, e)
+    return None
+  file_io.write_text_atomic(path, text)
   return path
 
 

@@ -292,7 +292,7 @@ BAD = [  # (overrides of the good arguments, what the message names)
     ({"masked_lm_prob": 1.5}, "--masked_lm_prob"),
     ({"max_predictions_per_seq": 0}, "--max_predictions_per_seq"),
     ({"output_files": ["{dir}/no/such/dir/out.tfrecord"]}, "--output_file"),
-    ({"input_files": ["{dir}/c1.txt", "{dir}/bad_utf8.txt"]}, "not valid UTF-8"),
+    ({"input_files": ["{dir}/c1.txt", "{dir}/bad_utf8.txt"]}, "not UTF-8 (byte"),
 ]
 
 
