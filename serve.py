@@ -30,6 +30,7 @@ try:  # outside the venv: a one-line hint, not a traceback
 except ImportError as e:
   raise SystemExit(f"error: {e} (activate .venv: source .venv/bin/activate, or pip install -e .)")
 import os
+import socket
 
 from absl import app
 from absl import flags
@@ -89,6 +90,19 @@ def check_options(options):
                          checks.AT_LEAST: {"max_input_length": (3, "[CLS] a piece [SEP]")}})
   if not os.path.exists(options.model_dir):
     raise ValueError(f"--model_dir {options.model_dir}: no such file or directory")
+
+
+def check_address(host, port):
+  """A ValueError naming --host / --port when the server could not listen there (a port in
+  use, an address not of this machine): found before the model is loaded."""
+  try:
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+      probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+      probe.bind((host, port))
+  except OSError as e:
+    raise ValueError(f"--host {host} --port {port}: cannot listen there "
+                     f"({e.strerror or e})") from None
 
 
 def load(model_dir, runtime="auto"):
@@ -178,6 +192,7 @@ def run(options):
     import uvicorn
   except ImportError:
     raise ValueError("serve.py needs the [serve] extra: pip install -e \".[serve]\"") from None
+  check_address(options.host, options.port)
 
   class Server(uvicorn.Server):
     def handle_exit(self, sig, frame):

@@ -316,3 +316,13 @@ def test_the_real_clients_against_a_live_server(setup):  # noqa: F811
     assert answer.usage.prompt_tokens == 11 and answer.model == "tiny"
     vectors = hub.InferenceClient(base_url=url).feature_extraction(TEXTS[0][0])
     _close(np.reshape(vectors, -1), np.asarray(want[0]) / np.linalg.norm(want[0]), 1e-4)
+
+
+def test_a_port_in_use_is_one_line_before_the_model_loads():
+  with socket.socket() as busy:
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    with pytest.raises(ValueError, match=f"--host 127.0.0.1 --port {port}: cannot listen there"):
+      serve.check_address("127.0.0.1", port)
+  serve.check_address("127.0.0.1", port)  # (free again)
